@@ -1,0 +1,128 @@
+"""PaddlePaddle backend. Paddle has no layer backward hook: hookkit builds one from tensor hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import paddle
+
+from hookkit.backends.base import Backend
+
+
+class _JoinedIdentity(paddle.autograd.PyLayer):
+    """Copies its inputs; its backward hands all their gradients to one callback at once."""
+
+    @staticmethod
+    def forward(ctx: Any, *tensors: Any, on_grads: Callable = None) -> Any:
+        ctx.on_grads = on_grads
+        out = tuple(t.clone() for t in tensors)
+        return out if len(out) > 1 else out[0]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        new = ctx.on_grads(grads)
+        out = tuple(grads if new is None else new)
+        return out if len(out) > 1 else out[0]
+
+
+class PaddleBackend(Backend):
+    name = "paddle"
+    counts_operators = False
+
+    def is_layer(self, obj: Any) -> bool:
+        return isinstance(obj, paddle.nn.Layer)
+
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, paddle.Tensor)
+
+    def named_layers(self, model: Any) -> Iterator[tuple[str, Any]]:
+        return model.named_sublayers(include_self=True)
+
+    def children(self, layer: Any) -> list[Any]:
+        return list(layer.children())
+
+    def parameters(self, layer: Any, recurse: bool = True) -> list[Any]:
+        return list(layer.parameters(include_sublayers=recurse))
+
+    def named_parameters(self, layer: Any, recurse: bool = True) -> list[tuple[str, Any]]:
+        return list(layer.named_parameters(include_sublayers=recurse))
+
+    def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
+        return layer.register_forward_pre_hook(fn, with_kwargs=True)
+
+    def hook_forward(self, layer: Any, fn: Callable) -> Any:
+        return layer.register_forward_post_hook(fn, with_kwargs=True)
+
+    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
+        out = _JoinedIdentity.apply(*tensors, on_grads=on_grads)
+        return out if isinstance(out, (tuple, list)) else (out,)
+
+    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], None]) -> None:
+        # Paddle has no multi-tensor gradient hook: count per-tensor hooks. A tensor that takes no
+        # part in the loss never reports, so fn then does not run (documented in on_backward).
+        grads: list[Any] = [None] * len(tensors)
+        left = [len(tensors)]
+
+        def make(i: int) -> Callable:
+            def hook(g: Any) -> None:
+                grads[i] = g
+                left[0] -= 1
+                if left[0] == 0:
+                    fn(tuple(grads))
+
+            return hook
+
+        for i, t in enumerate(tensors):
+            t.register_hook(make(i))
+
+    def requires_grad(self, t: Any) -> bool:
+        return not t.stop_gradient
+
+    def grad_enabled(self) -> bool:
+        return paddle.is_grad_enabled()
+
+    def no_grad(self) -> Any:
+        return paddle.no_grad()
+
+    def to(self, t: Any, device: Any) -> Any:
+        device = str(device)
+        if device == "cpu":
+            return t.cpu()
+        return t.to(device)
+
+    def device_of(self, t: Any) -> str:
+        place = t.place
+        if place.is_cpu_place():
+            return "cpu"
+        if place.is_gpu_place():
+            return f"gpu:{place.gpu_device_id()}"
+        return str(place)
+
+    def itemsize(self, t: Any) -> int:
+        return t.element_size()
+
+    def to_numpy(self, t: Any) -> Any:
+        t = t.detach()
+        if t.dtype == paddle.bfloat16:
+            t = t.astype("float32")
+        return t.numpy()
+
+    def from_numpy(self, array: Any, like: Any = None) -> Any:
+        t = paddle.to_tensor(array)
+        return self.to(t, self.device_of(like)) if like is not None else t
+
+    def stack(self, ts: Sequence[Any]) -> Any:
+        return paddle.stack(list(ts))
+
+    def zeros(self, shape: Sequence[int], like: Any) -> Any:
+        return self.to(paddle.zeros(list(shape), dtype="float32"), self.device_of(like))
+
+    def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
+        return paddle.histogram(t.astype("float32"), bins=bins, min=lo, max=hi).astype("float32")
+
+    def isfinite_all(self, t: Any) -> Any:
+        return paddle.isfinite(t).all()
+
+    def to_float(self, t: Any) -> Any:
+        return t.astype("float32")

@@ -1,0 +1,105 @@
+"""PyTorch backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+
+from hookkit.backends.base import Backend
+
+
+class _JoinedIdentity(torch.autograd.Function):
+    """Copies its inputs; its backward hands all their gradients to one callback at once.
+
+    The copies (not views) let a layer modify its input in place, which PyTorch's own
+    full backward hook forbids."""
+
+    @staticmethod
+    def forward(ctx: Any, on_grads: Callable, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.on_grads = on_grads
+        return tuple(t.clone() for t in tensors)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
+        new = ctx.on_grads(grads)
+        return (None, *(grads if new is None else new))
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    counts_operators = True
+
+    def is_layer(self, obj: Any) -> bool:
+        return isinstance(obj, torch.nn.Module)
+
+    def is_tensor(self, obj: Any) -> bool:
+        return isinstance(obj, torch.Tensor)
+
+    def named_layers(self, model: Any) -> Iterator[tuple[str, Any]]:
+        return model.named_modules()
+
+    def children(self, layer: Any) -> list[Any]:
+        return list(layer.children())
+
+    def parameters(self, layer: Any, recurse: bool = True) -> list[Any]:
+        return list(layer.parameters(recurse=recurse))
+
+    def named_parameters(self, layer: Any, recurse: bool = True) -> list[tuple[str, Any]]:
+        return list(layer.named_parameters(recurse=recurse))
+
+    def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
+        return layer.register_forward_pre_hook(fn, with_kwargs=True)
+
+    def hook_forward(self, layer: Any, fn: Callable) -> Any:
+        return layer.register_forward_hook(fn, with_kwargs=True)
+
+    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
+        return _JoinedIdentity.apply(on_grads, *tensors)
+
+    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], None]) -> None:
+        torch.autograd.graph.register_multi_grad_hook(tuple(tensors), lambda grads: fn(tuple(grads)), mode="all")
+
+    def requires_grad(self, t: Any) -> bool:
+        return t.requires_grad
+
+    def grad_enabled(self) -> bool:
+        return torch.is_grad_enabled()
+
+    def no_grad(self) -> Any:
+        return torch.no_grad()
+
+    def to(self, t: Any, device: Any) -> Any:
+        return t.to(device)
+
+    def device_of(self, t: Any) -> str:
+        return str(t.device)
+
+    def itemsize(self, t: Any) -> int:
+        return t.element_size()
+
+    def to_numpy(self, t: Any) -> Any:
+        t = t.detach()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.cpu().numpy()
+
+    def from_numpy(self, array: Any, like: Any = None) -> Any:
+        t = torch.from_numpy(array)
+        return t.to(like.device) if like is not None else t
+
+    def stack(self, ts: Sequence[Any]) -> Any:
+        return torch.stack(list(ts))
+
+    def zeros(self, shape: Sequence[int], like: Any) -> Any:
+        return torch.zeros(tuple(shape), dtype=torch.float32, device=like.device)
+
+    def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
+        return torch.histc(t.float(), bins, lo, hi)
+
+    def isfinite_all(self, t: Any) -> Any:
+        return torch.isfinite(t).all()
+
+    def to_float(self, t: Any) -> Any:
+        return t.float()

@@ -1,0 +1,197 @@
+"""``capture``: per-call records of layers' inputs, outputs and output gradients."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+from hookkit.backends import backend_for
+from hookkit.handles import HandleGroup
+from hookkit.router import OBSERVER, Event, attach
+from hookkit.select import LayerSpec, select
+from hookkit.tree import leaves, map_tensors
+
+_SLOT = object()
+
+
+class Record:
+    """One call of one layer: ``name``, ``call`` (index within the forward), ``step`` (forward count),
+    ``inputs``, ``kwargs``, ``output``, and ``grad`` (mirrors ``output``'s structure after backward)."""
+
+    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "_grads", "_structure")
+
+    def __init__(self, name: str, call: int, step: int):
+        self.name, self.call, self.step = name, call, step
+        self.inputs = self.kwargs = self.output = self.grad = self._structure = None
+        self._grads: list = []
+
+    def __repr__(self) -> str:
+        return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
+
+
+class _Grads:
+    """``cap.grads[name]``: the gradient w.r.t. the output of that layer's last call."""
+
+    def __init__(self, cap: capture):
+        self._cap = cap
+
+    def __getitem__(self, name: str) -> Any:
+        rec = self._cap._last(name)
+        if rec.grad is None:
+            raise KeyError(
+                f"no gradient captured for layer {name!r}: call backward() first, and pass capture(..., grads=True)"
+                if not self._cap._grads
+                else f"no gradient reached layer {name!r} yet: run backward() on a loss that depends on it"
+            )
+        return rec.grad
+
+    def __contains__(self, name: str) -> bool:
+        recs = self._cap._records.get(name)
+        return bool(recs) and recs[-1].grad is not None
+
+    def keys(self) -> list[str]:
+        return [n for n in self._cap._records if n in self]
+
+
+class capture(HandleGroup):
+    """Record what selected layers see, per call. A context manager; also usable with ``.remove()``.
+
+    >>> with hookkit.capture(model, "h.*.attn", grads=True) as cap:   # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> cap["h.0.attn"]          # last output of that layer
+    >>> cap.calls("h.0.attn")    # every call's Record, in order
+    >>> cap.grads["h.0.attn"]    # gradient w.r.t. that output
+
+    ``detach`` keeps outputs out of the graph (default); ``clone`` copies them (needed when a later
+    in-place op would change them); ``to="cpu"`` moves what is kept.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        layers: LayerSpec = ":leaves",
+        *,
+        inputs: bool = False,
+        outputs: bool = True,
+        grads: bool = False,
+        detach: bool = True,
+        to: Any = None,
+        clone: bool = False,
+    ):
+        super().__init__()
+        self._backend = backend_for(model)
+        self._model = weakref.ref(model)
+        self._inputs, self._outputs, self._grads = inputs, outputs, grads
+        self._detach, self._to, self._clone = detach, to, clone
+        self._records: dict[str, list[Record]] = {}
+        self.grads = _Grads(self)
+        named = select(model, layers)
+        self.names = [n for n, _ in named]
+        for name in self.names:
+            self._records[name] = []
+        for name, layer in named:
+            self.add(attach(model, [(name, layer)], "forward", partial(self._on_forward, name), OBSERVER))
+            if grads:
+                self.add(attach(model, [(name, layer)], "grad", partial(self._on_grad, name), OBSERVER))
+
+    # -- hot path -------------------------------------------------------------------------------
+    def _keep(self, value: Any) -> Any:
+        be = self._backend
+        detach, to, clone = self._detach, self._to, self._clone
+        if detach and not clone and to is None and be.is_tensor(value):
+            return value.detach()
+
+        def keep(t: Any) -> Any:
+            if detach:
+                t = be.detach(t)
+            if to is not None:
+                t = be.to(t, to)
+            if clone:
+                t = be.clone(t)
+            return t
+
+        return map_tensors(value, keep, be.is_tensor)
+
+    def _on_forward(self, name: str, ev: Event) -> None:
+        rec = Record(name, ev.call, ev.step)
+        if self._outputs:
+            rec.output = self._keep(ev.output)
+        if self._inputs:
+            rec.inputs = self._keep(ev.args)
+            rec.kwargs = self._keep(ev.kwargs) if ev.kwargs else {}
+        if self._grads:
+            n = len(leaves(ev.output, self._backend.is_tensor))
+            rec._grads = [None] * n
+            # a skeleton of the output, so that no reference to the graph is kept
+            rec._structure = map_tensors(ev.output, lambda _: _SLOT, self._backend.is_tensor) if n > 1 else None
+        self._records[name].append(rec)
+
+    def _on_grad(self, name: str, ev: Event) -> None:
+        recs = self._records[name]
+        rec = next((r for r in reversed(recs) if r.call == ev.call and r.step == ev.step), None)
+        if rec is None:
+            return
+        g = self._keep(ev.grad)
+        rec._grads[ev.index] = g
+        structure = rec._structure
+        if structure is None:
+            rec.grad = g
+        else:
+            it = iter(rec._grads)
+            rec.grad = map_tensors(structure, lambda _: next(it), lambda x: x is _SLOT)
+
+    # -- reading --------------------------------------------------------------------------------
+    def _last(self, name: str) -> Record:
+        recs = self._records.get(name)
+        if recs is None:
+            from hookkit.select import _closest
+
+            raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(_closest(name, self.names) or self.names[:8])}")
+        if not recs:
+            raise KeyError(f"layer {name!r} has not run since the capture started")
+        return recs[-1]
+
+    def __getitem__(self, name: str) -> Any:
+        """The last output (or inputs, if outputs=False) of layer ``name``."""
+        rec = self._last(name)
+        return rec.output if self._outputs else rec.inputs
+
+    def __contains__(self, name: str) -> bool:
+        return bool(self._records.get(name))
+
+    def __iter__(self) -> Iterator[str]:
+        return (n for n in self.names if self._records[n])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def keys(self) -> list[str]:
+        return list(self)
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(n, self[n]) for n in self]
+
+    def calls(self, name: str) -> list[Record]:
+        """Every call's record of layer ``name``, in call order."""
+        if name not in self._records:
+            self._last(name)
+        return list(self._records[name])
+
+    def records(self) -> list[Record]:
+        """All records of all layers, in the order the calls happened."""
+        out = [r for recs in self._records.values() for r in recs]
+        return sorted(out, key=lambda r: (r.step, self.names.index(r.name), r.call))
+
+    def clear(self) -> None:
+        """Forget what was recorded; keep recording."""
+        for recs in self._records.values():
+            recs.clear()
+
+    def __enter__(self) -> capture:
+        return self
+
+    def __repr__(self) -> str:
+        n = sum(len(v) for v in self._records.values())
+        return f"<hookkit.capture {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"

@@ -1,0 +1,62 @@
+"""``hookkit`` on the command line: ``demo``, ``summary``, ``report``.
+
+Each subcommand's work lives in its feature module (``run_cli(args) -> int``); this file only parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hookkit", description="Hooks for PyTorch and PaddlePaddle models: capture, inspect, monitor, visualize."
+    )
+    parser.add_argument("--version", action="version", version=f"hookkit {_version()}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="train a small CNN on bundled digits with hookkit attached and write an HTML report")
+    demo.add_argument("--framework", default="torch", help="torch or paddle (default: torch)")
+    demo.add_argument("--epochs", type=int, default=None, help="training epochs (default: the demo's own)")
+    demo.add_argument("--out", default="hookkit-report", help="output folder (default: hookkit-report)")
+    demo.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+
+    summary = sub.add_parser("summary", help="print a model's layer table: shapes, parameters, mult-adds")
+    summary.add_argument("target", help="package.module:callable returning a model")
+    summary.add_argument("--input-size", action="append", default=[], help="input shape like 1,3,224,224 (repeat for several inputs)")
+    summary.add_argument("--dtype", action="append", default=[], help="input dtype (float, long, ...), one per --input-size or one for all")
+    summary.add_argument("--depth", type=int, default=3, help="layer tree depth to show (default: 3)")
+    summary.add_argument("--kw", action="append", default=[], help="keyword for the callable or its config, like n_layer=2 (repeatable)")
+    summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    report = sub.add_parser("report", help="render the HTML report from a folder of saved statistics")
+    report.add_argument("stats_dir", help="folder with saved ActivationStats / GradientStats")
+    report.add_argument("--out", default=None, help="report file (default: STATS_DIR/report.html)")
+    return parser
+
+
+def _version() -> str:
+    from hookkit import __version__
+
+    return __version__
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if args.command == "demo":
+        from hookkit.demo import run_cli
+    elif args.command == "summary":
+        from hookkit.summary import run_cli
+    else:
+        from hookkit.report import run_cli
+    return int(run_cli(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

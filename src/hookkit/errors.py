@@ -1,0 +1,46 @@
+"""hookkit's exceptions: each names the layer or argument at fault and what would be valid."""
+
+from __future__ import annotations
+
+
+class HookkitError(Exception):
+    """Base class of every error hookkit raises itself."""
+
+
+class LayerNotFound(HookkitError, LookupError):
+    """A layer spec matched no layer of the model.
+
+    >>> hookkit.capture(model, "h.9.attn")   # doctest: +SKIP
+    LayerNotFound: no layer matches 'h.9.attn'; closest: h.0.attn, h.1.attn
+    """
+
+    def __init__(self, spec: object, close: list[str] | None = None, detail: str = ""):
+        self.spec = spec
+        self.close = list(close or [])
+        msg = f"no layer matches {spec!r}"
+        if detail:
+            msg += f" ({detail})"
+        if self.close:
+            msg += "; closest: " + ", ".join(self.close)
+        super().__init__(msg)
+
+    def __str__(self) -> str:  # LookupError would repr() the message
+        return self.args[0]
+
+
+class GradientNotTracked(HookkitError, RuntimeError):
+    """A gradient hook was asked of a tensor that takes no part in autograd."""
+
+
+class UnsupportedModel(HookkitError, TypeError):
+    """The object is neither a torch.nn.Module nor a paddle.nn.Layer (or their tensors)."""
+
+
+def annotate(exc: BaseException, layer_name: str, call: int, where: str) -> BaseException:
+    """Add the layer name and call index to an exception raised in a user's hook, keeping its type."""
+    note = f"hookkit: raised in a {where} hook on layer {layer_name!r} (call {call})"
+    if note not in getattr(exc, "__notes__", ()):
+        exc.add_note(note)
+    exc.hookkit_layer = layer_name  # type: ignore[attr-defined]
+    exc.hookkit_call = call  # type: ignore[attr-defined]
+    return exc

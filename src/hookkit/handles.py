@@ -1,0 +1,75 @@
+"""Handles: what every hookkit registration returns. ``remove()`` is idempotent; ``with`` removes on exit."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+
+
+class Handle:
+    """Removes one registration. Idempotent; a context manager that removes on exit, errors included.
+
+    >>> with hookkit.on_forward(model, "fc", fn):   # doctest: +SKIP
+    ...     model(x)
+    """
+
+    __slots__ = ("_remove", "__weakref__")
+
+    def __init__(self, remove: Callable[[], None] | None = None):
+        self._remove = remove
+
+    @property
+    def removed(self) -> bool:
+        """True once ``remove()`` has run."""
+        return self._remove is None
+
+    def remove(self) -> None:
+        """Detach what this handle placed; later calls do nothing."""
+        fn, self._remove = self._remove, None
+        if fn is not None:
+            fn()
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {'removed' if self.removed else 'active'}>"
+
+
+class HandleGroup(Handle):
+    """Several handles removed together, last placed first.
+
+    >>> group = HandleGroup([h1, h2]); group.remove()   # doctest: +SKIP
+    """
+
+    __slots__ = ("handles",)
+
+    def __init__(self, handles: Iterable[Handle] = ()):
+        super().__init__(self._remove_all)
+        self.handles: list[Handle] = list(handles)
+
+    def add(self, handle: Handle) -> Handle:
+        """Adopt ``handle``; returns it."""
+        self.handles.append(handle)
+        return handle
+
+    def _remove_all(self) -> None:
+        first_error: BaseException | None = None
+        for handle in reversed(self.handles):
+            try:
+                handle.remove()
+            except BaseException as exc:  # keep removing the rest, then report
+                first_error = first_error or exc
+        if first_error is not None:
+            raise first_error
+
+    def __len__(self) -> int:
+        return len(self.handles)
+
+    def __iter__(self) -> Iterator[Handle]:
+        return iter(self.handles)
+
+    def __getitem__(self, i: int) -> Handle:
+        return self.handles[i]

@@ -1,0 +1,137 @@
+"""Layer specs -> ``[(name, layer)]``, in model order.
+
+A spec is a dotted-name glob (``"h.*.attn"``: ``*`` stays within one name, ``**`` crosses dots), a
+compiled regex (full match), a layer class or tuple of classes, a predicate ``(name, layer) -> bool``,
+a layer object, a preset (``LEAVES``, ``WITH_PARAMS``), or a list of these.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Union
+
+from hookkit.backends import backend_for
+from hookkit.errors import LayerNotFound
+
+LEAVES = ":leaves"
+"""Preset: layers without sublayers."""
+WITH_PARAMS = ":params"
+"""Preset: layers that own parameters directly (fastai's default for ActivationStats)."""
+ALL = ":all"
+"""Preset: every layer, the model itself included."""
+
+LayerSpec = Union[str, "re.Pattern[str]", type, tuple, Callable[[str, Any], bool], Any, Sequence[Any]]
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append(r"[^.]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append(r"[^.]")
+            i += 1
+        elif pattern[i] == "[":
+            end = pattern.find("]", i)
+            if end < 0:
+                out.append(re.escape(pattern[i]))
+                i += 1
+            else:
+                out.append(fnmatch.translate(pattern[i : end + 1])[4:-3])
+                i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out))
+
+
+def _closest(spec: str, names: list[str]) -> list[str]:
+    names = [n for n in names if n]
+    close = difflib.get_close_matches(spec, names, n=5, cutoff=0.5)
+    if not close:  # a wrong index or suffix: offer names sharing the last component
+        tail = spec.rsplit(".", 1)[-1].strip("*?")
+        close = [n for n in names if tail and n.rsplit(".", 1)[-1] == tail][:5]
+    return close
+
+
+def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    if isinstance(spec, str):
+        if spec == ALL:
+            return list(range(len(named)))
+        if spec == LEAVES:
+            return [i for i, (_, m) in enumerate(named) if not backend.children(m)]
+        if spec == WITH_PARAMS:
+            return [i for i, (_, m) in enumerate(named) if backend.parameters(m, recurse=False)]
+        if spec.startswith(":"):
+            raise ValueError(f"unknown layer preset {spec!r}; valid presets: {LEAVES!r}, {WITH_PARAMS!r}, {ALL!r}")
+        exact = [i for i, (n, _) in enumerate(named) if n == spec]
+        if exact:
+            return exact
+        rx = _glob_regex(spec)
+        hits = [i for i, (n, _) in enumerate(named) if rx.fullmatch(n)]
+        if not hits:
+            raise LayerNotFound(spec, _closest(spec, [n for n, _ in named]))
+        return hits
+    if isinstance(spec, re.Pattern):
+        hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
+        if not hits:
+            raise LayerNotFound(spec.pattern, _closest(spec.pattern, [n for n, _ in named]), "regex, full match")
+        return hits
+    if isinstance(spec, type) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
+        hits = [i for i, (_, m) in enumerate(named) if isinstance(m, spec)]
+        if not hits:
+            kinds = spec if isinstance(spec, tuple) else (spec,)
+            present = sorted({type(m).__name__ for _, m in named})
+            raise LayerNotFound(
+                " | ".join(k.__name__ for k in kinds),
+                difflib.get_close_matches(kinds[0].__name__, present, n=5, cutoff=0.3) or present[:5],
+                "no layer of this class",
+            )
+        return hits
+    if backend.is_layer(spec):
+        hits = [i for i, (_, m) in enumerate(named) if m is spec]
+        if not hits:
+            raise LayerNotFound(type(spec).__name__, [], "this layer object is not part of the model")
+        return hits
+    if callable(spec):
+        return [i for i, (n, m) in enumerate(named) if spec(n, m)]
+    raise TypeError(
+        f"layers= got {type(spec).__name__} {spec!r}; expected a name glob, a compiled regex, a layer class, "
+        "a predicate (name, layer) -> bool, a layer object, a preset (hookkit.LEAVES, hookkit.WITH_PARAMS) or a list of these"
+    )
+
+
+def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
+    """Resolve ``layers`` against ``model``: ``[(dotted name, layer)]`` in model order, no duplicates.
+
+    >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
+    [('h.0.attn', GPT2Attention(...)), ('h.1.attn', GPT2Attention(...))]
+    """
+    backend = backend_for(model)
+    if not backend.is_layer(model):
+        raise TypeError(f"select() needs a model (torch.nn.Module or paddle.nn.Layer); got {type(model).__name__}")
+    named = list(backend.named_layers(model))
+    specs: Iterable[Any] = layers if isinstance(layers, list) else [layers]
+    if layers is None:
+        specs = [LEAVES]
+    chosen: set[int] = set()
+    for spec in specs:
+        chosen.update(_match_one(spec, named, backend))
+    if not chosen:
+        raise LayerNotFound(layers, [], "the predicate selected no layer")
+    return [named[i] for i in sorted(chosen)]
+
+
+def name_of(model: Any, layer: Any) -> str:
+    """The dotted name of ``layer`` inside ``model`` ('' for the model itself)."""
+    for name, m in backend_for(model).named_layers(model):
+        if m is layer:
+            return name
+    raise LayerNotFound(type(layer).__name__, [], "this layer object is not part of the model")
