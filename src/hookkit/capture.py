@@ -91,10 +91,14 @@ class capture(HandleGroup):
         self.names = [n for n, _ in named]
         for name in self.names:
             self._records[name] = []
-        for name, layer in named:
-            self.add(attach(model, [(name, layer)], "forward", partial(self._on_forward, name), OBSERVER))
-            if grads:
-                self.add(attach(model, [(name, layer)], "grad", partial(self._on_grad, name), OBSERVER))
+        try:
+            for name, layer in named:
+                self.add(attach(model, [(name, layer)], "forward", partial(self._on_forward, name), OBSERVER))
+                if grads:
+                    self.add(attach(model, [(name, layer)], "grad", partial(self._on_grad, name), OBSERVER))
+        except BaseException:
+            self.remove()
+            raise
 
     # -- hot path -------------------------------------------------------------------------------
     def _keep(self, value: Any) -> Any:

@@ -299,18 +299,24 @@ def attach(
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; valid events: {', '.join(EVENTS)}")
     backend = backend_for(model)
+    named = list(named)
+    backend.check_hookable(model, named)
     clock, root_hooks = _clock_for(model, backend)
     group = HandleGroup()
-    for name, layer in named:
-        hooks = _hooks_for(layer, name, backend)
-        _seq[0] += 1
-        consumer = Consumer(fn, priority, _seq[0], clock)
-        clock.users.add(id(consumer))
-        if root_hooks.ticks is not clock:
-            root_hooks.ticks = clock
-            root_hooks._sync_native(model)
-        hooks.add(layer, event, consumer)
-        group.add(Handle(partial(_detach, weakref.ref(layer), weakref.ref(model), hooks, root_hooks, event, consumer)))
+    try:
+        for name, layer in named:
+            hooks = _hooks_for(layer, name, backend)
+            _seq[0] += 1
+            consumer = Consumer(fn, priority, _seq[0], clock)
+            clock.users.add(id(consumer))
+            group.add(Handle(partial(_detach, weakref.ref(layer), weakref.ref(model), hooks, root_hooks, event, consumer)))
+            if root_hooks.ticks is not clock:
+                root_hooks.ticks = clock
+                root_hooks._sync_native(model)
+            hooks.add(layer, event, consumer)
+    except BaseException:
+        group.remove()
+        raise
     return group
 
 

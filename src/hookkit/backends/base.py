@@ -55,6 +55,9 @@ class Backend:
         """Native post-hook ``fn(layer, args, kwargs, output) -> None | output``; returns its handle."""
         raise NotImplementedError
 
+    def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
+        """Raise if hooks on these layers could not run on every call (compiled graphs)."""
+
     def hook_tensor(self, tensor: Any, fn: Callable) -> Any:
         """Native gradient hook ``fn(grad) -> None | grad``; returns its handle."""
         return tensor.register_hook(fn)

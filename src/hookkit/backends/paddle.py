@@ -8,6 +8,7 @@ from typing import Any
 import paddle
 
 from hookkit.backends.base import Backend
+from hookkit.errors import HookkitError
 
 
 class _JoinedIdentity(paddle.autograd.PyLayer):
@@ -53,6 +54,22 @@ class PaddleBackend(Backend):
 
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         return layer.register_forward_post_hook(fn, with_kwargs=True)
+
+    def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
+        from paddle.jit.dy2static.program_translator import StaticFunction
+
+        static = [n for n, m in model.named_sublayers(include_self=True) if isinstance(getattr(m, "forward", None), StaticFunction)]
+        if not static:
+            return
+        for name, _ in named:
+            for s in static:
+                if s == "" or name == s or name.startswith(s + "."):
+                    where = "the model" if s == "" else f"layer {s!r}"
+                    raise HookkitError(
+                        f"cannot hook layer {name!r}: {where} was converted with paddle.jit.to_static, so its layers' hooks "
+                        "would run once while tracing and never on later calls. Hook the model before converting it, or run "
+                        "it in dygraph mode (paddle.jit.enable_to_static(False))."
+                    )
 
     def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
         out = _JoinedIdentity.apply(*tensors, on_grads=on_grads)

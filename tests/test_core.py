@@ -1,0 +1,464 @@
+"""The core: handles, selection, the one-hook router, the registration API, the exception path, leaks."""
+
+from __future__ import annotations
+
+import gc
+import re
+import subprocess
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+import hookkit
+from hookkit.router import attached
+
+
+def native_hooks(fw, layer) -> int:
+    if fw.name == "torch":
+        return len(layer._forward_hooks) + len(layer._forward_pre_hooks)
+    return len(layer._forward_post_hooks) + len(layer._forward_pre_hooks)
+
+
+def total_native(fw, model) -> int:
+    return sum(native_hooks(fw, m) for m in (model.modules() if fw.name == "torch" else model.sublayers(include_self=True)))
+
+
+def test_import_needs_no_framework():
+    code = "import sys, hookkit; assert 'torch' not in sys.modules and 'paddle' not in sys.modules; print(hookkit.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_unsupported_model_error():
+    with pytest.raises(hookkit.UnsupportedModel, match="torch.nn.Module / paddle.nn.Layer"):
+        hookkit.capture(object(), "x")
+
+
+# -- handles ---------------------------------------------------------------------------------------
+
+
+def test_handle_remove_is_idempotent_and_context_manager_removes_on_error(fw):
+    model = fw.mlp()
+    h = hookkit.on_forward(model, "0", lambda m, i, o: None)
+    assert native_hooks(fw, model[0]) >= 1
+    h.remove()
+    h.remove()
+    assert h.removed and native_hooks(fw, model[0]) == 0
+    with pytest.raises(RuntimeError, match="inside"):
+        with hookkit.on_forward(model, ["0", "2"], lambda m, i, o: None):
+            raise RuntimeError("inside")
+    assert total_native(fw, model) == 0
+
+
+def test_handle_group_removes_all_even_if_one_fails():
+    calls = []
+
+    def bad():
+        calls.append("bad")
+        raise ValueError("cannot")
+
+    group = hookkit.HandleGroup([hookkit.Handle(lambda: calls.append("a")), hookkit.Handle(bad), hookkit.Handle(lambda: calls.append("c"))])
+    with pytest.raises(ValueError):
+        group.remove()
+    assert calls == ["c", "bad", "a"] and len(group) == 3
+    group.remove()  # idempotent
+    assert calls == ["c", "bad", "a"]
+
+
+def test_remove_all_keeps_other_hooks(fw):
+    model = fw.mlp()
+    seen = []
+    if fw.name == "torch":
+        own = model[0].register_forward_hook(lambda m, i, o: seen.append("user"))
+    else:
+        own = model[0].register_forward_post_hook(lambda m, i, o: seen.append("user"))
+    hookkit.on_forward(model, hookkit.LEAVES, lambda m, i, o: seen.append("hookkit"))
+    hookkit.on_backward(model, "0", lambda m, gi, go: None)
+    hookkit.capture(model, hookkit.ALL)
+    assert hookkit.remove_all(model) >= 3
+    assert total_native(fw, model) == 1  # the user's own
+    seen.clear()
+    model(fw.randn(2, 5))
+    assert seen == ["user"]
+    own.remove()
+
+
+def test_model_is_not_kept_alive(fw):
+    model = fw.small_cnn()
+    ref = weakref.ref(model)
+    x = fw.randn(2, 1, 8, 8, requires_grad=True)
+    with hookkit.capture(model, hookkit.LEAVES, grads=True, inputs=True) as cap:
+        model(x).sum().backward()
+    with hookkit.on_backward(model, "conv1", lambda m, gi, go: None):
+        model(x).sum().backward()
+    assert len(cap.calls("conv1")) == 1
+    del model
+    gc.collect()
+    assert ref() is None
+
+
+def test_torch_model_freed_without_gc(torch_fw):
+    model = torch_fw.small_cnn()
+    ref = weakref.ref(model)
+    with hookkit.capture(model, hookkit.LEAVES) as cap:
+        model(torch_fw.randn(2, 1, 8, 8))
+    assert "fc" in cap
+    del model
+    assert ref() is None
+
+
+# -- selection -------------------------------------------------------------------------------------
+
+
+def test_select_specs(fw):
+    model = fw.small_cnn()
+    names = lambda spec: [n for n, _ in hookkit.select(model, spec)]  # noqa: E731
+    assert names("conv*") == ["conv1", "conv2"]
+    assert names("relu?") == ["relu1", "relu2"]
+    assert names(re.compile(r"(conv|fc)\d?")) == ["conv1", "conv2", "fc"]
+    assert names(type(model.conv1)) == ["conv1", "conv2"]
+    assert names((type(model.conv1), type(model.fc))) == ["conv1", "conv2", "fc"]
+    assert names(lambda n, m: n.endswith("1")) == ["conv1", "bn1", "relu1", "pool1"]
+    assert names(model.fc) == ["fc"]
+    assert names(["fc", "conv1", "conv*"]) == ["conv1", "conv2", "fc"]  # model order, no duplicates
+    assert names(hookkit.WITH_PARAMS) == ["conv1", "bn1", "conv2", "fc"]
+    assert "" not in names(hookkit.LEAVES) and len(names(hookkit.LEAVES)) == 9
+    assert names(hookkit.ALL)[0] == ""
+
+
+def test_select_glob_star_stays_within_a_name(fw):
+    outer = fw.sequential(fw.mlp(), fw.sequential(fw.mlp()))
+    assert [n for n, _ in hookkit.select(outer, "*.0")] == ["0.0", "1.0"]
+    assert [n for n, _ in hookkit.select(outer, "**.0")] == ["0.0", "1.0", "1.0.0"]
+
+
+def test_layer_not_found_names_close_matches(fw):
+    model = fw.small_cnn()
+    with pytest.raises(hookkit.LayerNotFound, match=r"'conv3'.*closest: conv2, conv1"):
+        hookkit.select(model, "conv3")
+    with pytest.raises(hookkit.LayerNotFound) as info:
+        hookkit.capture(model, ["fc", "bn9"])
+    assert "bn1" in info.value.close
+    assert total_native(fw, model) == 0  # the valid 'fc' was not left hooked
+    with pytest.raises(hookkit.LayerNotFound, match=r"Dropout.*no layer of this class"):
+        hookkit.select(model, type(fw.dropout2d(0.5)))
+    with pytest.raises(TypeError, match="layers= got int"):
+        hookkit.select(model, 3)
+    with pytest.raises(ValueError, match="unknown layer preset"):
+        hookkit.select(model, ":leafs")
+
+
+# -- the router ------------------------------------------------------------------------------------
+
+
+def test_one_native_hook_per_layer_and_event(fw):
+    model = fw.mlp()
+    group = hookkit.HandleGroup()
+    for _ in range(5):
+        group.add(hookkit.on_forward(model, "0", lambda m, i, o: None))
+        group.add(hookkit.capture(model, "0"))
+    assert attached(model[0])["forward"] == 10
+    assert native_hooks(fw, model[0]) == 1
+    group.remove()
+    assert native_hooks(fw, model[0]) == 0 and total_native(fw, model) == 0
+
+
+def test_interventions_run_before_observers_whatever_the_order(fw):
+    model = fw.mlp()
+    order = []
+    with hookkit.capture(model, "0") as cap:
+        hookkit.on_forward(model, "0", lambda m, i, o: order.append("observer"), priority=hookkit.OBSERVER)
+        with hookkit.on_forward(model, "0", lambda m, i, o: (order.append("intervention"), o * 0)[1]):
+            y = model(fw.randn(3, 5))
+    assert order == ["intervention", "observer"]
+    assert np.all(fw.numpy(cap["0"]) == 0)  # the capture saw the changed output
+    expected = fw.numpy(model[2](model[1](fw.tensor(np.zeros((3, 10))))))
+    np.testing.assert_allclose(fw.numpy(y), expected, rtol=1e-6)
+    hookkit.remove_all(model)
+
+
+def test_forward_pre_replaces_inputs_and_sees_kwargs(fw):
+    fwk = fw
+
+    class KW(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = fwk.linear(3, 2)
+
+        def forward(self, x, scale=1.0):
+            return self.fc(x) * scale
+
+    class Outer(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.kw = KW()
+
+        def forward(self, x):
+            return self.kw(x, scale=2.0)
+
+    model = Outer()
+    x = fw.randn(4, 3)
+    seen = {}
+
+    def pre(layer, args, kwargs):
+        seen["kwargs"] = dict(kwargs)
+        return (args[0] * 0,), {"scale": 5.0}
+
+    def post(layer, args, kwargs, out):
+        seen["post_kwargs"] = dict(kwargs)
+
+    with hookkit.on_forward_pre(model, "kw", pre, with_kwargs=True), hookkit.on_forward(model, "kw", post, with_kwargs=True):
+        y = model(x)
+    assert seen["kwargs"] == {"scale": 2.0} and seen["post_kwargs"] == {"scale": 5.0}
+    bias = fw.numpy(model.kw.fc.bias)
+    np.testing.assert_allclose(fw.numpy(y), np.tile(bias * 5.0, (4, 1)), rtol=1e-6)
+    with hookkit.on_forward_pre(model, "kw.fc", lambda layer, inputs: inputs[0] + 1):  # a single value is accepted
+        y2 = model(fw.tensor(np.zeros((1, 3))))
+    np.testing.assert_allclose(fw.numpy(y2), (fw.numpy(model.kw.fc(fw.tensor(np.ones((1, 3)))))) * 2.0, rtol=1e-6)
+
+
+def test_bad_pre_hook_return_is_explained(fw):
+    model = fw.mlp()
+    with hookkit.on_forward_pre(model, "0", lambda m, i, k: "nope", with_kwargs=True):
+        with pytest.raises(TypeError, match=r"layer '0' must return None or \(args, kwargs\)"):
+            model(fw.randn(1, 5))
+    assert total_native(fw, model) == 0
+
+
+def test_every_call_counts_and_steps_advance(fw):
+    model = fw.shared_block_model()
+    events = []
+    with hookkit.on_forward(model, "block", lambda m, i, o: None), hookkit.capture(model, ["block", "out"]) as cap:
+        for _ in range(2):
+            model(fw.randn(2, 4))
+    recs = cap.calls("block")
+    assert [(r.call, r.step) for r in recs] == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1)]
+    assert [(r.call, r.step) for r in cap.calls("out")] == [(0, 0), (0, 1)]
+    # each record is that call's own output: call k+1's input is tanh(call k's output)
+    rec0, rec1 = recs[0].output, recs[1].output
+    expected = fw.numpy(model.block(fw.tensor(np.tanh(fw.numpy(rec0)))))
+    np.testing.assert_allclose(fw.numpy(rec1), expected, rtol=1e-5, atol=1e-6)
+    assert not events
+    assert [r.name for r in cap.records()[:4]] == ["block", "block", "block", "out"]
+
+
+def test_exception_in_user_hook_keeps_type_and_names_layer(fw):
+    model = fw.shared_block_model()
+
+    class Boom(Exception):
+        pass
+
+    def hook(layer, inputs, output):
+        if hook.calls == 1:
+            raise Boom("bad value")
+        hook.calls += 1
+
+    hook.calls = 0
+    with pytest.raises(Boom, match="bad value") as info:
+        with hookkit.on_forward(model, "block", hook), hookkit.capture(model, hookkit.LEAVES):
+            model(fw.randn(2, 4))
+    notes = " ".join(info.value.__notes__)
+    assert "layer 'block'" in notes and "call 1" in notes
+    assert info.value.hookkit_layer == "block" and info.value.hookkit_call == 1
+    assert total_native(fw, model) == 0
+
+
+def test_exception_in_forward_removes_everything(fw):
+    fwk = fw
+
+    class Fails(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = fwk.linear(2, 2)
+
+        def forward(self, x):
+            self.fc(x)
+            raise ValueError("forward failed")
+
+    model = Fails()
+    with pytest.raises(ValueError, match="forward failed"):
+        with hookkit.capture(model, hookkit.ALL, grads=True), hookkit.on_backward(model, "fc", lambda *a: None):
+            model(fw.randn(1, 2, requires_grad=True))
+    assert total_native(fw, model) == 0 and attached(model.fc) == {e: 0 for e in ("forward_pre", "forward", "grad", "backward")}
+
+
+# -- gradients -------------------------------------------------------------------------------------
+
+
+def test_on_backward_grad_outputs_and_inputs_match_autograd(fw):
+    model = fw.mlp((4, 6, 3))
+    x = fw.randn(5, 4, requires_grad=True)
+    got = []
+    with hookkit.on_backward(model, "2", lambda layer, gi, go: got.append((gi, go))):
+        y = model(x)
+        (y * y).sum().backward()
+    ((gi, go),) = got
+    y_np = fw.numpy(y)
+    np.testing.assert_allclose(fw.numpy(go[0]), 2 * y_np, rtol=1e-5)
+    w = fw.numpy(model[2].weight)
+    expected_gi = 2 * y_np @ (w if fw.name == "paddle" else w.T).T if fw.name == "paddle" else 2 * y_np @ w
+    np.testing.assert_allclose(fw.numpy(gi[0]), expected_gi, rtol=1e-4, atol=1e-6)
+
+
+def test_on_backward_replacing_grad_inputs_changes_upstream_grads(fw):
+    model = fw.mlp((4, 6, 3))
+    x = fw.randn(5, 4)
+    with hookkit.on_backward(model, "2", lambda layer, gi, go: tuple(g * 0 for g in gi)):
+        model(x).sum().backward()
+    assert np.all(fw.grad(model[0].weight) == 0)
+    assert np.any(fw.grad(model[2].weight) != 0)
+
+
+def test_on_backward_inputs_without_grad_give_none(fw):
+    model = fw.mlp((4, 6, 3))
+    got = []
+    with hookkit.on_backward(model, "0", lambda layer, gi, go: got.append((gi, go))):
+        model(fw.randn(2, 4)).sum().backward()
+    ((gi, go),) = got
+    assert gi == (None,) and go[0] is not None and tuple(go[0].shape) == (2, 6)
+
+
+def test_on_backward_with_tuple_outputs(fw):
+    fwk = fw
+
+    class Split(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = fwk.linear(4, 4)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return y * 2, y * 3
+
+    class Model(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.split = Split()
+
+        def forward(self, x):
+            a, b = self.split(x)
+            return (a + b).sum()
+
+    model = Model()
+    got = []
+    x = fw.randn(2, 4, requires_grad=True)
+    with hookkit.on_backward(model, "split", lambda layer, gi, go: got.append((gi, go))):
+        model(x).backward()
+    ((gi, go),) = got
+    assert len(go) == 2 and np.all(fw.numpy(go[0]) == 1) and np.all(fw.numpy(go[1]) == 1)
+    np.testing.assert_allclose(fw.numpy(gi[0]), fw.grad(x), rtol=1e-6)
+
+
+def test_on_backward_with_inplace_relu_where_torch_full_backward_hook_fails(torch_fw):
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Linear(4, 2))
+    x = torch.randn(3, 4, requires_grad=True)
+    for i in (0, 1):  # PyTorch's own full backward hook fails on either layer
+        h = model[i].register_full_backward_hook(lambda m, gi, go: None)
+        with pytest.raises(RuntimeError, match="inplace"):
+            model(x).sum().backward()
+        h.remove()
+    x.grad = None
+    model.zero_grad()
+    got = {}
+
+    def keep(layer, gi, go):
+        got[id(layer)] = (gi, go)
+
+    with hookkit.on_backward(model, ["0", "1"], keep):
+        model(x).sum().backward()
+    ref_x = x.detach().clone().requires_grad_()
+    model(ref_x).sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), ref_x.grad.numpy(), rtol=1e-6)
+    gi_relu, go_relu = got[id(model[1])]
+    pre = model[0](x).detach()
+    np.testing.assert_allclose(go_relu[0].numpy(), np.tile(model[2].weight.sum(0).detach().numpy(), (3, 1)), rtol=1e-6)
+    np.testing.assert_allclose(gi_relu[0].numpy(), (pre > 0).float().numpy() * go_relu[0].numpy(), rtol=1e-6)
+    gi_lin, go_lin = got[id(model[0])]
+    np.testing.assert_allclose(go_lin[0].numpy(), gi_relu[0].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(gi_lin[0].numpy(), x.grad.numpy(), rtol=1e-6)
+    assert total_native(torch_fw, model) == 0
+
+
+def test_output_grad_hook_replaces_gradient(fw):
+    model = fw.mlp((4, 6, 3))
+    x = fw.randn(2, 4)
+    with hookkit.on_output_grad(model, "0", lambda layer, g: g * 0):
+        model(x).sum().backward()
+    assert np.all(fw.grad(model[0].weight) == 0) and np.any(fw.grad(model[2].weight) != 0)
+
+
+def test_on_grad_refuses_untracked_tensor(fw):
+    t = fw.randn(3)
+    flag = "requires_grad=False" if fw.name == "torch" else "stop_gradient=True"
+    with pytest.raises(hookkit.GradientNotTracked, match=flag):
+        hookkit.on_grad(t, lambda g: g)
+    with pytest.raises(TypeError, match="needs a tensor"):
+        hookkit.on_grad(fw.mlp(), lambda g: g)
+
+
+# -- seed 001 (PyTorch hook API course notes) --------------------------------------------------------
+
+
+def test_seed_001_tensor_hooks(torch_fw):
+    import torch
+
+    w = torch.tensor([1.0], requires_grad=True)
+    x = torch.tensor([2.0], requires_grad=True)
+    a = torch.add(w, x)
+    b = torch.add(w, 1)
+    y = torch.mul(a, b)
+    a_grad = []
+    handle = hookkit.on_grad(a, a_grad.append)
+    y.backward()
+    assert a_grad[0].item() == 2.0 and a.grad is None  # the non-leaf gradient saved by the hook
+    handle.remove()
+
+    w = torch.tensor([1.0], requires_grad=True)
+    x = torch.tensor([2.0], requires_grad=True)
+    a = torch.add(w, x)
+    b = torch.add(w, 1)
+    y = torch.mul(a, b)
+
+    def grad_hook(grad):
+        grad *= 2
+        return grad * 3
+
+    hookkit.on_grad(w, grad_hook)
+    y.backward()
+    assert w.grad.item() == 30.0
+
+
+def test_seed_001_module_hooks_call_order(torch_fw):
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(1, 2, 3)
+            self.pool1 = nn.MaxPool2d(2, 2)
+
+        def forward(self, x):
+            return self.pool1(self.conv1(x))
+
+    net = Net()
+    net.conv1.weight[0].detach().fill_(1)
+    net.conv1.weight[1].detach().fill_(2)
+    net.conv1.bias.data.detach().zero_()
+    order, fmap_block, input_block = [], [], []
+    hookkit.on_forward(net, "conv1", lambda m, i, o: (order.append("forward_hook"), fmap_block.append(o), input_block.append(i))[0])
+    hookkit.on_forward_pre(net, "conv1", lambda m, i: order.append("forward_pre_hook"))
+    hookkit.on_backward(net, "conv1", lambda m, gi, go: order.append("backward_hook"))
+    output = net(torch.ones((1, 1, 4, 4)))
+    order.append("after forward")
+    nn.L1Loss()(torch.randn_like(output), output).backward()
+    assert order == ["forward_pre_hook", "forward_hook", "after forward", "backward_hook"]
+    assert fmap_block[0][0, 0].tolist() == [[9.0, 9.0], [9.0, 9.0]] and fmap_block[0][0, 1].tolist() == [[18.0, 18.0], [18.0, 18.0]]
+    assert input_block[0][0].shape == (1, 1, 4, 4)
+    hookkit.remove_all(net)
+    assert not net.conv1._forward_hooks and not net.conv1._forward_pre_hooks
