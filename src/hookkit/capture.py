@@ -38,13 +38,11 @@ class _Grads:
         self._cap = cap
 
     def __getitem__(self, name: str) -> Any:
+        if not self._cap._grads:
+            raise KeyError(f"no gradients are kept for layer {name!r}: create the capture with grads=True")
         rec = self._cap._last(name)
         if rec.grad is None:
-            raise KeyError(
-                f"no gradient captured for layer {name!r}: call backward() first, and pass capture(..., grads=True)"
-                if not self._cap._grads
-                else f"no gradient reached layer {name!r} yet: run backward() on a loss that depends on it"
-            )
+            raise KeyError(f"no gradient reached layer {name!r} yet: run backward() on a loss that depends on its output")
         return rec.grad
 
     def __contains__(self, name: str) -> bool:

@@ -1,0 +1,146 @@
+"""capture: per-call records, nested outputs, gradients, devices, errors; on a transformers GPT-2 too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hookkit
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=100, n_positions=32)).eval()
+    return model
+
+
+def test_capture_last_output_and_every_call(fw):
+    model = fw.small_cnn()
+    x = fw.randn(3, 1, 8, 8)
+    with hookkit.capture(model, ["conv1", "fc"]) as cap:
+        y = model(x)
+        model(x)
+    assert list(cap) == ["conv1", "fc"] and len(cap) == 2
+    np.testing.assert_allclose(fw.numpy(cap["fc"]), fw.numpy(y), rtol=1e-6)
+    np.testing.assert_allclose(fw.numpy(cap["conv1"]), fw.numpy(model.conv1(x)), rtol=1e-6)
+    assert [r.step for r in cap.calls("fc")] == [0, 1]
+    assert not fw.requires_grad(cap["fc"])  # detached by default
+    cap.clear()
+    assert "fc" not in cap
+
+
+def test_capture_grads_match_autograd(fw):
+    model = fw.mlp((4, 8, 3))
+    x = fw.randn(6, 4)
+    with hookkit.capture(model, hookkit.LEAVES, grads=True) as cap:
+        y = model(x)
+        (y * y).sum().backward()
+    np.testing.assert_allclose(fw.numpy(cap.grads["2"]), 2 * fw.numpy(y), rtol=1e-5)
+    w = fw.numpy(model[2].weight)
+    g_hidden = 2 * fw.numpy(y) @ (w.T if fw.name == "paddle" else w)
+    np.testing.assert_allclose(fw.numpy(cap.grads["1"]), g_hidden, rtol=1e-4, atol=1e-6)
+    assert set(cap.grads.keys()) == {"0", "1", "2"}
+    with pytest.raises(KeyError, match="grads=True"):
+        hookkit.capture(model, "0").grads["0"]
+
+
+def test_capture_inputs_kwargs_clone_and_to_cpu(fw):
+    model = fw.mlp()
+    x = fw.randn(2, 5)
+    with hookkit.capture(model, "2", inputs=True, to="cpu", clone=True) as cap:
+        model(x)
+    rec = cap.calls("2")[0]
+    np.testing.assert_allclose(fw.numpy(rec.inputs[0]), fw.numpy(model[1](model[0](x))), rtol=1e-6)
+    assert rec.kwargs == {} and "cpu" in str(rec.output.place if fw.name == "paddle" else rec.output.device).lower()
+
+
+def test_clone_protects_against_later_inplace_ops(torch_fw):
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
+    x = torch.tensor([[-1.0, 2.0, -3.0]])
+    with hookkit.capture(model, "0") as shared, hookkit.capture(model, "0", clone=True) as cloned:
+        model(x)
+    raw = model[0](x).detach()
+    np.testing.assert_allclose(cloned["0"].numpy(), raw.numpy(), rtol=1e-6)
+    assert (shared["0"] >= 0).all()  # without clone, the in-place ReLU changed what was kept
+
+
+def test_capture_errors_name_layers(fw):
+    model = fw.mlp()
+    cap = hookkit.capture(model, ["0", "2"])
+    with pytest.raises(KeyError, match="has not run"):
+        cap["0"]
+    with pytest.raises(KeyError, match="'3' is not captured"):
+        cap["3"]
+    cap.remove()
+    assert repr(cap).endswith("removed>")
+
+
+def test_capture_gpt2_blocks_by_glob_keeps_tuples_whole(gpt2):
+    import torch
+
+    ids = torch.randint(0, 100, (2, 10))
+    with hookkit.capture(gpt2, "transformer.h.*", grads=True) as cap:
+        out = gpt2(input_ids=ids, labels=ids)
+        out.loss.backward()
+    assert list(cap) == ["transformer.h.0", "transformer.h.1"]
+    block_out = cap["transformer.h.1"]
+    hidden = block_out[0] if isinstance(block_out, tuple) else block_out
+    assert hidden.shape == (2, 10, 32)
+    grad = cap.grads["transformer.h.1"]
+    grad_hidden = grad[0] if isinstance(grad, tuple) else grad
+    assert grad_hidden.shape == (2, 10, 32) and torch.isfinite(grad_hidden).all()
+    gpt2.zero_grad()
+
+
+def test_capture_model_output_dataclass_and_kwargs(gpt2):
+    import torch
+
+    ids = torch.randint(0, 100, (1, 6))
+    mask = torch.ones_like(ids)
+    with hookkit.capture(gpt2, hookkit.ALL, inputs=True) as cap, torch.no_grad():
+        out = gpt2(input_ids=ids, attention_mask=mask)
+    root = cap.calls("")[0]
+    assert type(root.output).__name__ == "CausalLMOutputWithCrossAttentions"
+    torch.testing.assert_close(root.output.logits, out.logits)
+    assert set(root.kwargs) >= {"input_ids", "attention_mask"}
+    assert len(cap.calls("transformer.h.0.attn")) == 1
+    assert "transformer.h.0.attn.c_attn" in cap and cap["transformer.h.0.attn.c_attn"].shape == (1, 6, 96)
+
+
+def test_capture_nested_dict_outputs(fw):
+    fwk = fw
+
+    class Heads(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a = fwk.linear(3, 2)
+            self.b = fwk.linear(3, 4)
+
+        def forward(self, x):
+            return {"a": self.a(x), "pair": (self.b(x), x)}
+
+    class Model(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.heads = Heads()
+
+        def forward(self, x):
+            out = self.heads(x)
+            return out["a"].sum() + out["pair"][0].sum()
+
+    model = Model()
+    x = fw.randn(2, 3)
+    with hookkit.capture(model, "heads", grads=True) as cap:
+        model(x).backward()
+    out = cap["heads"]
+    assert set(out) == {"a", "pair"} and tuple(out["pair"][0].shape) == (2, 4)
+    grad = cap.grads["heads"]
+    assert np.all(fw.numpy(grad["a"]) == 1) and np.all(fw.numpy(grad["pair"][0]) == 1)
+    assert grad["pair"][1] is None  # the input passed through takes no gradient
