@@ -144,3 +144,19 @@ def test_capture_nested_dict_outputs(fw):
     grad = cap.grads["heads"]
     assert np.all(fw.numpy(grad["a"]) == 1) and np.all(fw.numpy(grad["pair"][0]) == 1)
     assert grad["pair"][1] is None  # the input passed through takes no gradient
+
+
+def test_capture_under_torch_compile_keeps_every_call_and_grads(torch_fw):
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    with hookkit.capture(model, ["0", "2"], grads=True) as cap:
+        compiled = torch.compile(model, backend="eager")
+        compiled(x).sum().backward()
+        compiled(x)
+    assert len(cap.calls("0")) == 2
+    expected = (torch.ones(3, 2) @ model[2].weight) * (model[0](x) > 0)
+    torch.testing.assert_close(cap.grads["0"], expected.detach())
+    assert cap.calls("0")[1].grad is None  # the second forward had no backward

@@ -32,7 +32,7 @@ class Record:
 
 
 class _Grads:
-    """``cap.grads[name]``: the gradient w.r.t. the output of that layer's last call."""
+    """``cap.grads[name]``: the most recent gradient w.r.t. that layer's output (per call: ``cap.calls(name)[i].grad``)."""
 
     def __init__(self, cap: capture):
         self._cap = cap
@@ -40,14 +40,14 @@ class _Grads:
     def __getitem__(self, name: str) -> Any:
         if not self._cap._grads:
             raise KeyError(f"no gradients are kept for layer {name!r}: create the capture with grads=True")
-        rec = self._cap._last(name)
-        if rec.grad is None:
-            raise KeyError(f"no gradient reached layer {name!r} yet: run backward() on a loss that depends on its output")
-        return rec.grad
+        last = self._cap._last(name)  # raises for unknown layers and layers that have not run
+        for rec in reversed(self._cap._records[name]):
+            if rec.grad is not None:
+                return rec.grad
+        raise KeyError(f"no gradient reached layer {last.name!r} yet: run backward() on a loss that depends on its output")
 
     def __contains__(self, name: str) -> bool:
-        recs = self._cap._records.get(name)
-        return bool(recs) and recs[-1].grad is not None
+        return any(r.grad is not None for r in self._cap._records.get(name, ()))
 
     def keys(self) -> list[str]:
         return [n for n in self._cap._records if n in self]
