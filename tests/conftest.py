@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Two cores shared by pytest-xdist workers: one math thread each avoids oversubscription (10x slower).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 warnings.filterwarnings("ignore", module="paddle")
 
 from models import Framework, make_framework  # noqa: E402
