@@ -1,0 +1,163 @@
+"""``DropHookModel``: seed 000's plug-in-dropout wrapper, built on the router, with its bugs fixed.
+
+The seed registered its hooks in ``train()`` (again at every call, stacking them) and removed them
+in ``eval()``; ``named_parameters()`` returned unnamed parameters. Here the hooks are placed once,
+skip the user's function while the hooked layer is in eval mode, and the wrapper's parameters,
+names and state dict are the wrapped model's own (no ``model.`` prefix), so checkpoints move freely
+between the wrapper and the plain model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from hookkit.backends import backend_for
+from hookkit.handles import HandleGroup
+from hookkit.router import INTERVENTION, Event, attach
+from hookkit.select import select
+
+__all__ = ["HOOK_TYPES", "DropHookModel"]
+
+#: accepted hook types -> router event ("forwar_post_hook" is the seed's spelling)
+HOOK_TYPES = {"forward_pre_hook": "forward_pre", "forward_post_hook": "forward", "forwar_post_hook": "forward"}
+
+_classes: dict[str, type] = {}
+
+
+def _as_list(x: Any, arg: str) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    raise TypeError(f"DropHookModel: {arg} must be a list (one entry per hook); got {type(x).__name__}")
+
+
+def _pre_consumer(fn: Callable, is_training: Callable[[Any], bool]) -> Callable[[Event], Any]:
+    def consume(ev: Event) -> Any:
+        if not is_training(ev.layer):
+            return None
+        r = fn(ev.layer, ev.args)
+        if r is None:
+            return None
+        return (r if isinstance(r, tuple) else (r,)), ev.kwargs
+
+    return consume
+
+
+def _post_consumer(fn: Callable, is_training: Callable[[Any], bool]) -> Callable[[Event], Any]:
+    def consume(ev: Event) -> Any:
+        if not is_training(ev.layer):
+            return None
+        return fn(ev.layer, ev.args, ev.output)
+
+    return consume
+
+
+class DropHookModel:
+    """Wrap ``model`` with seed-style hook functions that act only in training.
+
+    ``hook_funcs[i]`` is ``f(layer, inputs, output) -> new output | None`` for
+    ``"forward_post_hook"`` or ``f(layer, inputs) -> new inputs | None`` for ``"forward_pre_hook"``,
+    placed on ``hook_layers[i]`` (a layer object or a name spec). The result is a
+    ``torch.nn.Module`` / ``paddle.nn.Layer`` whose ``forward``, ``train()``, ``eval()``,
+    ``parameters()``, ``named_parameters()``, ``state_dict()`` and loading are the model's own.
+
+    >>> drop = paddle.nn.Dropout2D(p=0.3)                                     # doctest: +SKIP
+    >>> dm = hookkit.DropHookModel(model, [model.layer4], [lambda m, i, o: drop(o)], ["forward_post_hook"])  # doctest: +SKIP
+    >>> dm.train(); dm(x)   # dropped         dm.eval(); dm(x)   # the plain model's output   # doctest: +SKIP
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is DropHookModel:  # pick the subclass of the model's framework
+            model = args[0] if args else kwargs.get("model")
+            cls = _class_for(backend_for(model).name)
+        return super().__new__(cls)
+
+    def __init__(
+        self, model: Any, hook_layers: Sequence[Any], hook_funcs: Sequence[Callable], hook_types: Sequence[str] | str = "forward_post_hook"
+    ):
+        backend = backend_for(model)
+        if not backend.is_layer(model):
+            raise TypeError(f"DropHookModel: model must be a torch.nn.Module or paddle.nn.Layer; got {type(model).__name__}")
+        hook_layers = _as_list(hook_layers, "hook_layers")
+        hook_funcs = _as_list(hook_funcs, "hook_funcs")
+        hook_types = [hook_types] * len(hook_layers) if isinstance(hook_types, str) else _as_list(hook_types, "hook_types")
+        if not len(hook_layers) == len(hook_funcs) == len(hook_types):
+            raise ValueError(
+                f"DropHookModel: hook_layers, hook_funcs and hook_types must have the same length; "
+                f"got {len(hook_layers)}, {len(hook_funcs)} and {len(hook_types)}"
+            )
+        valid = ", ".join(map(repr, HOOK_TYPES))
+        for i, (f, t) in enumerate(zip(hook_funcs, hook_types)):
+            if t not in HOOK_TYPES:
+                raise ValueError(f"DropHookModel: hook_types[{i}] is {t!r}; valid hook types: {valid}")
+            if not callable(f):
+                raise TypeError(f"DropHookModel: hook_funcs[{i}] must be callable; got {type(f).__name__}")
+        named = [select(model, layer) for layer in hook_layers]  # resolve all before placing any
+        super().__init__()
+        self.model = model
+        handles = HandleGroup()
+        try:
+            for targets, f, t in zip(named, hook_funcs, hook_types):
+                event = HOOK_TYPES[t]
+                make = _pre_consumer if event == "forward_pre" else _post_consumer
+                handles.add(attach(model, targets, event, make(f, backend.is_training), INTERVENTION))
+        except BaseException:
+            handles.remove()
+            raise
+        # kept outside the framework's attribute registry: not a sublayer, parameter or buffer
+        object.__setattr__(self, "_hookkit_handles", handles)
+
+    @property
+    def handles(self) -> HandleGroup:
+        """The router hooks this wrapper placed."""
+        return self._hookkit_handles
+
+    def remove_hooks(self) -> None:
+        """Detach the hook functions; the wrapper then runs the plain model."""
+        self._hookkit_handles.remove()
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        # Call the model, not model.forward: its own hooks (hookkit's step clock) must run.
+        return self.model(*args, **kwargs)
+
+    def parameters(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.parameters(*args, **kwargs)
+
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.named_parameters(*args, **kwargs)
+
+    def buffers(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.buffers(*args, **kwargs)
+
+    def named_buffers(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.named_buffers(*args, **kwargs)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self.model.load_state_dict(*args, **kwargs)
+
+
+def _class_for(framework: str) -> type:
+    """The DropHookModel subclass that is also the framework's Layer/Module class (built once)."""
+    cls = _classes.get(framework)
+    if cls is not None:
+        return cls
+    if framework == "torch":
+        import torch
+
+        cls = type("DropHookModel", (DropHookModel, torch.nn.Module), {"__module__": __name__, "__doc__": DropHookModel.__doc__})
+    else:
+        import paddle
+
+        def set_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return self.model.set_state_dict(*args, **kwargs)
+
+        methods = {"set_state_dict": set_state_dict, "set_dict": set_state_dict, "load_dict": set_state_dict}
+        cls = type("DropHookModel", (DropHookModel, paddle.nn.Layer), {"__module__": __name__, "__doc__": DropHookModel.__doc__, **methods})
+    # a module-level name of its own, so that pickling a whole wrapper (torch.save(model)) finds the class
+    cls.__name__ = cls.__qualname__ = f"{framework.capitalize()}DropHookModel"
+    globals()[cls.__name__] = cls
+    _classes[framework] = cls
+    return cls

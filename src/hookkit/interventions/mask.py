@@ -1,0 +1,95 @@
+"""Activation masks (seed 004's pruning of activations): zero small values, keep the top-k per sample,
+or apply a fixed channel mask. One forward consumer per layer at INTERVENTION priority."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookkit.backends import backend_for
+from hookkit.handles import HandleGroup
+from hookkit.interventions.patch import Converted, edit_outputs, lib, shape_str
+from hookkit.router import Event
+from hookkit.select import LayerSpec
+
+
+def mask_activations(
+    model: Any,
+    layers: LayerSpec,
+    *,
+    threshold: float | None = None,
+    top_k: int | None = None,
+    channels: Any = None,
+    calls: Any = None,
+    index: int | None = 0,
+) -> HandleGroup:
+    """Mask selected layers' outputs; give exactly one mode:
+
+    - ``threshold=t``: zero the values with ``|x| < t``;
+    - ``top_k=k``: per sample (dim 0, the rest flattened) keep the ``k`` values largest in ``|x|``,
+      zero the others (exactly ``k``: ties are broken by the framework's ``topk``);
+    - ``channels=mask``: multiply dim 1 by a fixed mask of ``C`` entries (0/1 or any weights).
+
+    >>> h = hookkit.mask_activations(model, "conv1", threshold=0.1)   # doctest: +SKIP
+    >>> h.remove()
+    """
+    given = [k for k, v in (("threshold", threshold), ("top_k", top_k), ("channels", channels)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(
+            "mask_activations: give exactly one of threshold=, top_k=, channels=" + (f"; got {', '.join(given)}" if given else "")
+        )
+    be = backend_for(model)
+    fw = lib(be)
+
+    if threshold is not None:
+        thr = float(threshold)
+        if not thr >= 0:
+            raise ValueError(f"mask_activations: threshold must be >= 0; got {threshold!r}")
+
+        def apply(t: Any, pos: int, ev: Event) -> Any:
+            return fw.where(t.abs() >= thr, t, fw.zeros_like(t))
+
+    elif top_k is not None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"mask_activations: top_k must be an int >= 1; got {top_k!r}")
+        k = top_k
+
+        def apply(t: Any, pos: int, ev: Event) -> Any:
+            shape = be.shape(t)
+            if len(shape) < 1:
+                raise ValueError(f"mask_activations: layer {ev.name!r} returns a 0-d tensor; top_k needs a batch dim")
+            flat = t.reshape([shape[0], -1])
+            per_sample = be.shape(flat)[1]
+            if k > per_sample:
+                raise ValueError(
+                    f"mask_activations: top_k={k} but layer {ev.name!r} has {per_sample} values per sample (output shape {shape_str(shape)})"
+                )
+            idx = flat.abs().topk(k, 1)[1]
+            zeros = fw.zeros_like(flat)
+            if be.name == "torch":
+                keep = zeros.scatter(1, idx, 1.0)
+            else:
+                keep = fw.put_along_axis(zeros, idx, 1.0, 1)
+            return fw.where(keep > 0, flat, zeros).reshape(list(shape))
+
+    else:
+        mask = Converted(channels if be.is_tensor(channels) else np.asarray(channels, dtype=np.float32))
+        n = int(np.prod(be.shape(mask.value))) if be.is_tensor(channels) else int(mask.value.size)
+        if (be.shape(channels) if be.is_tensor(channels) else mask.value.shape) != (n,):
+            raise ValueError(
+                f"mask_activations: channels must be a 1-d mask (one entry per channel); got shape {shape_str(mask.value.shape)}"
+            )
+
+        def apply(t: Any, pos: int, ev: Event) -> Any:
+            shape = be.shape(t)
+            if len(shape) < 2 or shape[1] != n:
+                got = f"{shape[1]} channels" if len(shape) >= 2 else "no channel dim"
+                raise ValueError(
+                    f"mask_activations: the channel mask has {n} entries; layer {ev.name!r} has {got} "
+                    f"(dim 1 of output shape {shape_str(shape)}): expected a mask of shape [{shape[1] if len(shape) >= 2 else '?'}]"
+                )
+            m = mask.like(be, t).reshape([1, n] + [1] * (len(shape) - 2))
+            return t * m
+
+    return edit_outputs(model, layers, apply, calls=calls, index=index)

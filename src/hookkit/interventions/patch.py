@@ -1,0 +1,324 @@
+"""Patching, ablation, steering and user edits of layer outputs (activation patching à la
+TransformerLens / baukit). Each is one forward consumer at INTERVENTION priority, so a ``capture`` on
+the same layer records the changed output.
+
+Output structures (tuples, lists, ModelOutputs) are handled by ``index``: the position of the tensor
+to change among the output's tensors, depth first (default 0, the first one); ``index=None`` changes
+every tensor of the output. ``calls`` limits an intervention to some calls of a layer that runs
+several times in one forward.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from hookkit.backends import Backend, backend_for
+from hookkit.handles import HandleGroup
+from hookkit.router import INTERVENTION, Event, attach
+from hookkit.select import LayerSpec, select
+from hookkit.tree import leaves, map_tensors
+
+TensorFn = Callable[[Any, int, Event], Any]
+
+
+# -- small framework helpers (the core never imports torch or paddle at module level) ----------
+def lib(be: Backend) -> Any:
+    """The framework module itself (``torch`` or ``paddle``) for functions both spell alike."""
+    return importlib.import_module(be.name)
+
+
+def shape_str(shape: Iterable[int]) -> str:
+    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
+
+
+def cast_like(be: Backend, t: Any, like: Any) -> Any:
+    """``t`` on ``like``'s device with ``like``'s dtype (no copy when both already match)."""
+    if be.device_of(t) != be.device_of(like):
+        t = be.to(t, be.device_of(like))
+    if t.dtype != like.dtype:
+        t = t.to(like.dtype) if be.name == "torch" else t.astype(like.dtype)
+    return t
+
+
+def to_tensor(be: Backend, value: Any, like: Any) -> Any:
+    """A tensor, array or nested list as a tensor matching ``like`` (device, dtype)."""
+    if not be.is_tensor(value):
+        value = be.from_numpy(np.ascontiguousarray(np.asarray(value, dtype=np.float32)), like=like)
+    return cast_like(be, value, like)
+
+
+def broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """True when ``small`` broadcasts to ``big`` without changing ``big``'s shape."""
+    if len(small) > len(big):
+        return False
+    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
+
+
+class Converted:
+    """A user value converted once per (device, dtype) of the tensors it meets."""
+
+    __slots__ = ("value", "_cache")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._cache: dict[tuple[str, str], Any] = {}
+
+    def like(self, be: Backend, t: Any) -> Any:
+        key = (be.device_of(t), str(t.dtype))
+        out = self._cache.get(key)
+        if out is None:
+            out = self._cache[key] = to_tensor(be, self.value, t)
+        return out
+
+
+# -- the shared machinery -----------------------------------------------------------------------
+def check_calls(calls: Any) -> frozenset[int] | None:
+    if calls is None:
+        return None
+    if isinstance(calls, int):
+        calls = [calls]
+    try:
+        out = frozenset(int(c) for c in calls)
+    except (TypeError, ValueError):
+        raise TypeError(f"calls must be None, an int or a list of ints (call indices within one forward); got {calls!r}") from None
+    if any(c < 0 for c in out):
+        raise ValueError(f"calls must be >= 0; got {sorted(out)}")
+    return out
+
+
+def check_index(index: Any) -> None:
+    if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
+        raise TypeError(f"index must be None (every tensor) or an int >= 0 (position among the output's tensors); got {index!r}")
+
+
+def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn) -> Any:
+    """``ev.output`` with ``fn(tensor, position, ev)`` applied to the tensor at ``index`` (or to all)."""
+    output = ev.output
+    if be.is_tensor(output):
+        if index not in (None, 0):
+            raise IndexError(f"layer {ev.name!r} returns one tensor; index={index} is out of range (use 0)")
+        return fn(output, 0, ev)
+    n = len(leaves(output, be.is_tensor))
+    if n == 0:
+        raise TypeError(f"layer {ev.name!r} returned {type(output).__name__} with no tensor in it; nothing to change")
+    if index is not None and index >= n:
+        raise IndexError(f"layer {ev.name!r} returns {n} tensors ({type(output).__name__}); index={index} is out of range (0..{n - 1})")
+    pos = [-1]
+
+    def visit(t: Any) -> Any:
+        pos[0] += 1
+        return fn(t, pos[0], ev) if index is None or pos[0] == index else t
+
+    return map_tensors(output, visit, be.is_tensor)
+
+
+def edit_outputs(model: Any, layers: LayerSpec, fn: TensorFn, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+    """Attach one forward consumer applying ``fn(tensor, position, ev) -> new tensor`` to the
+    selected tensors of each selected layer's output, on the selected calls."""
+    check_index(index)
+    wanted = check_calls(calls)
+    be = backend_for(model)
+
+    def consume(ev: Event) -> Any:
+        if wanted is not None and ev.call not in wanted:
+            return None
+        return apply_to(be, ev, index, fn)
+
+    return attach(model, select(model, layers), "forward", consume, INTERVENTION)
+
+
+def per_layer(values: Any, names: list[str], what: str, is_tensor: Callable[[Any], bool]) -> dict[str, Any]:
+    """One value for every layer, or a dict name -> value covering exactly the selected layers."""
+    if isinstance(values, Mapping) and not is_tensor(values):
+        missing = [n for n in names if n not in values]
+        extra = [k for k in values if k not in names]
+        if missing or extra:
+            raise ValueError(
+                f"{what}: the dict must have one entry per selected layer; "
+                + (f"missing: {', '.join(missing)}; " if missing else "")
+                + (f"not selected: {', '.join(map(str, extra))}; " if extra else "")
+                + f"selected: {', '.join(names)}"
+            )
+        return dict(values)
+    return {n: values for n in names}
+
+
+# -- patching -----------------------------------------------------------------------------------
+def _stored_from_capture(cap: Any, names: list[str]) -> dict[tuple[str, int], Any]:
+    if not getattr(cap, "_outputs", True):
+        raise ValueError("patch: the capture kept no outputs (capture(..., outputs=False)); capture outputs to patch from it")
+    stored: dict[tuple[str, int], Any] = {}
+    for name in names:
+        if name not in cap.names:
+            raise ValueError(f"patch: layer {name!r} is not in the capture; captured: {', '.join(cap.names[:8])}")
+        recs = cap.calls(name)
+        if not recs:
+            raise ValueError(f"patch: the capture has no record of layer {name!r}: run the clean forward inside the capture first")
+        last = recs[-1].step
+        for r in recs:
+            if r.step == last:  # the latest forward only
+                stored[(name, r.call)] = r.output
+    return stored
+
+
+def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str, int], Any], dict[str, Any]]:
+    per_call: dict[tuple[str, int], Any] = {}
+    every: dict[str, Any] = {}
+    for key, v in values.items():
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str) and isinstance(key[1], int):
+            per_call[key] = v
+        elif isinstance(key, str):
+            every[key] = v
+        else:
+            raise TypeError(f"patch: dict keys must be layer names or (name, call) pairs; got {key!r}")
+    unknown = sorted(({k[0] for k in per_call} | set(every)) - set(names))
+    if unknown:
+        raise ValueError(f"patch: values for layers that are not selected: {', '.join(unknown)}; selected: {', '.join(names)}")
+    missing = [n for n in names if n not in every and not any(k[0] == n for k in per_call)]
+    if missing:
+        raise ValueError(f"patch: no stored value for selected layers {', '.join(missing)}")
+    return per_call, every
+
+
+def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+    """Replace selected layers' outputs with stored ones (activation patching).
+
+    ``values``: a ``hookkit.capture`` of a clean run (each call gets the record of the same call of
+    the capture's latest forward), a dict ``name -> tensor`` (every call) or ``(name, call) -> tensor``
+    (those calls only), or one tensor for every selected layer. Shapes must match the output's.
+
+    >>> with hookkit.capture(model, "h.*") as clean:   # doctest: +SKIP
+    ...     model(clean_ids)
+    >>> with hookkit.patch(model, "h.1", clean):
+    ...     patched = model(corrupt_ids)
+    """
+    be = backend_for(model)
+    names = [n for n, _ in select(model, layers)]
+    from hookkit.capture import capture as Capture
+
+    if isinstance(values, Capture):
+        per_call, every = _stored_from_capture(values, names), {}
+    elif isinstance(values, Mapping) and not be.is_tensor(values):
+        per_call, every = _stored_from_dict(values, names)
+    else:
+        per_call, every = {}, {n: values for n in names}
+    cache: dict[int, Converted] = {}
+
+    def stored_leaf(stored: Any, pos: int, ev: Event) -> Any:
+        found = [] if be.is_tensor(stored) else leaves(stored, be.is_tensor)
+        if not found:  # one tensor or array
+            if index is None and pos > 0:
+                raise ValueError(f"patch: the stored value for layer {ev.name!r} is one tensor; the output has several: pass index=")
+            return stored
+        if pos >= len(found):
+            raise ValueError(
+                f"patch: the stored output of layer {ev.name!r} has {len(found)} tensors; the output's tensor {pos} has no counterpart"
+            )
+        return found[pos]
+
+    def replace(t: Any, pos: int, ev: Event) -> Any:
+        stored = per_call.get((ev.name, ev.call))
+        if stored is None:
+            stored = every.get(ev.name)
+        if stored is None:
+            if isinstance(values, Capture):
+                have = sorted(c for n, c in per_call if n == ev.name)
+                raise ValueError(
+                    f"patch: no stored output for layer {ev.name!r} call {ev.call}; the captured run has calls {have}: pass calls= to patch only those"
+                )
+            return t  # a dict keyed by (name, call) patches only the calls it names
+        leaf = stored_leaf(stored, pos, ev)
+        conv = cache.get(id(leaf))
+        if conv is None or conv.value is not leaf:
+            conv = cache[id(leaf)] = Converted(leaf)
+        new = conv.like(be, t)
+        if be.shape(new) != be.shape(t):
+            raise ValueError(
+                f"patch: the stored value for layer {ev.name!r} (call {ev.call}) has shape {shape_str(be.shape(new))}; "
+                f"the layer's output has shape {shape_str(be.shape(t))}"
+            )
+        return new
+
+    return edit_outputs(model, layers, replace, calls=calls, index=index)
+
+
+# -- ablation, steering, user edits -------------------------------------------------------------
+ABLATIONS = ("zero", "mean")
+
+
+def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = None, calls: Any = None, index: int | None = 0) -> HandleGroup:
+    """Zero or mean ablation of selected layers' outputs. ``mode="mean"`` replaces each sample by the
+    mean over the batch (dim 0), or by ``mean=`` (shape ``output.shape[1:]``; a dict name -> mean
+    per layer).
+
+    >>> h = hookkit.ablate(model, "h.0.mlp", mode="mean")   # doctest: +SKIP
+    """
+    if mode not in ABLATIONS:
+        raise ValueError(f"ablate: unknown mode {mode!r}; valid modes: {', '.join(ABLATIONS)}")
+    if mean is not None and mode != "mean":
+        raise ValueError("ablate: mean= is only used with mode='mean'")
+    be = backend_for(model)
+    fw = lib(be)
+    names = [n for n, _ in select(model, layers)]
+    means = {n: Converted(v) for n, v in per_layer(mean, names, "ablate mean=", be.is_tensor).items()} if mean is not None else None
+
+    def zero(t: Any, pos: int, ev: Event) -> Any:
+        return fw.zeros_like(t)
+
+    def batch_mean(t: Any, pos: int, ev: Event) -> Any:
+        if means is None:
+            return t.mean(0, True).expand_as(t)
+        m = means[ev.name].like(be, t)
+        want = be.shape(t)[1:]
+        if not broadcasts_into(be.shape(m), want):
+            raise ValueError(
+                f"ablate: the mean for layer {ev.name!r} has shape {shape_str(be.shape(m))}; expected {shape_str(want)} "
+                f"(the output's shape {shape_str(be.shape(t))} without the batch dim)"
+            )
+        return fw.zeros_like(t) + m
+
+    return edit_outputs(model, layers, zero if mode == "zero" else batch_mean, calls=calls, index=index)
+
+
+def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+    """Add ``scale * vector`` to selected layers' outputs; ``vector`` has the size of the last dim
+    (broadcast over the others) or any shape that broadcasts into the output; a dict name -> vector
+    gives one per layer.
+
+    >>> h = hookkit.steer(model, "h.1", direction, scale=4.0)   # doctest: +SKIP
+    """
+    be = backend_for(model)
+    names = [n for n, _ in select(model, layers)]
+    vectors = {n: Converted(v) for n, v in per_layer(vector, names, "steer vector", be.is_tensor).items()}
+    scale = float(scale)
+
+    def add(t: Any, pos: int, ev: Event) -> Any:
+        v = vectors[ev.name].like(be, t)
+        if not broadcasts_into(be.shape(v), be.shape(t)):
+            raise ValueError(
+                f"steer: the vector for layer {ev.name!r} has shape {shape_str(be.shape(v))}; expected [{be.shape(t)[-1]}] "
+                f"(the last dim of the output, shape {shape_str(be.shape(t))})"
+            )
+        return t + v * scale if scale != 1.0 else t + v
+
+    return edit_outputs(model, layers, add, calls=calls, index=index)
+
+
+def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+    """Apply ``fn(output, ev) -> new | None`` to selected layers' outputs (the tensor at ``index``;
+    ``ev`` has ``name``, ``call``, ``step``, ``args``). None keeps the output.
+
+    >>> h = hookkit.edit(model, "fc", lambda out, ev: out * 2)   # doctest: +SKIP
+    """
+    if not callable(fn):
+        raise TypeError(f"edit: fn must be callable fn(output, ev); got {type(fn).__name__}")
+
+    def apply(t: Any, pos: int, ev: Event) -> Any:
+        new = fn(t, ev)
+        return t if new is None else new
+
+    return edit_outputs(model, layers, apply, calls=calls, index=index)

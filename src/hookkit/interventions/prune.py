@@ -1,0 +1,191 @@
+"""Weight pruning through forward pre-hooks, keeping the model's ``state_dict`` keys unchanged.
+
+``torch.nn.utils.prune`` reparametrizes ``weight`` as ``weight_orig * weight_mask``: the keys of the
+``state_dict`` change, so it no longer loads into a plain model. hookkit keeps the mask outside the
+model, in the ``Pruning`` handle, and keeps the parameter itself pruned:
+
+- at pruning time the pruned entries are set to zero in place;
+- a tensor hook on the parameter multiplies its gradient by the mask, so pruned entries get a zero
+  gradient (what ``weight_orig`` gets under ``torch.nn.utils.prune``);
+- a forward pre-hook re-applies the mask in place before each forward, so that what an optimizer
+  may still move (momentum from before pruning, weight decay schemes) is zeroed again before use.
+  The in-place write goes around autograd (``.data`` / ``set_value``) and changes no value that a
+  pending graph saved, so gradient accumulation over several forwards stays right.
+
+So the effective weight is always the masked one, the ``state_dict`` holds it under the same keys,
+and ``make_permanent()`` only has to remove the hooks. ``remove()`` instead gives the pruned entries
+back their values from pruning time (the other entries keep what training made of them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookkit.backends import Backend, backend_for
+from hookkit.errors import HookkitError
+from hookkit.handles import Handle, HandleGroup
+from hookkit.interventions.patch import cast_like
+from hookkit.router import INTERVENTION, Event, attach
+from hookkit.select import LayerSpec, select
+
+METHODS = ("l1_unstructured", "ln_structured")
+
+
+def _count(amount: float | int, total: int, what: str) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        raise TypeError(f"prune: amount must be a fraction in [0, 1] or a count; got {amount!r}")
+    if isinstance(amount, int):
+        if not 0 <= amount <= total:
+            raise ValueError(f"prune: amount={amount} but {what} has {total} entries to prune from")
+        return amount
+    if not 0.0 <= amount <= 1.0:
+        raise ValueError(f"prune: amount={amount} must be in [0, 1] (a fraction) or an int (a count)")
+    return int(round(amount * total))  # as torch.nn.utils.prune does
+
+
+def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, where: str) -> np.ndarray:
+    mask = np.ones(w.shape, dtype=np.float32)
+    if method == "l1_unstructured":
+        k = _count(amount, w.size, where)
+        order = np.argsort(np.abs(w), axis=None, kind="stable")[:k]
+        mask.reshape(-1)[order] = 0.0
+        return mask
+    if not -w.ndim <= dim < w.ndim:
+        raise ValueError(f"prune: dim={dim} is out of range for {where} of shape {list(w.shape)}")
+    rows = np.moveaxis(np.abs(w), dim, 0).reshape(w.shape[dim], -1)
+    norms = np.linalg.norm(rows, ord=n, axis=1) if rows.shape[1] else np.zeros(len(rows))
+    k = _count(amount, len(norms), f"dim {dim} of {where}")
+    drop = np.argsort(norms, kind="stable")[:k]
+    index = [slice(None)] * w.ndim
+    index[dim] = drop
+    mask[tuple(index)] = 0.0
+    return mask
+
+
+def _write(be: Backend, p: Any, value: Any) -> None:
+    """Overwrite a parameter's values around autograd (no version bump, no graph)."""
+    if be.name == "torch":
+        p.data.copy_(value)
+    else:
+        p.set_value(value)
+
+
+def _mask_in_place(be: Backend, p: Any, mask: Any) -> None:
+    if be.name == "torch":
+        p.data.mul_(mask)
+    else:
+        with be.no_grad():
+            p.set_value(p * mask)
+
+
+class Pruning(HandleGroup):
+    """What ``prune`` returns: ``masks`` (state_dict key -> 0/1 tensor), ``sparsity()``,
+    ``make_permanent()``, ``remove()``; a context manager (``remove()`` on exit)."""
+
+    def __init__(self, backend: Backend):
+        super().__init__()
+        self._be = backend
+        self.masks: dict[str, Any] = {}
+        self._params: dict[str, Any] = {}
+        self._original: dict[str, Any] = {}
+        self._permanent = False
+
+    def sparsity(self, name: str | None = None) -> float:
+        """Fraction of pruned entries, over all pruned parameters or for one state_dict key.
+
+        >>> p.sparsity(), p.sparsity("fc.weight")   # doctest: +SKIP
+        """
+        if name is not None and name not in self.masks:
+            raise KeyError(f"{name!r} is not pruned here; pruned: {', '.join(self.masks)}")
+        masks = [self.masks[name]] if name is not None else list(self.masks.values())
+        total = sum(self._be.numel(m) for m in masks)
+        zeros = sum(int((self._be.to_numpy(m) == 0).sum()) for m in masks)
+        return zeros / total if total else 0.0
+
+    def make_permanent(self) -> Pruning:
+        """Keep the pruned weights (zeros) and remove the hooks: the model is a plain model again.
+
+        >>> p.make_permanent()   # doctest: +SKIP
+        """
+        if self.removed:
+            raise HookkitError("prune: make_permanent() after remove(): the hooks are gone and the weights were restored")
+        self._permanent = True
+        self.remove()
+        return self
+
+    def _remove_all(self) -> None:
+        be = self._be
+        for key, p in self._params.items():
+            mask = self.masks[key]
+            if self._permanent:
+                _mask_in_place(be, p, mask)
+            else:  # give pruned entries back their values from pruning time
+                with be.no_grad():
+                    _write(be, p, p * mask + self._original[key] * (1 - mask))
+        self._original.clear()
+        super()._remove_all()
+
+    def __enter__(self) -> Pruning:
+        return self
+
+    def __repr__(self) -> str:
+        state = "permanent" if self._permanent else ("removed" if self.removed else "active")
+        return f"<hookkit.Pruning {len(self.masks)} parameters, sparsity {self.sparsity():.3f}, {state}>"
+
+
+def prune(
+    model: Any,
+    layers: LayerSpec,
+    amount: float | int = 0.3,
+    method: str = "l1_unstructured",
+    *,
+    n: float = 2,
+    dim: int = 0,
+    param: str = "weight",
+) -> Pruning:
+    """Magnitude-prune parameter ``param`` of each selected layer that has one.
+
+    ``method="l1_unstructured"``: zero the ``amount`` smallest entries in ``|w|`` (a fraction, or a
+    count if an int). ``method="ln_structured"``: zero whole slices along ``dim`` with the smallest
+    L``n`` norm (``dim=0``: output channels of a conv on both frameworks and of a torch Linear; a
+    paddle Linear's weight is ``[in, out]``, so its output channels are ``dim=1``).
+
+    >>> p = hookkit.prune(model, ["conv1", "fc"], amount=0.3)   # doctest: +SKIP
+    >>> p.sparsity(); p.make_permanent()
+    """
+    if method not in METHODS:
+        raise ValueError(f"prune: unknown method {method!r}; valid methods: {', '.join(METHODS)}")
+    be = backend_for(model)
+    named = select(model, layers)
+    targets = []
+    for name, layer in named:
+        p = dict(be.named_parameters(layer, recurse=False)).get(param)
+        if p is not None:
+            targets.append((name, layer, p))
+    if not targets:
+        raise ValueError(
+            f"prune: none of the selected layers ({', '.join(n or '<model>' for n, _ in named[:8])}) has its own parameter {param!r}"
+        )
+    pruning = Pruning(be)
+    # compute every mask first: a bad amount or dim leaves nothing changed
+    masks = {}
+    for name, _layer, p in targets:
+        key = f"{name}.{param}" if name else param
+        masks[key] = _mask(be.to_numpy(p), amount, method, n, dim, f"{key}")
+    for name, layer, p in targets:
+        key = f"{name}.{param}" if name else param
+        mask = cast_like(be, be.from_numpy(masks[key], like=p), p)
+        pruning.masks[key] = mask
+        pruning._params[key] = p
+        pruning._original[key] = be.clone(be.detach(p))
+        _mask_in_place(be, p, mask)
+        pruning.add(Handle(be.hook_tensor(p, lambda g, m=mask: g * m).remove))
+
+        def remask(ev: Event, p: Any = p, mask: Any = mask) -> None:
+            if ev.call == 0:  # once per forward of the model
+                _mask_in_place(be, p, mask)
+
+        pruning.add(attach(model, [(name, layer)], "forward_pre", remask, INTERVENTION))
+    return pruning

@@ -1,0 +1,126 @@
+"""Early stop: end the forward right after a layer ran (baukit's ``stop``, TorchLens's ``halt``), so
+feature extraction does not pay for the rest of the model.
+
+The stop is a forward consumer that raises ``StopForward`` once the layer's output is known; the
+runner catches it at the call site. It runs after every other consumer of that layer (priority
+above ``OBSERVER``), so interventions and captures on the stopped layer still see its call.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from hookkit import router
+from hookkit.errors import HookkitError
+from hookkit.handles import HandleGroup
+from hookkit.router import OBSERVER, Event, attach
+from hookkit.select import LayerSpec, select
+
+STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
+
+
+class StopForward(BaseException):
+    """Ends a forward early. A ``BaseException`` (like ``KeyboardInterrupt``), so that model code's
+    ``except Exception`` and hookkit's annotation of errors in user hooks let it through untouched."""
+
+    def __init__(self, owner: Any, name: str, call: int):
+        super().__init__(f"forward stopped after layer {name!r} (call {call})")
+        self.owner, self.name, self.call = owner, name, call
+
+
+class Stop(HandleGroup):
+    """Runs a model up to a layer. Call it like the model: ``out = run(x)`` returns the stopped
+    layer's output; ``run.capture`` holds the capture asked for (this run's records only).
+
+    Also the baukit style: ``with hookkit.stop_after(model, "layer3") as run: model(x)`` -- the
+    ``with`` block swallows the stop (code after ``model(x)`` inside the block does not run) and
+    ``run.output`` holds the output.
+    """
+
+    def __init__(self, model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any):
+        super().__init__()
+        named = select(model, layer)
+        if len(named) != 1:
+            raise ValueError(
+                f"stop: needs exactly one layer; {layer!r} matches {len(named)}: {', '.join(n or '<model>' for n, _ in named[:8])}"
+            )
+        if isinstance(call, bool) or not isinstance(call, int) or call < 0:
+            raise ValueError(f"stop: call must be an int >= 0 (which call of the layer to stop after); got {call!r}")
+        self.name = named[0][0]
+        self.call = call
+        self.output: Any = None
+        self.stopped = False
+        self._model = weakref.ref(model)
+        self.capture = None
+        try:
+            if capture is not None:
+                from hookkit.capture import capture as Capture
+
+                self.capture = self.add(Capture(model, capture, **capture_kwargs))
+            elif capture_kwargs:
+                raise TypeError(f"stop: {', '.join(capture_kwargs)} only apply with capture=[layers]")
+            self.add(attach(model, named, "forward", self._on_forward, STOP))
+        except BaseException:
+            self.remove()
+            raise
+
+    def _on_forward(self, ev: Event) -> None:
+        if ev.call == self.call:
+            self.output, self.stopped = ev.output, True
+            # The router places its gradient hooks on the output after the consumers ran, which the
+            # stop skips: place them here, so grads=True captures of this layer still work.
+            hooks = router._registry.get(ev.layer)
+            if hooks is not None and (hooks.consumers["grad"] or hooks.consumers["backward"]) and hooks.backend.grad_enabled():
+                hooks._plumb_outputs(ev.layer, len(ev.args), ev.output, ev.call, ev.step)
+            raise StopForward(self, ev.name, ev.call)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the model on ``args``/``kwargs`` up to the layer; returns the layer's output."""
+        model = self._model()
+        if model is None or self.removed:
+            raise HookkitError(f"stop: this runner (stop after {self.name!r}) has been removed; make a new one")
+        self.output, self.stopped = None, False
+        if self.capture is not None:
+            self.capture.clear()
+        try:
+            model(*args, **kwargs)
+        except StopForward as stop:
+            if stop.owner is not self:  # an outer runner's stop
+                raise
+            return self.output
+        raise HookkitError(
+            f"stop: layer {self.name!r} did not run {'' if self.call == 0 else f'a call {self.call} '}during this forward; "
+            "the forward ran to the end"
+        )
+
+    def __enter__(self) -> Stop:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        self.remove()
+        return isinstance(exc, StopForward) and exc.owner is self
+
+    def __repr__(self) -> str:
+        return f"<hookkit.Stop after {self.name!r} call {self.call}, {'removed' if self.removed else 'active'}>"
+
+
+def stop_after(model: Any, layer: LayerSpec, *, call: int = 0) -> Stop:
+    """Stop every forward of ``model`` right after ``layer`` ran (its ``call``-th call); remove to undo.
+
+    >>> with hookkit.stop_after(model, "layer3") as run:   # doctest: +SKIP
+    ...     model(x)
+    >>> run.output
+    """
+    return Stop(model, layer, call=call)
+
+
+def run_until(model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
+    """A runner that stops the forward after ``layer`` and returns its output; ``capture=[layers]``
+    also records those layers (``capture``'s keyword arguments pass through).
+
+    >>> with hookkit.run_until(model, "layer3", capture=["conv1", "layer1"]) as run:   # doctest: +SKIP
+    ...     feats = run(x)
+    >>> run.capture["conv1"]
+    """
+    return Stop(model, layer, call=call, capture=capture, **capture_kwargs)
