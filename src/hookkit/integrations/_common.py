@@ -1,0 +1,126 @@
+"""What the training-loop callbacks share: attach statistics to a model, remove them, log them as scalars.
+
+The callbacks only decide *when* (fit start / end / error, log points); ``Monitor`` does the rest.
+Statistics stay on the device during training; ``scalars()`` reads them once per log point
+(never per batch per layer) and reduces the steps recorded since the previous log point to their mean.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Protocol
+
+import numpy as np
+
+ACT_KEYS = ("mean", "std", "near_zero")
+GRAD_KEYS = ("norm", "mean", "std", "max_abs")
+
+
+class ScalarWriter(Protocol):
+    """Anything with TensorBoard's ``add_scalar(tag, value, step)``: ``SummaryWriter``, VisualDL's ``LogWriter``."""
+
+    def add_scalar(self, tag: str, value: float, step: int) -> Any: ...
+
+
+# (tag prefix, key in the arrays, tag suffix) of what is logged
+_ACT_TAGS = [("act", k, k) for k in ACT_KEYS]
+_GRAD_TAGS = [("grad", k, k) for k in GRAD_KEYS] + [("param_grad", "param_norm", "norm")]
+
+
+class Monitor:
+    """Activation / gradient statistics and non-finite checks on one model, with scalar logging.
+
+    >>> mon = Monitor(hist=True, writer=SummaryWriter("runs/x"))   # doctest: +SKIP
+    >>> mon.attach(model); ...; mon.log(step=100); mon.remove()    # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        activation_stats: bool = True,
+        gradient_stats: bool = True,
+        hist: bool = False,
+        layers: Any = None,
+        every: int = 1,
+        nonfinite: bool = False,
+        writer: ScalarWriter | None = None,
+        log_every: int = 1,
+    ):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every: expected an integer >= 1, got {every!r}")
+        if not isinstance(log_every, int) or log_every < 1:
+            raise ValueError(f"log_every: expected an integer >= 1, got {log_every!r}")
+        if writer is not None and not callable(getattr(writer, "add_scalar", None)):
+            raise TypeError(
+                f"writer: expected an object with add_scalar(tag, value, step) (e.g. a SummaryWriter), got {type(writer).__name__}"
+            )
+        self.want_activations, self.want_gradients, self.hist = activation_stats, gradient_stats, hist
+        self.layers, self.every, self.nonfinite = layers, every, nonfinite
+        self.writer, self.log_every = writer, log_every
+        self.activation_stats: Any = None
+        self.gradient_stats: Any = None
+        self._stack: contextlib.ExitStack | None = None
+        self._logged: dict[str, int] = {}
+
+    @property
+    def attached(self) -> bool:
+        return self._stack is not None
+
+    def attach(self, model: Any) -> None:
+        """Start recording on ``model`` (fresh statistics; anything still attached from a failed run is removed first)."""
+        import hookkit  # the package imports this module's siblings lazily; no cycle at import time
+
+        self.remove()
+        stack = contextlib.ExitStack()
+        try:
+            if self.want_activations:
+                self.activation_stats = hookkit.ActivationStats(model, self.layers, every=self.every, hist=self.hist)
+                stack.callback(self.activation_stats.remove)
+            if self.want_gradients:
+                self.gradient_stats = hookkit.GradientStats(model, self.layers, every=self.every)
+                stack.callback(self.gradient_stats.remove)
+            if self.nonfinite:
+                stack.enter_context(hookkit.watch_nonfinite(model))
+        except BaseException:
+            stack.close()
+            raise
+        self._stack, self._logged = stack, {}
+
+    def remove(self, exc: BaseException | None = None) -> None:
+        """Remove every hook placed by ``attach``; the recorded statistics stay readable. Idempotent.
+
+        ``exc``: the exception training is failing with; the non-finite watcher then skips its
+        final check, so that no second error hides the first."""
+        stack, self._stack = self._stack, None
+        if stack is None:
+            return
+        if exc is None:
+            stack.close()
+        else:
+            stack.__exit__(type(exc), exc, exc.__traceback__)
+
+    def scalars(self) -> dict[str, float]:
+        """``{"act/<layer>/mean": value, ...}``: per layer and statistic, the mean over the steps recorded since the last call."""
+        out: dict[str, float] = {}
+        sources = []
+        if self.activation_stats is not None:
+            sources.append((_ACT_TAGS, self.activation_stats.to_numpy()))  # one host read per object
+        if self.gradient_stats is not None:
+            sources.append((_GRAD_TAGS, self.gradient_stats.to_numpy()))
+        for tags, table in sources:
+            for name, series in table.items():
+                for prefix, key, suffix in tags:
+                    values = np.asarray(series.get(key, ()), dtype=np.float64)
+                    tag = f"{prefix}/{name}/{suffix}"
+                    seen = self._logged.get(tag, 0)
+                    if len(values) > seen:
+                        out[tag] = float(values[seen:].mean())
+                        self._logged[tag] = len(values)
+        return out
+
+    def log(self, step: int) -> dict[str, float]:
+        """Read the new statistics once and write them to the writer (if any) at ``step``; returns them."""
+        values = self.scalars()
+        if self.writer is not None:
+            for tag, value in values.items():
+                self.writer.add_scalar(tag, value, step)
+        return values

@@ -1,0 +1,87 @@
+"""Hugging Face ``Trainer`` callback: activation / gradient statistics (and non-finite checks) during ``train()``.
+
+>>> from hookkit.integrations.huggingface import HookkitTrainerCallback   # doctest: +SKIP
+>>> cb = HookkitTrainerCallback(layers="transformer.h.*.mlp")
+>>> with cb:                                  # removes the hooks even if train() raises
+...     Trainer(model, args, train_dataset=ds, callbacks=[cb]).train()
+>>> cb.activation_stats.to_numpy()
+
+``Trainer`` has no event for a failed run, so ``with cb:`` (or ``cb.remove()`` in a ``finally``)
+is how hooks are removed when training raises; a later ``train()`` also removes them first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import TrainerCallback
+
+from hookkit.integrations._common import Monitor, ScalarWriter
+
+
+class HookkitTrainerCallback(TrainerCallback):
+    """Attach hookkit statistics to the trained model on train begin; remove them on train end.
+
+    Arguments as ``hookkit.integrations.lightning.HookkitCallback``. At every Trainer log event
+    (``logging_steps``), the mean of each statistic over the steps recorded since the previous log
+    is added to the Trainer's logs (``trainer.state.log_history``, the progress printer) and written to
+    ``writer`` when given (tags ``act/<layer>/mean``, ``grad/<layer>/norm``, ...); ``log_every=N``
+    does this at one log event in N.
+    """
+
+    def __init__(
+        self,
+        activation_stats: bool = True,
+        gradient_stats: bool = True,
+        hist: bool = False,
+        layers: Any = None,
+        every: int = 1,
+        nonfinite: bool = False,
+        writer: ScalarWriter | None = None,
+        log_every: int = 1,
+    ):
+        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
+        self._log_events = 0
+
+    @property
+    def activation_stats(self) -> Any:
+        """The ``hookkit.ActivationStats`` of the last run (None before it, or when not asked for)."""
+        return self.monitor.activation_stats
+
+    @property
+    def gradient_stats(self) -> Any:
+        """The ``hookkit.GradientStats`` of the last run (None before it, or when not asked for)."""
+        return self.monitor.gradient_stats
+
+    def remove(self) -> None:
+        """Remove the hooks now (idempotent); the statistics stay readable."""
+        self.monitor.remove()
+
+    def __enter__(self) -> HookkitTrainerCallback:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.monitor.remove(exc)
+
+    # -- Trainer events ---------------------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+        if model is None:
+            raise ValueError("HookkitTrainerCallback.on_train_begin: the Trainer passed no model")
+        self._log_events = 0
+        self.monitor.attach(model)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        if not self.monitor.attached:
+            return
+        self._log_events += 1
+        if (self._log_events - 1) % self.monitor.log_every:
+            return
+        values = self.monitor.log(state.global_step)
+        if logs is not None:
+            logs.update(values)  # seen by the callbacks after this one (the progress printer)
+        history = getattr(state, "log_history", None)
+        if values and history and history[-1].get("step") == state.global_step:
+            history[-1].update(values)  # Trainer stored a copy of `logs` just before calling us
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.monitor.remove()

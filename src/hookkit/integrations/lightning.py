@@ -1,0 +1,124 @@
+"""PyTorch Lightning callback: activation / gradient statistics (and non-finite checks) for the whole fit.
+
+>>> from hookkit.integrations.lightning import HookkitCallback   # doctest: +SKIP
+>>> cb = HookkitCallback(hist=True, writer=SummaryWriter("runs/x"))
+>>> pl.Trainer(callbacks=[cb]).fit(module, loader)
+>>> cb.activation_stats.layer_stats("net.0")["mean"]
+
+Imports ``pytorch_lightning`` and/or ``lightning`` (whichever are installed); the callback is an
+instance of both packages' ``Callback``, so either ``Trainer`` accepts it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from hookkit.integrations._common import Monitor, ScalarWriter
+
+
+def _lightning_modules() -> list[Any]:
+    found = []
+    for module in ("pytorch_lightning", "lightning.pytorch"):
+        try:
+            found.append(importlib.import_module(module))
+        except ImportError:
+            continue
+    if not found:
+        raise ImportError("hookkit.integrations.lightning needs PyTorch Lightning: pip install pytorch-lightning (or lightning)")
+    return found
+
+
+_LIGHTNING = _lightning_modules()
+
+
+def _forward_overridden(pl_module: Any) -> bool:
+    return type(pl_module).forward not in {lib.LightningModule.forward for lib in _LIGHTNING}
+
+
+def _clock(pl_module: Any) -> Any:
+    """The router's counter of ``pl_module``'s forwards, which stamps every event's ``step``."""
+    from hookkit import router
+
+    return router._clocks.get(pl_module)
+
+
+class HookkitCallback(*dict.fromkeys(lib.Callback for lib in _LIGHTNING)):  # type: ignore[misc]
+    """Attach hookkit statistics on fit start; remove them on fit end, on teardown and when training raises.
+
+    ``activation_stats`` / ``gradient_stats``: what to record (``ActivationStats`` / ``GradientStats``
+    of the LightningModule; ``layers``, ``every``, ``hist`` as there). ``nonfinite``: raise
+    ``hookkit.NonFiniteError`` at the first NaN/Inf. ``writer``: a ``SummaryWriter`` (or anything
+    with ``add_scalar``) that gets, every ``log_every`` epochs, the mean of each statistic over
+    the steps recorded since the last write (tags ``act/<layer>/mean``, ``grad/<layer>/norm``, ...).
+    After fit, ``.activation_stats`` and ``.gradient_stats`` hold the results.
+
+    A recorded ``step`` counts the LightningModule's forwards, as outside Lightning. Where
+    ``training_step`` does not call the module itself (``self.net(x)`` rather than ``self(x)``),
+    the callback counts training batches instead, so ``every=N`` and the step numbers still work.
+    """
+
+    def __init__(
+        self,
+        activation_stats: bool = True,
+        gradient_stats: bool = True,
+        hist: bool = False,
+        layers: Any = None,
+        every: int = 1,
+        nonfinite: bool = False,
+        writer: ScalarWriter | None = None,
+        log_every: int = 1,
+    ):
+        super().__init__()
+        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
+        self._count_batches = False
+        self._batch_start_step = -1
+
+    @property
+    def activation_stats(self) -> Any:
+        """The ``hookkit.ActivationStats`` of the last fit (None before it, or when not asked for)."""
+        return self.monitor.activation_stats
+
+    @property
+    def gradient_stats(self) -> Any:
+        """The ``hookkit.GradientStats`` of the last fit (None before it, or when not asked for)."""
+        return self.monitor.gradient_stats
+
+    def remove(self) -> None:
+        """Remove the hooks now (idempotent); the statistics stay readable."""
+        self.monitor.remove()
+
+    # -- Lightning events -------------------------------------------------------------------------
+    def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
+        self.monitor.attach(pl_module)
+        # without its own forward the module is never called: count training batches as steps
+        self._count_batches = not _forward_overridden(pl_module)
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        clock = _clock(pl_module) if self.monitor.attached else None
+        if clock is not None:
+            if self._count_batches:
+                clock.step += 1
+            self._batch_start_step = clock.step
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        clock = _clock(pl_module) if self.monitor.attached else None
+        if clock is not None and not self._count_batches and clock.step == self._batch_start_step:
+            self._count_batches = True  # forward is defined but training_step did not call it
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.monitor.attached and (trainer.current_epoch + 1) % self.monitor.log_every == 0:
+            self.monitor.log(trainer.global_step)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        try:
+            if self.monitor.attached:
+                self.monitor.log(trainer.global_step)  # what the last epochs recorded since the last write
+        finally:
+            self.monitor.remove()
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self.monitor.remove(exception)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self.monitor.remove()
