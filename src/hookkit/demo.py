@@ -1,0 +1,414 @@
+"""``hookkit demo``: train a small CNN on scikit-learn's bundled digits with hookkit attached, write a report.
+
+hookkit is attached the way a user would: ``ActivationStats`` (with histograms), ``GradientStats``,
+``watch_nonfinite`` and plug-in dropout on two layers. The model and the loop are the same for
+both frameworks; only the few framework calls differ (``_Torch`` / ``_Paddle``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+FRAMEWORKS = ("torch", "paddle")
+DEFAULT_EPOCHS = 8
+CONV_LAYERS = ("conv1", "conv2", "conv3")
+#: plug-in dropout: (layer, kind, p). Channel dropout after the second conv block, dropout on fc1.
+DROPOUT = (("act2", "channel_dropout", 0.1), ("act4", "dropout", 0.3))
+GRADCAM_LAYER = "conv3"
+
+
+class DemoError(Exception):
+    """A user-facing problem: printed as one line, exit code 2."""
+
+
+# -- the model, once per framework ----------------------------------------------------------------
+def _torch_model() -> Any:
+    from torch import nn
+
+    class DigitsCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1, self.act1 = nn.Conv2d(1, 16, 3, padding=1), nn.ReLU()
+            self.conv2, self.act2, self.pool1 = nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)
+            self.conv3, self.act3, self.pool2 = nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)
+            self.flatten = nn.Flatten()
+            self.fc1, self.act4, self.fc2 = nn.Linear(32 * 2 * 2, 64), nn.ReLU(), nn.Linear(64, 10)
+
+        def forward(self, x: Any) -> Any:
+            x = self.act1(self.conv1(x))
+            x = self.pool1(self.act2(self.conv2(x)))
+            x = self.pool2(self.act3(self.conv3(x)))
+            return self.fc2(self.act4(self.fc1(self.flatten(x))))
+
+    return DigitsCNN()
+
+
+def _paddle_model() -> Any:
+    from paddle import nn
+
+    class DigitsCNN(nn.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1, self.act1 = nn.Conv2D(1, 16, 3, padding=1), nn.ReLU()
+            self.conv2, self.act2, self.pool1 = nn.Conv2D(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2D(2)
+            self.conv3, self.act3, self.pool2 = nn.Conv2D(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2D(2)
+            self.flatten = nn.Flatten()
+            self.fc1, self.act4, self.fc2 = nn.Linear(32 * 2 * 2, 64), nn.ReLU(), nn.Linear(64, 10)
+
+        def forward(self, x: Any) -> Any:
+            x = self.act1(self.conv1(x))
+            x = self.pool1(self.act2(self.conv2(x)))
+            x = self.pool2(self.act3(self.conv3(x)))
+            return self.fc2(self.act4(self.fc1(self.flatten(x))))
+
+    return DigitsCNN()
+
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self) -> None:
+        import torch
+
+        self.lib = torch
+        # a model this small runs fastest on one thread (several threads spin on a busy machine)
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def close(self) -> None:
+        self.lib.set_num_threads(self._threads)
+
+    def seed(self, s: int) -> None:
+        self.lib.manual_seed(s)
+
+    def model(self) -> Any:
+        return _torch_model()
+
+    def tensor(self, a: np.ndarray) -> Any:
+        return self.lib.from_numpy(np.ascontiguousarray(a))
+
+    def optimizer(self, model: Any, lr: float) -> Any:
+        return self.lib.optim.Adam(model.parameters(), lr=lr)
+
+    def train_step(self, model: Any, opt: Any, x: Any, y: Any) -> Any:
+        loss = self.lib.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    def no_grad(self) -> Any:
+        return self.lib.no_grad()
+
+    def nonzero(self, t: Any) -> Any:
+        return (t != 0).sum()
+
+    def numpy(self, t: Any) -> np.ndarray:
+        return t.detach().cpu().numpy()
+
+
+class _Paddle:
+    name = "paddle"
+
+    def __init__(self) -> None:
+        import paddle
+
+        self.lib = paddle
+        paddle.set_device("cpu")
+
+    def close(self) -> None:
+        pass
+
+    def seed(self, s: int) -> None:
+        self.lib.seed(s)
+
+    def model(self) -> Any:
+        return _paddle_model()
+
+    def tensor(self, a: np.ndarray) -> Any:
+        return self.lib.to_tensor(a)
+
+    def optimizer(self, model: Any, lr: float) -> Any:
+        return self.lib.optimizer.Adam(learning_rate=lr, parameters=model.parameters())
+
+    def train_step(self, model: Any, opt: Any, x: Any, y: Any) -> Any:
+        loss = self.lib.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+        return loss.detach()
+
+    def no_grad(self) -> Any:
+        return self.lib.no_grad()
+
+    def nonzero(self, t: Any) -> Any:
+        return (t != 0).astype("int64").sum()
+
+    def numpy(self, t: Any) -> np.ndarray:
+        return t.numpy()
+
+
+# -- measuring what the dropout hooks did ---------------------------------------------------------
+class _DropMeter:
+    """Non-zero counts of a layer's output before and after its dropout hook, kept on the device.
+
+    ``before`` is placed ahead of the dropout (same priority, placed earlier, so it runs first);
+    ``after`` is an observer, which runs after every intervention."""
+
+    def __init__(self, ops: Any):
+        self.ops = ops
+        self.counts = {True: [0, 0, 0], False: [0, 0, 0]}  # training -> [before, after, calls]
+        self._pending: Any = None
+
+    def before(self, layer: Any, inputs: Any, output: Any) -> None:
+        self._pending = self.ops.nonzero(output)
+
+    def after(self, layer: Any, inputs: Any, output: Any) -> None:
+        c = self.counts[bool(layer.training)]
+        c[0] = c[0] + self._pending
+        c[1] = c[1] + self.ops.nonzero(output)
+        c[2] += 1
+
+    def fraction(self, training: bool) -> float | None:
+        before, after, calls = self.counts[training]
+        if not calls:
+            return None
+        before, after = float(self.ops.numpy(before)), float(self.ops.numpy(after))
+        return 1.0 - after / before if before else 0.0
+
+
+# -- the run ----------------------------------------------------------------------------------------
+def _check_framework(framework: str) -> None:
+    if framework not in FRAMEWORKS:
+        raise DemoError(f"unknown --framework {framework!r}; valid: {', '.join(FRAMEWORKS)}")
+    module = "paddle" if framework == "paddle" else "torch"
+    if importlib.util.find_spec(module) is None:
+        extra = "paddlepaddle" if framework == "paddle" else "torch"
+        raise DemoError(f"--framework {framework}: {module} is not installed (pip install {extra})")
+
+
+def _check_out(out: pathlib.Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".hookkit-write-test"):
+            pass
+    except OSError as exc:
+        raise DemoError(f"--out {str(out)!r} is not writable: {exc.strerror or exc}") from None
+
+
+def _digits(seed: int, limit: int | None) -> tuple[np.ndarray, ...]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = (d.images / 16.0).astype(np.float32)[:, None]  # [N, 1, 8, 8] in [0, 1]
+    y = d.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    if limit is not None:
+        order = order[:limit]
+    n_test = max(10, len(order) // 5)
+    test, train = order[:n_test], order[n_test:]
+    return x[train], y[train], x[test], y[test]
+
+
+def run_demo(
+    framework: str = "torch",
+    epochs: int | None = None,
+    out: str | os.PathLike = "hookkit-report",
+    seed: int = 0,
+    *,
+    limit: int | None = None,
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Train the digits CNN with hookkit attached and write ``out/report.html``; returns the run's facts
+    (``accuracy``, ``report``, ``out``, ``seconds``, ``dropout``, ``model``, ``steps``).
+
+    ``limit`` uses only that many digits (for quick checks).
+
+    >>> hookkit.demo.run_demo("torch", epochs=2, out="demo-out")   # doctest: +SKIP
+    """
+    epochs = DEFAULT_EPOCHS if epochs is None else epochs
+    if epochs < 1:
+        raise DemoError(f"--epochs must be at least 1; got {epochs}")
+    _check_framework(framework)
+    out = pathlib.Path(out)
+    _check_out(out)
+    ops = _Torch() if framework == "torch" else _Paddle()
+    try:
+        return _run(ops, framework, epochs, out, seed, limit, batch_size, lr, quiet)
+    finally:
+        ops.close()
+
+
+def _run(
+    ops: Any, framework: str, epochs: int, out: pathlib.Path, seed: int, limit: int | None, batch_size: int, lr: float, quiet: bool
+) -> dict[str, Any]:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    import hookkit
+
+    console = Console(stderr=False, quiet=quiet)
+    t0 = time.perf_counter()
+
+    ops.seed(seed)
+    x_train, y_train, x_test, y_test = _digits(seed, limit)
+    model = ops.model()
+    opt = ops.optimizer(model, lr)
+
+    # hookkit, attached the way a user would
+    acts = hookkit.ActivationStats(model, hist=True)  # layers with parameters, as fastai
+    grads = hookkit.GradientStats(model)
+    watch = hookkit.watch_nonfinite(model)
+    meters, handles = {}, []
+    for layer, kind, p in DROPOUT:
+        meter = meters[layer] = _DropMeter(ops)
+        handles.append(hookkit.on_forward(model, layer, meter.before, priority=hookkit.INTERVENTION))
+        handles.append(getattr(hookkit, kind)(model, layer, p=p))
+        handles.append(hookkit.on_forward(model, layer, meter.after, priority=hookkit.OBSERVER))
+
+    rng = np.random.default_rng(seed)
+    n_batches = -(-len(x_train) // batch_size)
+    try:
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as progress:
+            task = progress.add_task(f"training ({framework})", total=epochs * n_batches, info="")
+            for epoch in range(epochs):
+                model.train()
+                order = rng.permutation(len(x_train))
+                losses = []
+                for b in range(n_batches):
+                    idx = order[b * batch_size : (b + 1) * batch_size]
+                    losses.append(ops.train_step(model, opt, ops.tensor(x_train[idx]), ops.tensor(y_train[idx])))
+                    progress.advance(task)
+                # one host sync per epoch, not per step
+                loss = float(np.mean([float(ops.numpy(v)) for v in losses]))
+                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {loss:.3f}")
+        model.eval()
+        with ops.no_grad():
+            logits = ops.numpy(model(ops.tensor(x_test)))
+    finally:
+        for h in handles:
+            h.remove()
+        acts.remove()
+        grads.remove()
+        watch.remove()
+    predicted = logits.argmax(axis=1)
+    accuracy = float((predicted == y_test).mean())
+
+    # the data, then the figures that need the model, then the page
+    acts.save(out)
+    grads.save(out)
+    summary = hookkit.summary(model, input_size=(1, 1, 8, 8))
+    dropout = {
+        layer: {
+            "kind": kind,
+            "p": p,
+            "fraction": meters[layer].fraction(True) or 0.0,
+            "calls": meters[layer].counts[True][2],
+            "eval_fraction": round(meters[layer].fraction(False) or 0.0, 6),
+        }
+        for layer, kind, p in DROPOUT
+    }
+    meta = {
+        "framework": framework,
+        "data": f"sklearn digits, {len(x_train)} train / {len(x_test)} held out",
+        "epochs": epochs,
+        "seed": seed,
+        "held-out accuracy": f"{accuracy:.3f}",
+        "NaN/Inf watch": "none found",  # watch_nonfinite would have raised, naming the layer
+    }
+    figures = _figures(model, ops, x_test, y_test, predicted, out)
+    for name, data in (("summary.json", summary.to_dict()), ("dropout.json", dropout), ("meta.json", meta), ("figures.json", figures)):
+        (out / name).write_text(json.dumps(data, indent=2), encoding="utf-8")
+    path = hookkit.report(out, title="hookkit demo: a small CNN on handwritten digits")
+    seconds = time.perf_counter() - t0
+
+    console.print(summary)
+    console.print(f"held-out accuracy: [bold]{accuracy:.3f}[/bold] ({len(x_test)} digits)   time: {seconds:.1f} s")
+    for layer, d in dropout.items():
+        console.print(
+            f"plug-in {d['kind']} on {layer} (p={d['p']}): {d['fraction']:.1%} of its non-zero outputs dropped in training, {d['eval_fraction']:.0%} in eval"
+        )
+    console.print(f"report: [bold]{path}[/bold]  (statistics saved next to it)")
+    return {
+        "accuracy": accuracy,
+        "report": path,
+        "out": out,
+        "seconds": seconds,
+        "dropout": dropout,
+        "model": model,
+        "steps": epochs * n_batches,
+    }
+
+
+def _figures(model: Any, ops: Any, x_test: np.ndarray, y_test: np.ndarray, predicted: np.ndarray, out: pathlib.Path) -> list[dict]:
+    """Feature maps and Grad-CAM as PNG files under ``out/figures``, listed for the report."""
+    import hookkit
+    from hookkit import viz
+    from hookkit.report.render import png_bytes
+
+    folder = out / "figures"
+    folder.mkdir(exist_ok=True)
+    listed: list[dict] = []
+
+    def keep(fig: Any, file: str, section: str, caption: str) -> None:
+        (folder / file).write_bytes(png_bytes(fig))
+        listed.append({"section": section, "caption": caption, "file": f"figures/{file}"})
+
+    samples = list(range(min(2, len(x_test))))
+    with hookkit.capture(model, list(CONV_LAYERS)) as cap, ops.no_grad():
+        model(ops.tensor(x_test[samples]))
+    for s in samples:
+        for layer in CONV_LAYERS:
+            fig = viz.feature_maps(
+                cap, layer, sample=s, title=f"{layer}: {ops.numpy(cap[layer]).shape[1]} channels, held-out digit {s} (true {y_test[s]})"
+            )
+            keep(fig, f"feature_maps_{layer}_{s}.png", "feature-maps", f"{layer}, held-out digit {s} (label {y_test[s]})")
+
+    n = min(16, len(x_test))
+    x = ops.tensor(x_test[:n])
+    cams = hookkit.gradcam(model, GRADCAM_LAYER, x)
+    keep(
+        viz.gradcam_overlay(
+            x_test[:n], cams, predicted=predicted[:n], labels=y_test[:n], title=f"Grad-CAM on {GRADCAM_LAYER} (predicted class)"
+        ),
+        "gradcam.png",
+        "gradcam",
+        f"Grad-CAM at {GRADCAM_LAYER}, target = predicted class",
+    )
+    cams_pp = hookkit.gradcam_plus_plus(model, GRADCAM_LAYER, x)
+    keep(
+        viz.gradcam_overlay(x_test[:n], cams_pp, predicted=predicted[:n], labels=y_test[:n], title=f"Grad-CAM++ on {GRADCAM_LAYER}"),
+        "gradcam_plus_plus.png",
+        "gradcam",
+        f"Grad-CAM++ at {GRADCAM_LAYER}",
+    )
+    return listed
+
+
+def run_cli(args: Any) -> int:
+    """``hookkit demo --framework torch|paddle --epochs N --out DIR --seed S``."""
+    try:
+        run_demo(args.framework, args.epochs, args.out, args.seed)
+    except DemoError as exc:
+        print(f"hookkit demo: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,176 @@
+"""Report sections as HTML fragments: figures become base64 PNG data URIs, tables plain HTML."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass, field
+from typing import Any
+
+from hookkit.report.template import CSS, PAGE
+
+
+@dataclass
+class Section:
+    """One part of the report: an anchor id, a heading, a line of explanation, and HTML items."""
+
+    id: str
+    title: str
+    intro: str = ""
+    items: list[str] = field(default_factory=list)
+    grid: bool = False  # items side by side, wrapping
+
+    def html(self) -> str:
+        intro = f'<p class="intro">{html.escape(self.intro)}</p>' if self.intro else ""
+        body = "\n".join(self.items)
+        if self.grid:
+            body = f'<div class="grid">{body}</div>'
+        return f'<section id="{self.id}"><h2>{html.escape(self.title)}</h2>{intro}\n{body}</section>'
+
+
+def png_bytes(fig: Any, dpi: int = 90) -> bytes:
+    """The PNG of a matplotlib Figure; the figure is closed afterwards."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def img(png: bytes, caption: str = "", alt: str = "") -> str:
+    """A <figure> with the PNG embedded as a data URI."""
+    data = base64.b64encode(png).decode("ascii")
+    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
+    return f'<figure><img alt="{html.escape(alt or caption)}" src="data:image/png;base64,{data}">{cap}</figure>'
+
+
+def table(header: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="num">{html.escape(str(c))}</td>' if i in numeric else f"<td>{html.escape(str(c))}</td>" for i, c in enumerate(r)
+        )
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def page(title: str, meta: dict[str, Any], sections: list[Section]) -> str:
+    from hookkit import __version__
+
+    meta_html = " &middot; ".join(f"{html.escape(str(k))}: <b>{html.escape(str(v))}</b>" for k, v in meta.items())
+    nav = "".join(f'<a href="#{s.id}">{html.escape(s.title)}</a>' for s in sections)
+    return PAGE.format(
+        title=html.escape(title), css=CSS, meta=meta_html, nav=nav, sections="\n".join(s.html() for s in sections), version=__version__
+    )
+
+
+# -- sections from data ---------------------------------------------------------------------------
+def summary_section(summary: dict[str, Any]) -> Section:
+    """The model's layer table from ``Summary.to_dict()``."""
+    rows = []
+    for r in summary.get("rows", []):
+        shapes = r.get("output_shapes") or []
+        shape = ", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in shapes) or "-"
+        calls = f" x{r['calls']}" if r.get("calls", 1) > 1 else ""
+        rows.append(
+            [
+                ("  " * r.get("depth", 0)) + f"{r['name'] or '(model)'} ({r['type']}){calls}",
+                shape,
+                f"{r.get('params', 0):,}",
+                f"{r.get('mult_adds', 0):,}",
+            ]
+        )
+    sec = Section("summary", "Model summary", f"{summary.get('model', '')} ({summary.get('framework', '')}), from hookkit.summary().")
+    sec.items.append(table(["Layer (type)", "Output shape", "Params", "Mult-adds"], rows, numeric={2, 3}))
+    totals = [
+        ["Total params", f"{summary.get('total_params', 0):,}"],
+        ["Trainable params", f"{summary.get('trainable_params', 0):,}"],
+        ["Mult-adds (one forward)", f"{summary.get('total_mult_adds', 0):,}"],
+    ]
+    sec.items.append("<p></p>" + table(["Total", ""], totals, numeric={1}))
+    return sec
+
+
+def activation_sections(stats: Any) -> list[Section]:
+    """Mean / std / near-zero over training, and the colorful-dimension images, one figure per layer."""
+    from hookkit import viz
+
+    act = Section(
+        "activations",
+        "Activation statistics over training",
+        "Per layer: mean, standard deviation and fraction of near-zero outputs at each recorded step (hookkit.ActivationStats).",
+    )
+    color = Section(
+        "color-dim",
+        "Colorful dimension",
+        "Histograms of each layer's outputs over training (x: step, y: activation value, color: log count). "
+        "A healthy layer spreads out smoothly; a bright band at the bottom means many dead or near-zero units.",
+        grid=True,
+    )
+    for name in stats.names:
+        act.items.append(img(png_bytes(viz.plot_layer_stats(stats, name, figsize=(11, 2.6))), f"{name}: mean, std, near-zero fraction"))
+        if "hist" in stats.layer_stats(name):
+            color.items.append(img(png_bytes(viz.color_dim(stats, name, figsize=(6, 3))), f"{name}: colorful dimension"))
+    return [act] + ([color] if color.items else [])
+
+
+def gradient_section(grads: Any) -> Section:
+    from hookkit import viz
+
+    sec = Section(
+        "gradient-flow",
+        "Gradient flow",
+        "Norm of the gradient w.r.t. each layer's output, and of its parameters' gradients, over training (hookkit.GradientStats). "
+        "Vanishing gradients show as lines falling towards zero in the early layers.",
+    )
+    sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm")), "gradient norm w.r.t. each layer's output"))
+    sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm", style="heatmap")), "the same as a layers x steps heatmap (log10)"))
+    try:
+        sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm", source="params")), "parameter gradient norm per layer"))
+    except Exception:  # no parameter gradients recorded: the output-gradient views stand alone
+        pass
+    return sec
+
+
+def dropout_section(dropout: dict[str, Any]) -> Section:
+    """What the plug-in dropout hooks did: ``{layer: {"kind", "p", "fraction", "calls"}}``."""
+    sec = Section(
+        "dropout",
+        "Plug-in dropout",
+        "Dropout placed on layers' outputs with hooks (active in training only). Fraction dropped: of the values that were "
+        "non-zero before the hook, the share it set to zero, over all training steps.",
+    )
+    rows = [
+        [
+            name,
+            d.get("kind", ""),
+            f"{float(d.get('p', 0)):.2f}",
+            f"{float(d.get('fraction', 0)):.3f}",
+            d.get("calls", ""),
+            d.get("eval_fraction", ""),
+        ]
+        for name, d in dropout.items()
+    ]
+    sec.items.append(
+        table(["Layer", "Hook", "p", "Fraction dropped (train)", "Training calls", "Fraction dropped (eval)"], rows, numeric={2, 3, 4, 5})
+    )
+    return sec
+
+
+def figure_sections(figures: list[dict[str, Any]], titles: dict[str, tuple[str, str]]) -> list[Section]:
+    """Sections of ready-made PNGs: ``figures`` items have "section", "caption" and "png" (bytes)."""
+    out: dict[str, Section] = {}
+    for f in figures:
+        sid = f["section"]
+        if sid not in out:
+            title, intro = titles.get(sid, (sid, ""))
+            out[sid] = Section(sid, title, intro, grid=True)
+        out[sid].items.append(img(f["png"], f.get("caption", "")))
+    return list(out.values())

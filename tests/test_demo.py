@@ -1,0 +1,134 @@
+"""``hookkit demo`` end to end on both frameworks (short setting), and its command-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hookkit
+from hookkit import router
+from hookkit.cli import main
+from hookkit.demo import CONV_LAYERS, DROPOUT, run_demo
+from test_report import assert_self_contained, browser_check, decoded_images, needs_chromium, section_ids
+
+SECTIONS = ["summary", "activations", "color-dim", "gradient-flow", "feature-maps", "gradcam", "dropout"]
+
+
+@pytest.fixture(scope="module", params=["torch", "paddle"])
+def demo(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"demo-{request.param}") / "report-dir"
+    result = run_demo(request.param, epochs=1, out=out, seed=1, limit=400, quiet=True)
+    return request.param, result
+
+
+def test_the_report_has_every_section_and_image(demo):
+    framework, result = demo
+    html = result["report"].read_text(encoding="utf-8")
+    assert result["report"] == result["out"] / "report.html"
+    assert section_ids(html) == SECTIONS
+    layers = ["conv1", "conv2", "conv3", "fc1", "fc2"]  # ActivationStats' default: the layers with parameters
+    n_feature_maps = 2 * len(CONV_LAYERS)
+    images = decoded_images(html)
+    assert len(images) == 2 * len(layers) + 3 + n_feature_maps + 2
+    assert all(im.shape[0] > 50 and im.shape[1] > 50 for im in images)
+    for layer in CONV_LAYERS:
+        assert f"{layer}, held-out digit 0" in html
+    assert "Grad-CAM at conv3" in html and f"framework: <b>{framework}</b>" in html
+    assert "DigitsCNN" in html and "conv3 (Conv2" in html
+    assert_self_contained(html)
+
+
+def test_the_statistics_are_saved_as_data_and_load_back(demo):
+    framework, result = demo
+    out = result["out"]
+    for name in ("activation_stats.safetensors", "activation_stats.json", "gradient_stats.safetensors", "gradient_stats.json"):
+        assert (out / name).is_file()
+    loaded = hookkit.load_stats(out)
+    acts, grads = loaded["activation_stats"], loaded["gradient_stats"]
+    assert list(acts.names) == ["conv1", "conv2", "conv3", "fc1", "fc2"]
+    # one record per training step (statistics are taken in training mode only)
+    conv1 = acts.layer_stats("conv1")
+    assert len(conv1["mean"]) == result["steps"] and conv1["hist"].shape == (result["steps"], 40)
+    assert np.all(np.isfinite(conv1["std"])) and np.all((conv1["near_zero"] >= 0) & (conv1["near_zero"] <= 1))
+    assert len(grads.layer_stats("fc2")["norm"]) == result["steps"] and np.all(grads.layer_stats("fc2")["norm"] > 0)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["total_params"] == 22954 and summary["framework"] == framework
+    # the saved folder renders the same report again (`hookkit report DIR` calls hookkit.report(DIR))
+    assert main(["report", str(out), "--out", str(out / "cli.html")]) == 0
+    assert section_ids((out / "cli.html").read_text()) == SECTIONS
+
+
+def test_dropout_hooks_dropped_what_they_should_and_left_nothing(demo):
+    framework, result = demo
+    for layer, kind, p in DROPOUT:
+        d = result["dropout"][layer]
+        assert d["kind"] == kind and d["calls"] == result["steps"]
+        assert d["fraction"] == pytest.approx(p, abs=0.04)  # thousands of values per step: close to p
+        assert d["eval_fraction"] == 0  # mode-aware: nothing dropped in eval
+    saved = json.loads((result["out"] / "dropout.json").read_text())
+    assert saved == json.loads(json.dumps(result["dropout"]))
+    model = result["model"]
+    be = hookkit.backends.backend_for(model)
+    for _, layer in be.named_layers(model):
+        assert router.attached(layer) == {e: 0 for e in router.EVENTS}
+    assert 0.0 <= result["accuracy"] <= 1.0
+
+
+@needs_chromium
+def test_the_report_opens_in_a_browser(demo):
+    framework, result = demo
+    check = browser_check(result["report"])
+    assert check["images"] == len(decoded_images(result["report"].read_text()))
+    assert check["bad"] == 0, f"{check['bad']} images did not decode"
+    assert check["console_errors"] == []
+
+
+# -- command-line errors ------------------------------------------------------------------------------
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_unknown_framework(capsys, tmp_path):
+    assert main(["demo", "--framework", "jax", "--out", str(tmp_path / "o")]) == 2
+    err = _one_line_error(capsys)
+    assert "unknown --framework 'jax'" in err and "valid: torch, paddle" in err
+    assert not (tmp_path / "o").exists()  # nothing written for a bad command
+
+
+def test_unwritable_out(capsys, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    assert main(["demo", "--out", str(blocker / "sub")]) == 2
+    err = _one_line_error(capsys)
+    assert "--out" in err and "a-file" in err and "not writable" in err
+
+
+def test_framework_not_installed(capsys, tmp_path, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "paddle" else real(name, *a))
+    assert main(["demo", "--framework", "paddle", "--out", str(tmp_path)]) == 2
+    assert "paddle is not installed (pip install paddlepaddle)" in _one_line_error(capsys)
+
+
+def test_bad_epochs(capsys, tmp_path):
+    assert main(["demo", "--epochs", "0", "--out", str(tmp_path)]) == 2
+    assert "--epochs must be at least 1" in _one_line_error(capsys)
+
+
+def test_the_real_command_exits_2_without_a_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "hookkit.cli", "demo", "--framework", "mxnet", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "hookkit demo: error: unknown --framework 'mxnet'; valid: torch, paddle"
