@@ -44,3 +44,33 @@ def annotate(exc: BaseException, layer_name: str, call: int, where: str) -> Base
     exc.hookkit_layer = layer_name  # type: ignore[attr-defined]
     exc.hookkit_call = call  # type: ignore[attr-defined]
     return exc
+
+
+class NonFiniteError(HookkitError, FloatingPointError):
+    """A NaN or Inf appeared: ``layer`` is the first layer that produced it, ``phase`` is "forward"
+    (its output) or "backward" (the gradient w.r.t. its output), with ``call`` and ``step``.
+
+    >>> with hookkit.watch_nonfinite(model):   # doctest: +SKIP
+    ...     model(x).sum().backward()
+    NonFiniteError: non-finite values (NaN or Inf) in the forward output of layer 'log' (call 0, step 3)
+    """
+
+    def __init__(self, layer: str, phase: str, call: int, step: int, detail: str = ""):
+        self.layer, self.phase, self.call, self.step = layer, phase, call, step
+        what = "forward output" if phase == "forward" else "gradient w.r.t. the output"
+        msg = f"non-finite values (NaN or Inf) in the {what} of layer {layer!r} (call {call}, step {step})"
+        super().__init__(msg + (f"; {detail}" if detail else ""))
+
+    # The router annotates exceptions raised in hooks with the hook's own layer; this error already
+    # names the layer at fault, so keep that.
+    @property
+    def hookkit_layer(self) -> str:
+        return self.layer
+
+    @hookkit_layer.setter
+    def hookkit_layer(self, value: str) -> None:
+        pass
+
+    def add_note(self, note: str) -> None:
+        if not note.startswith("hookkit: raised in"):
+            super().add_note(note)

@@ -133,3 +133,26 @@ class Backend:
 
     def to_float(self, t: Any) -> Any:
         raise NotImplementedError
+
+    # -- monitoring (issue 5): a few fused reductions per call; the result stays on the device ----
+    # Each returns a tuple of 0-d tensors (stacked later, in bulk); the reader finishes the formulas
+    # on the host, knowing the element count n: std = dev_norm / sqrt(n - 1), fraction = count / n...
+    def activation_sums(self, t: Any, near_zero: float) -> tuple:
+        """``(mean, ||t - mean||, count of values <= near_zero)`` of ``t`` as float32."""
+        raise NotImplementedError
+
+    def grad_sums(self, t: Any) -> tuple:
+        """``(mean, ||t||, min, max)`` of ``t`` (one pass each; gradients have |mean| << std)."""
+        raise NotImplementedError
+
+    def param_sums(self, t: Any) -> tuple:
+        """``(sum, ||t||, min, max)`` of ``t``: mergeable across tensors."""
+        raise NotImplementedError
+
+    def fast_histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
+        """``histc`` (float32 counts), by the quickest exact route on the tensor's device."""
+        return self.histc(t, bins, lo, hi)
+
+    def finite_probe(self, t: Any) -> tuple:
+        """0-d tensors that are all finite exactly when every value of ``t`` is (min and max)."""
+        raise NotImplementedError

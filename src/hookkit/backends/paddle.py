@@ -143,3 +143,22 @@ class PaddleBackend(Backend):
 
     def to_float(self, t: Any) -> Any:
         return t.astype("float32")
+
+    def activation_sums(self, t: Any, near_zero: float) -> tuple:
+        t = t.astype("float32")
+        mean = t.mean()
+        dev = t - mean
+        return mean, (dev * dev).sum().sqrt(), (t <= near_zero).astype("float32").sum()
+
+    def grad_sums(self, t: Any) -> tuple:
+        t = t.astype("float32")
+        return t.mean(), (t * t).sum().sqrt(), t.min(), t.max()
+
+    def param_sums(self, t: Any) -> tuple:
+        t = t.astype("float32")
+        return t.sum(), (t * t).sum().sqrt(), t.min(), t.max()
+
+    def finite_probe(self, t: Any) -> tuple:
+        if not t.is_floating_point():
+            return ()
+        return (t.min(), t.max())  # both propagate NaN; +-Inf shows in them

@@ -103,3 +103,36 @@ class TorchBackend(Backend):
 
     def to_float(self, t: Any) -> Any:
         return t.float()
+
+    def activation_sums(self, t: Any, near_zero: float) -> tuple:
+        t = t.float()  # fastai measures o.float()
+        mean = t.mean()
+        # two passes: as exact as torch.std, and far quicker than std_mean on CPU
+        return mean, torch.linalg.vector_norm(t - mean), (t <= near_zero).sum(dtype=torch.int32 if t.numel() < 2**31 else torch.int64)
+
+    def grad_sums(self, t: Any) -> tuple:
+        t = t.float()
+        return (t.mean(), torch.linalg.vector_norm(t), *torch.aminmax(t))
+
+    def param_sums(self, t: Any) -> tuple:
+        t = t.float()
+        return (t.sum(), torch.linalg.vector_norm(t), *torch.aminmax(t))
+
+    def fast_histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
+        t = t.float()
+        if t.device.type != "cpu" or t.numel() < 16384:  # one kernel there; fewer calls when small
+            return torch.histc(t, bins, lo, hi)
+        # CPU histc is a scalar loop (~10 ns a value); this is its formula, vectorized: bin =
+        # floor((x - lo) * bins / (hi - lo)), x == hi in the last bin, NaN and x outside [lo, hi] dropped.
+        x = t * bins if lo == 0 else (t - lo) * bins
+        x.div_(hi - lo)
+        x = torch.where(t <= hi, x, -1.0).floor_().clamp_(-1, bins - 1).add_(1)
+        return torch.bincount(x.reshape(-1).long(), minlength=bins + 1)[1:].float()
+
+    def finite_probe(self, t: Any) -> tuple:
+        if not t.is_floating_point():
+            return ()
+        return tuple(torch.aminmax(t.reshape(-1)))  # min and max propagate NaN; +-Inf shows in them
+
+    def numel(self, t: Any) -> int:
+        return t.numel()

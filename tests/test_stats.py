@@ -1,0 +1,377 @@
+"""ActivationStats and GradientStats: fastai's formulas, every/train-only, save/load, removal, no host sync."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+import hookkit
+from hookkit.router import attached
+
+# -- helpers -----------------------------------------------------------------------------------------
+
+
+def fastai_stats(fw, o, near_zero=0.05, bins=40, lo=0.0, hi=10.0):
+    """fastai's ActivationStats.hook body, written out with plain framework ops."""
+    if fw.name == "torch":
+        return (
+            o.mean().item(),
+            o.std().item(),
+            (o <= near_zero).long().sum().item() / o.numel(),
+            o.float().histc(bins, lo, hi).numpy(),
+        )
+    import paddle
+
+    return (
+        float(o.mean()),
+        float(o.std()),
+        float((o <= near_zero).astype("int64").sum()) / o.size,
+        paddle.histogram(o.astype("float32"), bins=bins, min=lo, max=hi).numpy().astype("float32"),
+    )
+
+
+def train_steps(fw, model, n, x, y=None, opt=None):
+    for _ in range(n):
+        out = model(x)
+        loss = fw.cross_entropy(out, y) if y is not None else (out * out).mean()
+        loss.backward()
+        if opt is not None:
+            fw.step(opt)
+
+
+def param_grads_cleared(fw, model):
+    for p in model.parameters():
+        if fw.name == "torch":
+            p.grad = None
+        else:
+            p.clear_gradient()
+
+
+def no_hooks_left(model) -> bool:
+    return all(
+        sum(attached(m).values()) == 0 for m in (model.modules() if hasattr(model, "modules") else model.sublayers(include_self=True))
+    )
+
+
+# -- activation statistics -----------------------------------------------------------------------------
+
+
+def test_activation_values_equal_fastai_formulas(fw):
+    model = fw.small_cnn(in_ch=1, width=4)
+    model.train()
+    x = fw.randn(6, 1, 8, 8)
+    with hookkit.capture(model, hookkit.WITH_PARAMS) as cap, hookkit.ActivationStats(model, hist=True, bins=20, range=(-2, 3)) as stats:
+        for _ in range(2):
+            model(x)
+    assert stats.names == ["conv1", "bn1", "conv2", "fc"]  # fastai's default: layers with parameters
+    for name in stats.names:
+        s = stats.layer_stats(name)
+        assert set(s) == {"mean", "std", "near_zero", "hist", "step", "call"}
+        assert s["hist"].shape == (2, 20)
+        np.testing.assert_array_equal(s["step"], [0, 1])
+        for row, rec in enumerate(cap.calls(name)):
+            mean, std, nz, hist = fastai_stats(fw, rec.output, bins=20, lo=-2, hi=3)
+            np.testing.assert_allclose(s["mean"][row], mean, rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(s["std"][row], std, rtol=1e-5)
+            assert s["near_zero"][row] == pytest.approx(nz, abs=1e-7)
+            np.testing.assert_array_equal(s["hist"][row], hist)
+            assert 0 < nz < 1 and hist.sum() > 0  # the comparison is not vacuous
+    np.testing.assert_array_equal(stats.steps, [0, 1])
+
+
+def test_every_call_recorded_and_tuple_outputs_use_first_tensor(fw):
+    model = fw.shared_block_model()
+    model.train()
+    x = fw.randn(3, 4)
+
+    class Pair(fw.Layer):  # a layer returning a tuple: its first tensor is measured
+        def __init__(self):
+            super().__init__()
+            self.lin = fw.linear(4, 5)
+
+        def forward(self, x):
+            y = self.lin(x)
+            return y, y * 100
+
+    pair = Pair()
+    pair.train()
+    with hookkit.ActivationStats(model, ["block"]) as stats, hookkit.capture(model, "block") as cap:
+        model(x)
+    s = stats.layer_stats("block")
+    np.testing.assert_array_equal(s["call"], [0, 1, 2])
+    np.testing.assert_array_equal(s["step"], [0, 0, 0])
+    np.testing.assert_allclose(s["std"], [fastai_stats(fw, r.output)[1] for r in cap.calls("block")], rtol=1e-5)
+
+    with hookkit.ActivationStats(pair, "") as stats, hookkit.capture(pair, "lin") as cap:
+        pair(x)
+    assert stats.layer_stats("")["mean"][0] == pytest.approx(fastai_stats(fw, cap["lin"])[0], rel=1e-5, abs=1e-6)
+
+
+def test_every_and_train_only(fw):
+    model = fw.mlp((5, 8, 3))
+    x = fw.randn(4, 5)
+    with hookkit.ActivationStats(model, every=2) as stats, hookkit.ActivationStats(model, every=1, train_only=False) as all_stats:
+        model.train()
+        for _ in range(5):  # steps 0..4
+            model(x)
+        model.eval()
+        model(x)  # step 5: eval, not recorded by the default
+        model.train()
+        model(x)  # step 6
+    np.testing.assert_array_equal(stats.steps, [0, 2, 4, 6])
+    np.testing.assert_array_equal(stats.layer_stats("0")["step"], [0, 2, 4, 6])
+    np.testing.assert_array_equal(all_stats.steps, np.arange(7))
+    assert len(all_stats.layer_stats("2")["mean"]) == 7
+
+
+def test_save_load_round_trip_without_pickle(fw, tmp_path):
+    model = fw.small_cnn(in_ch=1, width=4)
+    model.train()
+    x, y = fw.randn(8, 1, 8, 8), fw.labels(np.arange(8) % 10)
+    with hookkit.ActivationStats(model, hist=True, near_zero=0.1) as stats, hookkit.GradientStats(model) as gstats:
+        train_steps(fw, model, 3, x, y)
+    stats.save(tmp_path)
+    gstats.save(tmp_path)
+    files = sorted(os.listdir(tmp_path))
+    assert files == ["activation_stats.json", "activation_stats.safetensors", "gradient_stats.json", "gradient_stats.safetensors"]
+    for stem in ("activation_stats", "gradient_stats"):
+        raw = (tmp_path / f"{stem}.safetensors").read_bytes()
+        (header_len,) = struct.unpack("<Q", raw[:8])  # safetensors: u64 header length, then a JSON header
+        header = json.loads(raw[8 : 8 + header_len])
+        assert all(v["dtype"] in ("F32", "I64") for k, v in header.items() if k != "__metadata__")
+        assert not raw.startswith(b"\x80")  # not a pickle
+        meta = json.loads((tmp_path / f"{stem}.json").read_text())
+        assert meta["framework"] == fw.name and meta["names"] == ["conv1", "bn1", "conv2", "fc"]
+    loaded = hookkit.ActivationStats.load(tmp_path)
+    assert loaded.names == stats.names and loaded.bins == 40 and loaded.hist_range == (0.0, 10.0) and loaded.near_zero == pytest.approx(0.1)
+    np.testing.assert_array_equal(loaded.steps, stats.steps)
+    for name in stats.names:
+        for key, value in stats.layer_stats(name).items():
+            np.testing.assert_array_equal(loaded.layer_stats(name)[key], value)
+    assert json.loads(json.dumps(loaded.to_dict())) == json.loads(json.dumps(stats.to_dict()))
+    both = hookkit.load_stats(tmp_path)
+    assert set(both) == {"activation_stats", "gradient_stats"}
+    g = both["gradient_stats"]
+    for name in gstats.names:
+        for key, value in gstats.param_stats(name).items():
+            np.testing.assert_array_equal(g.param_stats(name)[key], value)
+        np.testing.assert_array_equal(g.layer_stats(name)["norm"], gstats.layer_stats(name)["norm"])
+    with pytest.raises(FileNotFoundError, match="activation_stats.json"):
+        hookkit.load_stats(tmp_path / "nothing")
+
+
+def test_hooks_gone_on_exit_error_and_remove(fw):
+    model = fw.mlp((5, 8, 3))
+    model.train()
+    x = fw.randn(2, 5)
+    with hookkit.ActivationStats(model, hist=True), hookkit.GradientStats(model):
+        assert not no_hooks_left(model)
+    assert no_hooks_left(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        with hookkit.ActivationStats(model), hookkit.GradientStats(model):
+            raise RuntimeError("boom")
+    assert no_hooks_left(model)
+    stats, gstats = hookkit.ActivationStats(model), hookkit.GradientStats(model)
+    train_steps(fw, model, 1, x)
+    stats.remove()
+    gstats.remove()
+    stats.remove()  # idempotent
+    assert no_hooks_left(model)
+    train_steps(fw, model, 1, x)  # nothing more is recorded: the parameter hooks are gone too
+    assert len(stats.layer_stats("0")["mean"]) == 1
+    assert len(gstats.param_stats("0")["norm"]) == 1 and len(gstats.layer_stats("0")["norm"]) == 1
+
+
+def test_argument_and_name_errors(fw):
+    model = fw.mlp((5, 8, 3))
+    with pytest.raises(ValueError, match="every="):
+        hookkit.ActivationStats(model, every=0)
+    with pytest.raises(ValueError, match="range="):
+        hookkit.ActivationStats(model, range=(3, 1))
+    with pytest.raises(hookkit.LayerNotFound, match="lin9"):
+        hookkit.GradientStats(model, "lin9")
+    assert no_hooks_left(model)
+    with hookkit.ActivationStats(model) as stats:
+        with pytest.raises(KeyError, match="recorded layers"):
+            stats.layer_stats("1")
+
+
+# -- gradient statistics ---------------------------------------------------------------------------------
+
+
+def test_gradient_stats_equal_manual_computation(fw):
+    model = fw.shared_block_model()  # "block" runs three times per forward: three output records per step
+    model.train()
+    x = fw.randn(5, 4)
+    with hookkit.GradientStats(model) as gstats, hookkit.capture(model, hookkit.WITH_PARAMS, grads=True) as cap:
+        for step in range(2):
+            param_grads_cleared(fw, model)
+            train_steps(fw, model, 1, x)
+            for name in gstats.names:
+                recs = [r for r in cap.calls(name) if r.step == step]
+                s = gstats.layer_stats(name)
+                rows = np.flatnonzero(s["step"] == step)
+                assert len(rows) == len(recs) == (3 if name == "block" else 1)
+                for row, rec in zip(rows, recs):
+                    g = fw.numpy(rec.grad).astype(np.float64).ravel()
+                    assert s["call"][row] == rec.call
+                    np.testing.assert_allclose(s["norm"][row], np.linalg.norm(g), rtol=1e-5)
+                    np.testing.assert_allclose(s["mean"][row], g.mean(), rtol=1e-4, atol=1e-7)
+                    np.testing.assert_allclose(s["std"][row], g.std(ddof=1), rtol=1e-4)
+                    np.testing.assert_allclose(s["max_abs"][row], np.abs(g).max(), rtol=1e-6)
+                # parameters: one row per backward, the layer's weight and bias taken together
+                layer = dict(hookkit.select(model, hookkit.WITH_PARAMS))[name]
+                pg = np.concatenate([fw.numpy(p.grad).astype(np.float64).ravel() for p in layer.parameters()])
+                p = gstats.param_stats(name)
+                i = list(p["step"]).index(step)
+                np.testing.assert_allclose(p["norm"][i], np.linalg.norm(pg), rtol=1e-5)
+                np.testing.assert_allclose(p["mean"][i], pg.mean(), rtol=1e-4, atol=1e-7)
+                np.testing.assert_allclose(p["std"][i], pg.std(ddof=1), rtol=1e-4)
+                np.testing.assert_allclose(p["max_abs"][i], np.abs(pg).max(), rtol=1e-6)
+    names, steps, norms = gstats.gradient_flow()
+    assert names == gstats.names and list(steps) == [0, 1] and norms.shape == (3, 2)
+    block = gstats.layer_stats("block")
+    np.testing.assert_allclose(norms[1, 0], np.sqrt((block["norm"][block["step"] == 0].astype(np.float64) ** 2).sum()), rtol=1e-6)
+    _, _, pnorms = gstats.gradient_flow(params=True)
+    np.testing.assert_allclose(pnorms[:, 1], [gstats.param_stats(n)["norm"][1] for n in names], rtol=1e-6)
+
+
+def test_gradient_stats_every(fw):
+    model = fw.mlp((5, 8, 3))
+    model.train()
+    with hookkit.GradientStats(model, every=3) as gstats:
+        train_steps(fw, model, 7, fw.randn(2, 5))
+    np.testing.assert_array_equal(gstats.steps, [0, 3, 6])
+    np.testing.assert_array_equal(gstats.param_stats("2")["step"], [0, 3, 6])
+
+
+# -- the no-sync proof (PyTorch) ---------------------------------------------------------------------------
+
+
+def _count_syncs(fn):
+    """Run fn() counting the operators that read a device value on the host."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    counted = {"aten::_local_scalar_dense", "aten::item", "aten::is_nonzero", "aten::equal"}
+
+    class Count(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name in counted:
+                Count.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return Count.n
+
+
+def test_no_host_sync_in_the_hot_path(torch_fw):
+    import torch
+
+    fw = torch_fw
+    fw.seed(0)
+    model = fw.small_cnn(in_ch=1, width=8)
+    x, y = fw.randn(64, 1, 8, 8), fw.labels(np.arange(64) % 10)  # conv1 outputs 32768 values: the CPU histogram route
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def steps():
+        train_steps(fw, model, 3, x, y, opt)
+
+    assert _count_syncs(lambda: torch.tensor(2.0).item()) == 1  # the counter works
+    bare = _count_syncs(steps)
+    with hookkit.ActivationStats(model, hist=True) as stats, hookkit.GradientStats(model) as gstats:
+        with_stats = _count_syncs(steps)
+    assert with_stats == bare
+    assert len(stats.layer_stats("fc")["mean"]) == 3 and len(gstats.param_stats("fc")["norm"]) == 3
+    with hookkit.ActivationStats(model, hist=True), hookkit.GradientStats(model), hookkit.watch_nonfinite(model, explode=1e6, vanish=1e-12):
+        with_watch = _count_syncs(steps)
+    assert with_watch - bare == 3  # watch_nonfinite: exactly one read per training step
+
+
+def test_hot_path_runs_on_meta_tensors(torch_fw):
+    """On the meta device any .item(), float(), .cpu() or .numpy() raises: the hooks never read values."""
+    import torch
+
+    model = torch_fw.small_cnn(in_ch=1, width=4).to("meta")
+    model.train()
+    x = torch.randn(4, 1, 8, 8, device="meta")
+    with torch.no_grad():
+        model(x)  # eval-free sanity: forward on meta works
+    with hookkit.ActivationStats(model, hist=True) as stats, hookkit.GradientStats(model) as gstats:
+        for _ in range(2):
+            model(x).sum().backward()
+    assert len(stats._steps["conv1"]) == 2 and len(gstats._steps["fc"]) == 2
+    with pytest.raises((NotImplementedError, RuntimeError)):
+        torch.ones(1, device="meta").item()  # what a host read in the hot path would have done
+
+
+def test_long_runs_are_compacted(torch_fw, monkeypatch):
+    import hookkit.stats as stats_mod
+
+    monkeypatch.setattr(stats_mod, "_CHUNK", 4)
+    model = torch_fw.mlp((3, 4, 2))
+    model.train()
+    x = torch_fw.randn(2, 3)
+    with hookkit.ActivationStats(model, hist=True, train_only=False) as stats, hookkit.capture(model, "0") as cap:
+        for _ in range(6):
+            model(x)
+        series = stats._values["0"]
+        assert len(series.chunks) == 1 and len(series) == 6  # 4 records stacked into one tensor, 2 pending
+        assert stats.layer_stats("0")["mean"].shape == (6,)  # a read in the middle moves rows to the host
+        assert not stats._values["0"].chunks and not stats._values["0"].pending
+        for _ in range(4):
+            model(x)
+    s = stats.layer_stats("0")
+    assert s["mean"].shape == (10,) and s["hist"].shape == (10, 40)
+    np.testing.assert_allclose(s["mean"], [r.output.mean().item() for r in cap.calls("0")], rtol=1e-5)
+
+
+def test_gpt2_tuple_outputs(torch_fw):
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=64, n_positions=16)
+    model = transformers.GPT2LMHeadModel(config)
+    model.train()
+    ids = torch.randint(0, 64, (2, 8))
+    with (
+        hookkit.ActivationStats(model, ["transformer.h.*"]) as stats,
+        hookkit.GradientStats(model) as gstats,
+        hookkit.capture(model, "transformer.h.1") as cap,
+    ):
+        model(ids, labels=ids).loss.backward()
+    out = cap["transformer.h.1"]
+    first = out[0] if isinstance(out, tuple) else out
+    assert stats.layer_stats("transformer.h.1")["std"][0] == pytest.approx(first.std().item(), rel=1e-5)
+    assert "transformer.wte" in gstats.names and len(gstats.param_stats("transformer.wte")["norm"]) == 1
+
+
+def test_cpu_histogram_equals_histc_on_large_tensors(torch_fw):
+    """Large CPU outputs take a vectorized route (histc's CPU loop is slow): same counts as histc,
+    edge cases included (x == high in the last bin; NaN, Inf and values outside dropped)."""
+    import torch
+
+    from hookkit.backends import backend_for
+
+    be = backend_for(torch.zeros(1))
+    for lo, hi, bins in [(0.0, 10.0, 40), (-2.0, 3.0, 20), (0.0, 6.0, 12), (0.1, 0.3, 7)]:
+        x = torch.randn(40000) * (hi - lo) + lo
+        x[:500] = hi
+        x[500:510] = lo
+        x[510:520] = float("nan")
+        x[520:530] = float("inf")
+        x[530:540] = -float("inf")
+        x[540:600] = torch.linspace(lo, hi, 60)  # bin edges
+        np.testing.assert_array_equal(be.fast_histc(x, bins, lo, hi).numpy(), torch.histc(x, bins, lo, hi).numpy())
+    model = torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.ReLU6())
+    x = torch.randn(64, 16) * 4
+    with hookkit.ActivationStats(model, [torch.nn.ReLU6], hist=True, range=(0, 6), bins=12) as stats:
+        out = model(x)
+    assert out.numel() >= 16384 and (out == 6).any()
+    np.testing.assert_array_equal(stats.layer_stats("1")["hist"][0], torch.histc(out, 12, 0, 6).numpy())
