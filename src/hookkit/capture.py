@@ -14,6 +14,7 @@ from hookkit.select import LayerSpec, select
 from hookkit.tree import leaves, map_tensors
 
 _SLOT = object()
+_NO_GRADS: tuple = ()  # shared by records of captures without grads=True (nobody reads it)
 
 
 class Record:
@@ -22,10 +23,10 @@ class Record:
 
     __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "_grads", "_structure")
 
-    def __init__(self, name: str, call: int, step: int):
-        self.name, self.call, self.step = name, call, step
-        self.inputs = self.kwargs = self.output = self.grad = self._structure = None
-        self._grads: list = []
+    def __init__(self, name: str, call: int, step: int, output: Any = None):
+        self.name, self.call, self.step, self.output = name, call, step, output
+        self.inputs = self.kwargs = self.grad = self._structure = None
+        self._grads: list | tuple = _NO_GRADS
 
     def __repr__(self) -> str:
         return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
@@ -91,7 +92,7 @@ class capture(HandleGroup):
             self._records[name] = []
         try:
             for name, layer in named:
-                self.add(attach(model, [(name, layer)], "forward", partial(self._on_forward, name), OBSERVER))
+                self.add(attach(model, [(name, layer)], "forward", self._forward_consumer(name), OBSERVER))
                 if grads:
                     self.add(attach(model, [(name, layer)], "grad", partial(self._on_grad, name), OBSERVER))
         except BaseException:
@@ -99,6 +100,20 @@ class capture(HandleGroup):
             raise
 
     # -- hot path -------------------------------------------------------------------------------
+    def _forward_consumer(self, name: str) -> Any:
+        """The forward consumer of layer ``name``: for the default settings (outputs only, detached,
+        kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
+        if not self._outputs or self._inputs or self._grads or not self._detach or self._clone or self._to is not None:
+            return partial(self._on_forward, name)
+        # bound once: the layer's list is never replaced (clear() empties it in place)
+        append, is_tensor, keep = self._records[name].append, self._backend.is_tensor, self._keep
+
+        def on_forward(ev: Event) -> None:
+            out = ev.output
+            append(Record(name, ev.call, ev.step, out.detach() if is_tensor(out) else keep(out)))
+
+        return on_forward
+
     def _keep(self, value: Any) -> Any:
         be = self._backend
         detach, to, clone = self._detach, self._to, self._clone

@@ -33,10 +33,10 @@ class Event:
 
     __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output", "grad", "index", "grad_inputs", "grad_outputs")
 
-    def __init__(self, layer: Any, name: str, call: int, step: int):
+    def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
         self.layer, self.name, self.call, self.step = layer, name, call, step
-        self.args = self.kwargs = self.output = self.grad = self.index = None
-        self.grad_inputs = self.grad_outputs = None
+        self.args, self.kwargs, self.output = args, kwargs, output
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = None
 
     def __repr__(self) -> str:
         return f"<Event {self.name!r} call={self.call} step={self.step}>"
@@ -79,7 +79,23 @@ _seq = [0]
 class LayerHooks:
     """The consumers of one layer and the native hooks that serve them."""
 
-    __slots__ = ("name", "backend", "ticks", "consumers", "_native_pre", "_native_post", "_step", "_call", "_pending", "__weakref__")
+    __slots__ = (
+        "name",
+        "backend",
+        "ticks",
+        "consumers",
+        "_native_pre",
+        "_native_post",
+        "_step",
+        "_call",
+        "_pending",
+        # hot-path caches, rebuilt by _sync_native after every change of consumers or ticks
+        "_pre_fns",
+        "_fwd_fns",
+        "_wants_grads",
+        "_clock_src",
+        "__weakref__",
+    )
 
     def __init__(self, name: str, backend: Backend):
         self.name = name
@@ -91,6 +107,10 @@ class LayerHooks:
         self._step = -2
         self._call = -1
         self._pending: _GradCall | None = None
+        self._pre_fns: tuple[Callable[[Event], Any], ...] = ()
+        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
+        self._wants_grads = False
+        self._clock_src: Clock | None = None
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
@@ -114,6 +134,11 @@ class LayerHooks:
 
     def _sync_native(self, layer: Any) -> None:
         c = self.consumers
+        # The dispatchers read these instead of the dict: no per-call lookups, no attribute hops.
+        self._pre_fns = tuple(x.fn for x in c["forward_pre"])
+        self._fwd_fns = tuple(x.fn for x in c["forward"])
+        self._wants_grads = bool(c["grad"] or c["backward"])
+        self._clock_src = next((c[e][0].clock for e in EVENTS if c[e]), self.ticks)
         want_pre = bool(c["forward_pre"] or c["backward"]) or self.ticks is not None
         want_post = bool(c["forward"] or c["grad"] or c["backward"])
         if want_pre and self._native_pre is None:
@@ -136,26 +161,28 @@ class LayerHooks:
         return self._call
 
     def _clock_step(self) -> int:
-        cs = self.consumers
-        for event in EVENTS:
-            if cs[event]:
-                return cs[event][0].clock.step
-        return self.ticks.step if self.ticks is not None else 0
+        # the clock of the first consumer (in EVENTS order), else the root's own ticks
+        src = self._clock_src
+        return src.step if src is not None else 0
 
     # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         if self.ticks is not None:
             self.ticks.step += 1
-        step = self._clock_step()
-        call = self._tick(step)
+        src = self._clock_src
+        step = src.step if src is not None else 0
+        if step != self._step:
+            self._step, self._call = step, 0
+        else:
+            self._call += 1
+        call = self._call
         changed = False
-        consumers = self.consumers["forward_pre"]
-        if consumers:
-            ev = Event(layer, self.name, call, step)
-            ev.args, ev.kwargs = args, kwargs
-            for c in consumers:
+        fns = self._pre_fns
+        if fns:
+            ev = Event(layer, self.name, call, step, args, kwargs)
+            for fn in fns:
                 try:
-                    r = c.fn(ev)
+                    r = fn(ev)
                 except Exception as exc:
                     raise annotate(exc, self.name, call, "forward pre") from None
                 if r is not None:
@@ -172,26 +199,31 @@ class LayerHooks:
         return (tuple(args), kwargs) if changed else None
 
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        # The hot path: runs at every call of every hooked layer. _tick and _clock_step inlined.
         if self._native_pre is not None:
             call, step = self._call, self._step
         else:
-            step = self._clock_step()
-            call = self._tick(step)
+            src = self._clock_src
+            step = src.step if src is not None else 0
+            if step != self._step:
+                self._step = step
+                call = self._call = 0
+            else:
+                call = self._call = self._call + 1
         changed = False
-        consumers = self.consumers["forward"]
-        if consumers:
-            ev = Event(layer, self.name, call, step)
-            ev.args, ev.kwargs, ev.output = args, kwargs, output
-            for c in consumers:
+        fns = self._fwd_fns
+        if fns:
+            ev = Event(layer, self.name, call, step, args, kwargs, output)
+            for fn in fns:
                 try:
-                    r = c.fn(ev)
+                    r = fn(ev)
                 except Exception as exc:
                     raise annotate(exc, self.name, call, "forward") from None
                 if r is not None:
                     ev.output = r
                     changed = True
             output = ev.output
-        if (self.consumers["grad"] or self.consumers["backward"]) and self.backend.grad_enabled():
+        if self._wants_grads and self.backend.grad_enabled():
             self._plumb_outputs(layer, len(args), output, call, step)
         return output if changed else None
 
