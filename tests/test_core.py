@@ -462,3 +462,32 @@ def test_seed_001_module_hooks_call_order(torch_fw):
     assert input_block[0][0].shape == (1, 1, 4, 4)
     hookkit.remove_all(net)
     assert not net.conv1._forward_hooks and not net.conv1._forward_pre_hooks
+
+
+def test_layer_freed_after_a_forward_raised_under_on_backward(fw):
+    fwk = fw
+
+    class Fails(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = fwk.linear(2, 2)
+
+        def forward(self, x):
+            raise ValueError("forward failed")
+
+    class Model(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fails = Fails()
+
+        def forward(self, x):
+            return self.fails(x)
+
+    model = Model()
+    ref = weakref.ref(model.fails)
+    with pytest.raises(ValueError, match="forward failed"):
+        with hookkit.on_backward(model, "fails", lambda *a: None):
+            model(fw.randn(1, 2, requires_grad=True))  # the pre-hook wrapped the input, the post-hook never ran
+    del model
+    gc.collect()
+    assert ref() is None

@@ -27,6 +27,13 @@ OBSERVER = 100
 EVENTS = ("forward_pre", "forward", "grad", "backward")
 
 
+class Halt(BaseException):
+    """Raised by a "forward" consumer to end the model's forward right after this layer (early stop).
+
+    A BaseException, so model code's ``except Exception`` lets it through; the router places the
+    layer's gradient hooks before it propagates, so gradient consumers of the halted layer still work."""
+
+
 class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
     the current forward of the model it was registered on; ``step`` counts those forwards."""
@@ -62,13 +69,19 @@ class Clock:
 class _GradCall:
     """One forward call's gradient bookkeeping, alive as long as its autograd graph."""
 
-    __slots__ = ("layer", "call", "step", "grad_outputs", "n_args", "positions")
+    __slots__ = ("_layer", "call", "step", "grad_outputs", "n_args", "positions")
 
     def __init__(self, layer: Any, call: int, step: int):
-        self.layer, self.call, self.step = layer, call, step
+        # weak: a forward that raised leaves its _GradCall in LayerHooks._pending, and a strong
+        # reference there would keep the layer (a weak key of the registry) alive for ever
+        self._layer, self.call, self.step = weakref.ref(layer), call, step
         self.grad_outputs: list[Any] = []
         self.n_args = 0
         self.positions: list[int] = []
+
+    @property
+    def layer(self) -> Any:
+        return self._layer()
 
 
 _registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionary()
@@ -217,6 +230,10 @@ class LayerHooks:
             for fn in fns:
                 try:
                     r = fn(ev)
+                except Halt:
+                    if self._wants_grads and self.backend.grad_enabled():
+                        self._plumb_outputs(layer, len(args), ev.output, call, step)
+                    raise
                 except Exception as exc:
                     raise annotate(exc, self.name, call, "forward") from None
                 if r is not None:
@@ -361,6 +378,21 @@ def _detach(layer_ref: Any, root_ref: Any, hooks: LayerHooks, root_hooks: LayerH
     if not clock.users and root is not None and root_hooks.ticks is clock:
         root_hooks.ticks = None
         root_hooks._sync_native(root)
+
+
+def forward_count(model: Any) -> int | None:
+    """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
+    hookkit consumer is registered with ``model`` as root."""
+    clock = _clocks.get(model)
+    return None if clock is None else clock.step + 1
+
+
+def advance(model: Any) -> None:
+    """Count one more step for ``model``: for loops that never call the root model itself (a
+    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows."""
+    clock = _clocks.get(model)
+    if clock is not None:
+        clock.step += 1
 
 
 def remove_all(model: Any) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from hookkit import router
 from hookkit.integrations._common import Monitor, ScalarWriter
 
 
@@ -34,13 +35,6 @@ _LIGHTNING = _lightning_modules()
 
 def _forward_overridden(pl_module: Any) -> bool:
     return type(pl_module).forward not in {lib.LightningModule.forward for lib in _LIGHTNING}
-
-
-def _clock(pl_module: Any) -> Any:
-    """The router's counter of ``pl_module``'s forwards, which stamps every event's ``step``."""
-    from hookkit import router
-
-    return router._clocks.get(pl_module)
 
 
 class HookkitCallback(*dict.fromkeys(lib.Callback for lib in _LIGHTNING)):  # type: ignore[misc]
@@ -95,15 +89,13 @@ class HookkitCallback(*dict.fromkeys(lib.Callback for lib in _LIGHTNING)):  # ty
         self._count_batches = not _forward_overridden(pl_module)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        clock = _clock(pl_module) if self.monitor.attached else None
-        if clock is not None:
+        if self.monitor.attached:
             if self._count_batches:
-                clock.step += 1
-            self._batch_start_step = clock.step
+                router.advance(pl_module)
+            self._batch_start_step = router.forward_count(pl_module)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        clock = _clock(pl_module) if self.monitor.attached else None
-        if clock is not None and not self._count_batches and clock.step == self._batch_start_step:
+        if self.monitor.attached and not self._count_batches and router.forward_count(pl_module) == self._batch_start_step:
             self._count_batches = True  # forward is defined but training_step did not call it
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:

@@ -11,16 +11,15 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from hookkit import router
 from hookkit.errors import HookkitError
 from hookkit.handles import HandleGroup
-from hookkit.router import OBSERVER, Event, attach
+from hookkit.router import OBSERVER, Event, Halt, attach
 from hookkit.select import LayerSpec, select
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
 
-class StopForward(BaseException):
+class StopForward(Halt):
     """Ends a forward early. A ``BaseException`` (like ``KeyboardInterrupt``), so that model code's
     ``except Exception`` and hookkit's annotation of errors in user hooks let it through untouched."""
 
@@ -68,12 +67,7 @@ class Stop(HandleGroup):
     def _on_forward(self, ev: Event) -> None:
         if ev.call == self.call:
             self.output, self.stopped = ev.output, True
-            # The router places its gradient hooks on the output after the consumers ran, which the
-            # stop skips: place them here, so grads=True captures of this layer still work.
-            hooks = router._registry.get(ev.layer)
-            if hooks is not None and (hooks.consumers["grad"] or hooks.consumers["backward"]) and hooks.backend.grad_enabled():
-                hooks._plumb_outputs(ev.layer, len(ev.args), ev.output, ev.call, ev.step)
-            raise StopForward(self, ev.name, ev.call)
+            raise StopForward(self, ev.name, ev.call)  # a router.Halt: the layer's gradient hooks still get placed
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the model on ``args``/``kwargs`` up to the layer; returns the layer's output."""
