@@ -6,6 +6,9 @@
 >>> cap["h.0.attn"]
 """
 
+# Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
+# only for the framework of the user's model. Imports are eager on purpose: a submodule imported
+# lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
 from hookkit.capture import Record, capture
 from hookkit.compat import (
     Hook,
@@ -19,88 +22,97 @@ from hookkit.compat import (
     num_features_model,
     total_params,
 )
-from hookkit.errors import GradientNotTracked, HookkitError, LayerNotFound, UnsupportedModel
+from hookkit.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
+from hookkit.gradcam import gradcam, gradcam_plus_plus
 from hookkit.handles import Handle, HandleGroup
 from hookkit.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
+from hookkit.interventions import (
+    DropHookModel,
+    Pruning,
+    Stop,
+    StopForward,
+    ablate,
+    channel_dropout,
+    clip_grad,
+    drop_block,
+    drop_path,
+    dropout,
+    edit,
+    gaussian_noise,
+    mask_activations,
+    patch,
+    prune,
+    run_until,
+    steer,
+    stop_after,
+)
+from hookkit.nonfinite import GradientWarning, watch_nonfinite
+from hookkit.report import report
 from hookkit.router import INTERVENTION, OBSERVER, remove_all
 from hookkit.select import ALL, LEAVES, WITH_PARAMS, select
-
-# Feature modules are imported eagerly and must stay cheap to import: no torch, paddle or
-# matplotlib at module level (a lazily imported submodule would shadow a same-named function).
-# -- summary (issue 4) --
-from hookkit.summary import Summary, summary
-# -- monitoring (issue 5) --
-from hookkit.errors import NonFiniteError
-from hookkit.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.stats import ActivationStats, GradientStats, load_stats
-# -- interventions (issue 6) --
-from hookkit.interventions import Pruning, Stop, StopForward, ablate, edit, mask_activations, patch, prune, run_until, steer, stop_after
-from hookkit.interventions import DropHookModel, channel_dropout, clip_grad, drop_block, drop_path, dropout, gaussian_noise
-# -- figures, report, demo (issue 7) --
-from hookkit.gradcam import gradcam, gradcam_plus_plus
-from hookkit.report import report  # the function; `hookkit report` finds the package via sys.modules
+from hookkit.summary import Summary, summary
 
 __version__ = "0.1.0"
 
 __all__ = [
-    # monitoring (issue 5)
-    "ActivationStats",
-    "GradientStats",
-    "GradientWarning",
-    "NonFiniteError",
-    "load_stats",
-    "watch_nonfinite",
-    "gradcam",
-    "gradcam_plus_plus",
-    "report",
     "ALL",
     "INTERVENTION",
     "LEAVES",
     "OBSERVER",
     "WITH_PARAMS",
-    "DropHookModel",
-    "GradientNotTracked",
-    "Handle",
-    "HandleGroup",
-    "Hook",
-    "HookkitError",
-    "Hooks",
-    "LayerNotFound",
-    "Record",
-    "Summary",
-    "UnsupportedModel",
+    "ablate",
+    "ActivationStats",
     "capture",
     "channel_dropout",
     "clip_grad",
     "drop_block",
     "drop_path",
+    "DropHookModel",
     "dropout",
     "dummy_eval",
+    "edit",
     "gaussian_noise",
+    "gradcam",
+    "gradcam_plus_plus",
+    "GradientNotTracked",
+    "GradientStats",
+    "GradientWarning",
+    "Handle",
+    "HandleGroup",
     "has_params",
+    "Hook",
     "hook_output",
     "hook_outputs",
+    "HookkitError",
+    "Hooks",
     "in_channels",
+    "LayerNotFound",
+    "load_stats",
+    "mask_activations",
     "model_sizes",
+    "NonFiniteError",
     "num_features_model",
     "on_backward",
     "on_forward",
     "on_forward_pre",
     "on_grad",
     "on_output_grad",
-    "remove_all",
-    "select",
-    "Pruning",
-    "Stop",
-    "StopForward",
-    "ablate",
-    "edit",
-    "mask_activations",
     "patch",
     "prune",
+    "Pruning",
+    "Record",
+    "remove_all",
+    "report",
     "run_until",
+    "select",
     "steer",
+    "Stop",
     "stop_after",
+    "StopForward",
+    "Summary",
     "summary",
     "total_params",
+    "UnsupportedModel",
+    "watch_nonfinite",
 ]

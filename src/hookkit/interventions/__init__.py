@@ -1,12 +1,31 @@
 """Interventions: hooks that change what flows. Each acts through the router at INTERVENTION priority,
 so observers on the same layer see the changed value; each returns a handle that removes it."""
 
-# -- regularization, DropHookModel, clipping (issue 6, part 1) --
 from hookkit.interventions.clip import clip_grad
 from hookkit.interventions.drophook import DropHookModel
-from hookkit.interventions.regularize import channel_dropout, drop_block, drop_path, dropout, gaussian_noise
-# -- masking, pruning, patching, steering, early stop (issue 6, part 2) --
 from hookkit.interventions.mask import mask_activations
 from hookkit.interventions.patch import ablate, edit, patch, steer
 from hookkit.interventions.prune import Pruning, prune
+from hookkit.interventions.regularize import channel_dropout, drop_block, drop_path, dropout, gaussian_noise
 from hookkit.interventions.stop import Stop, StopForward, run_until, stop_after
+
+__all__ = [
+    "DropHookModel",
+    "Pruning",
+    "Stop",
+    "StopForward",
+    "ablate",
+    "channel_dropout",
+    "clip_grad",
+    "drop_block",
+    "drop_path",
+    "dropout",
+    "edit",
+    "gaussian_noise",
+    "mask_activations",
+    "patch",
+    "prune",
+    "run_until",
+    "steer",
+    "stop_after",
+]
