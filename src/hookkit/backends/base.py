@@ -138,7 +138,7 @@ class Backend:
     # Each returns a tuple of 0-d tensors (stacked later, in bulk); the reader finishes the formulas
     # on the host, knowing the element count n: std = dev_norm / sqrt(n - 1), fraction = count / n...
     def activation_sums(self, t: Any, near_zero: float) -> tuple:
-        """``(mean, ||t - mean||, count of values <= near_zero)`` of ``t`` as float32."""
+        """``(mean, std (unbiased), count of values <= near_zero)`` of ``t`` as float32: fastai's formulas."""
         raise NotImplementedError
 
     def grad_sums(self, t: Any) -> tuple:
