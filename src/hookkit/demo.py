@@ -31,36 +31,23 @@ class DemoError(Exception):
 
 
 # -- the model, once per framework ----------------------------------------------------------------
-def _torch_model() -> Any:
-    from torch import nn
+def _digits_cnn(framework: str) -> Any:
+    """The demo's CNN, one definition for both frameworks (only the class names differ)."""
+    if framework == "torch":
+        from torch import nn
 
-    class DigitsCNN(nn.Module):
+        Layer, Conv, Pool = nn.Module, nn.Conv2d, nn.MaxPool2d
+    else:
+        from paddle import nn
+
+        Layer, Conv, Pool = nn.Layer, nn.Conv2D, nn.MaxPool2D
+
+    class DigitsCNN(Layer):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1, self.act1 = nn.Conv2d(1, 16, 3, padding=1), nn.ReLU()
-            self.conv2, self.act2, self.pool1 = nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)
-            self.conv3, self.act3, self.pool2 = nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)
-            self.flatten = nn.Flatten()
-            self.fc1, self.act4, self.fc2 = nn.Linear(32 * 2 * 2, 64), nn.ReLU(), nn.Linear(64, 10)
-
-        def forward(self, x: Any) -> Any:
-            x = self.act1(self.conv1(x))
-            x = self.pool1(self.act2(self.conv2(x)))
-            x = self.pool2(self.act3(self.conv3(x)))
-            return self.fc2(self.act4(self.fc1(self.flatten(x))))
-
-    return DigitsCNN()
-
-
-def _paddle_model() -> Any:
-    from paddle import nn
-
-    class DigitsCNN(nn.Layer):
-        def __init__(self) -> None:
-            super().__init__()
-            self.conv1, self.act1 = nn.Conv2D(1, 16, 3, padding=1), nn.ReLU()
-            self.conv2, self.act2, self.pool1 = nn.Conv2D(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2D(2)
-            self.conv3, self.act3, self.pool2 = nn.Conv2D(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2D(2)
+            self.conv1, self.act1 = Conv(1, 16, 3, padding=1), nn.ReLU()
+            self.conv2, self.act2, self.pool1 = Conv(16, 32, 3, padding=1), nn.ReLU(), Pool(2)
+            self.conv3, self.act3, self.pool2 = Conv(32, 32, 3, padding=1), nn.ReLU(), Pool(2)
             self.flatten = nn.Flatten()
             self.fc1, self.act4, self.fc2 = nn.Linear(32 * 2 * 2, 64), nn.ReLU(), nn.Linear(64, 10)
 
@@ -91,7 +78,7 @@ class _Torch:
         self.lib.manual_seed(s)
 
     def model(self) -> Any:
-        return _torch_model()
+        return _digits_cnn("torch")
 
     def tensor(self, a: np.ndarray) -> Any:
         return self.lib.from_numpy(np.ascontiguousarray(a))
@@ -132,7 +119,7 @@ class _Paddle:
         self.lib.seed(s)
 
     def model(self) -> Any:
-        return _paddle_model()
+        return _digits_cnn("paddle")
 
     def tensor(self, a: np.ndarray) -> Any:
         return self.lib.to_tensor(a)

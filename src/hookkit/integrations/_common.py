@@ -124,3 +124,44 @@ class Monitor:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
         return values
+
+
+class MonitorCallback:
+    """What the three framework callbacks share: the arguments, the results, removal, ``with``.
+
+    A mixin placed before the framework's own ``Callback`` class; subclasses only map their
+    library's events to ``self.monitor.attach / log / remove``."""
+
+    def __init__(
+        self,
+        activation_stats: bool = True,
+        gradient_stats: bool = True,
+        hist: bool = False,
+        layers: Any = None,
+        every: int = 1,
+        nonfinite: bool = False,
+        writer: ScalarWriter | None = None,
+        log_every: int = 1,
+    ):
+        super().__init__()
+        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
+
+    @property
+    def activation_stats(self) -> Any:
+        """The ``hookkit.ActivationStats`` of the last run (None before it, or when not asked for)."""
+        return self.monitor.activation_stats
+
+    @property
+    def gradient_stats(self) -> Any:
+        """The ``hookkit.GradientStats`` of the last run (None before it, or when not asked for)."""
+        return self.monitor.gradient_stats
+
+    def remove(self) -> None:
+        """Remove the hooks now (idempotent); the statistics stay readable."""
+        self.monitor.remove()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.monitor.remove(exc)

@@ -16,10 +16,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hookkit.integrations._common import Monitor, ScalarWriter
+from hookkit.integrations._common import MonitorCallback
 
 
-class HookkitTrainerCallback(TrainerCallback):
+class HookkitTrainerCallback(MonitorCallback, TrainerCallback):
     """Attach hookkit statistics to the trained model on train begin; remove them on train end.
 
     Arguments as ``hookkit.integrations.lightning.HookkitCallback``. At every Trainer log event
@@ -29,39 +29,7 @@ class HookkitTrainerCallback(TrainerCallback):
     does this at one log event in N.
     """
 
-    def __init__(
-        self,
-        activation_stats: bool = True,
-        gradient_stats: bool = True,
-        hist: bool = False,
-        layers: Any = None,
-        every: int = 1,
-        nonfinite: bool = False,
-        writer: ScalarWriter | None = None,
-        log_every: int = 1,
-    ):
-        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
-        self._log_events = 0
-
-    @property
-    def activation_stats(self) -> Any:
-        """The ``hookkit.ActivationStats`` of the last run (None before it, or when not asked for)."""
-        return self.monitor.activation_stats
-
-    @property
-    def gradient_stats(self) -> Any:
-        """The ``hookkit.GradientStats`` of the last run (None before it, or when not asked for)."""
-        return self.monitor.gradient_stats
-
-    def remove(self) -> None:
-        """Remove the hooks now (idempotent); the statistics stay readable."""
-        self.monitor.remove()
-
-    def __enter__(self) -> HookkitTrainerCallback:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        self.monitor.remove(exc)
+    _log_events = 0  # per run, reset on train begin
 
     # -- Trainer events ---------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:

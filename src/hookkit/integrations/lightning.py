@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 from hookkit import router
-from hookkit.integrations._common import Monitor, ScalarWriter
+from hookkit.integrations._common import MonitorCallback
 
 
 def _lightning_modules() -> list[Any]:
@@ -37,7 +37,7 @@ def _forward_overridden(pl_module: Any) -> bool:
     return type(pl_module).forward not in {lib.LightningModule.forward for lib in _LIGHTNING}
 
 
-class HookkitCallback(*dict.fromkeys(lib.Callback for lib in _LIGHTNING)):  # type: ignore[misc]
+class HookkitCallback(MonitorCallback, *dict.fromkeys(lib.Callback for lib in _LIGHTNING)):  # type: ignore[misc]
     """Attach hookkit statistics on fit start; remove them on fit end, on teardown and when training raises.
 
     ``activation_stats`` / ``gradient_stats``: what to record (``ActivationStats`` / ``GradientStats``
@@ -52,35 +52,8 @@ class HookkitCallback(*dict.fromkeys(lib.Callback for lib in _LIGHTNING)):  # ty
     the callback counts training batches instead, so ``every=N`` and the step numbers still work.
     """
 
-    def __init__(
-        self,
-        activation_stats: bool = True,
-        gradient_stats: bool = True,
-        hist: bool = False,
-        layers: Any = None,
-        every: int = 1,
-        nonfinite: bool = False,
-        writer: ScalarWriter | None = None,
-        log_every: int = 1,
-    ):
-        super().__init__()
-        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
-        self._count_batches = False
-        self._batch_start_step = -1
-
-    @property
-    def activation_stats(self) -> Any:
-        """The ``hookkit.ActivationStats`` of the last fit (None before it, or when not asked for)."""
-        return self.monitor.activation_stats
-
-    @property
-    def gradient_stats(self) -> Any:
-        """The ``hookkit.GradientStats`` of the last fit (None before it, or when not asked for)."""
-        return self.monitor.gradient_stats
-
-    def remove(self) -> None:
-        """Remove the hooks now (idempotent); the statistics stay readable."""
-        self.monitor.remove()
+    _count_batches = False  # per fit, set on fit start
+    _batch_start_step: int | None = -1
 
     # -- Lightning events -------------------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:

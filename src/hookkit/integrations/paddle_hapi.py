@@ -12,14 +12,12 @@ is how hooks are removed when training raises; a later ``fit()`` also removes th
 
 from __future__ import annotations
 
-from typing import Any
-
 from paddle.callbacks import Callback
 
-from hookkit.integrations._common import Monitor, ScalarWriter
+from hookkit.integrations._common import MonitorCallback
 
 
-class HookkitPaddleCallback(Callback):
+class HookkitPaddleCallback(MonitorCallback, Callback):
     """Attach hookkit statistics to ``self.model.network`` on train begin; remove them on train end.
 
     Arguments as ``hookkit.integrations.lightning.HookkitCallback``; ``writer`` is anything with
@@ -27,40 +25,7 @@ class HookkitPaddleCallback(Callback):
     ``log_every`` epochs with the mean of each statistic over the steps recorded since the last write.
     """
 
-    def __init__(
-        self,
-        activation_stats: bool = True,
-        gradient_stats: bool = True,
-        hist: bool = False,
-        layers: Any = None,
-        every: int = 1,
-        nonfinite: bool = False,
-        writer: ScalarWriter | None = None,
-        log_every: int = 1,
-    ):
-        super().__init__()
-        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
-        self._batches = 0
-
-    @property
-    def activation_stats(self) -> Any:
-        """The ``hookkit.ActivationStats`` of the last fit (None before it, or when not asked for)."""
-        return self.monitor.activation_stats
-
-    @property
-    def gradient_stats(self) -> Any:
-        """The ``hookkit.GradientStats`` of the last fit (None before it, or when not asked for)."""
-        return self.monitor.gradient_stats
-
-    def remove(self) -> None:
-        """Remove the hooks now (idempotent); the statistics stay readable."""
-        self.monitor.remove()
-
-    def __enter__(self) -> HookkitPaddleCallback:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        self.monitor.remove(exc)
+    _batches = 0  # per fit, reset on train begin
 
     # -- paddle.hapi events -----------------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
