@@ -328,7 +328,7 @@ def _run(
     path = hookkit.report(out, title="hookkit demo: a small CNN on handwritten digits")
     seconds = time.perf_counter() - t0
 
-    console.print(summary)
+    summary.print(console.file)  # rich in a terminal, plain text when piped
     console.print(f"held-out accuracy: [bold]{accuracy:.3f}[/bold] ({len(x_test)} digits)   time: {seconds:.1f} s")
     for layer, d in dropout.items():
         console.print(
