@@ -173,7 +173,22 @@ def _read_files(directory: str | os.PathLike, kind: str) -> tuple[dict[str, Any]
     return meta, arrays
 
 
-class LoadedActivationStats(_StatsData):
+class _ActivationMeta:
+    """The settings an activation record is read with, saved beside it (live and loaded alike)."""
+
+    def _meta(self) -> dict[str, Any]:
+        return {
+            **super()._meta(),
+            "bins": self.bins,
+            "range": list(self.hist_range),
+            "near_zero": self.near_zero,
+            "every": self.every,
+            "hist": self.hist,
+            "train_only": self.train_only,
+        }
+
+
+class LoadedActivationStats(_ActivationMeta, _StatsData):
     """Activation statistics read back from disk by ``ActivationStats.load(dir)``; same reading API."""
 
     kind = "activation_stats"
@@ -188,17 +203,6 @@ class LoadedActivationStats(_StatsData):
         self.hist = bool(meta.get("hist", False))
         self.train_only = bool(meta.get("train_only", True))
         self._arrays = arrays
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            **super()._meta(),
-            "bins": self.bins,
-            "range": list(self.hist_range),
-            "near_zero": self.near_zero,
-            "every": self.every,
-            "hist": self.hist,
-            "train_only": self.train_only,
-        }
 
     def _layer_arrays(self) -> dict[str, dict[str, np.ndarray]]:
         return self._arrays
@@ -304,7 +308,7 @@ class _Live(_StatsData, HandleGroup):
         raise NotImplementedError
 
 
-class ActivationStats(_Live):
+class ActivationStats(_ActivationMeta, _Live):
     """fastai's ActivationStats, kept on the device: per layer and recorded forward, the mean, std and
     fraction of values ``<= near_zero`` of the layer's output (and its histogram with ``hist=True``).
 
@@ -380,17 +384,6 @@ class ActivationStats(_Live):
 
     def _all_series(self) -> list[_Series]:
         return [*self._values.values(), *self._hists.values()]
-
-    def _meta(self) -> dict[str, Any]:
-        return {
-            **super()._meta(),
-            "bins": self.bins,
-            "range": list(self.hist_range),
-            "near_zero": self.near_zero,
-            "every": self.every,
-            "hist": self.hist,
-            "train_only": self.train_only,
-        }
 
     def _read(self) -> dict[str, dict[str, np.ndarray]]:
         out: dict[str, dict[str, np.ndarray]] = {}
