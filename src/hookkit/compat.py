@@ -209,7 +209,11 @@ def num_features_model(m: Any) -> int:
 
 
 def has_params(m: Any) -> bool:
-    """True if ``m`` has at least one parameter."""
+    """True if ``m`` has at least one parameter.
+
+    >>> has_params(nn.Linear(3, 4)), has_params(nn.ReLU())   # doctest: +SKIP
+    (True, False)
+    """
     return len(backend_for(m).parameters(m)) > 0
 
 
