@@ -149,3 +149,16 @@ def make_framework(name: str) -> Framework:
     if name not in _cache:
         _cache[name] = Framework(name)
     return _cache[name]
+
+
+def hooks_left(model: Any) -> list[str]:
+    """Names of the layers that still carry a hookkit consumer or any native forward hook."""
+    from hookkit import router
+    from hookkit.backends import backend_for
+
+    left = []
+    for name, layer in backend_for(model).named_layers(model):
+        native = [getattr(layer, a, None) for a in ("_forward_hooks", "_forward_pre_hooks", "_forward_post_hooks")]
+        if any(router.attached(layer).values()) or any(native):
+            left.append(name)
+    return left

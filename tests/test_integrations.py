@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.router import attached
+from models import hooks_left
 
 N, BATCH = 32, 8  # 4 batches per epoch
 
@@ -19,15 +19,6 @@ class RecordingWriter:
 
     def add_scalar(self, tag: str, value: float, step: int) -> None:
         self.scalars.append((tag, float(value), int(step)))
-
-
-def assert_no_hooks(model) -> None:
-    """No hookkit consumer and no native forward hook left on any layer (torch or paddle)."""
-    layers = list(model.modules()) if hasattr(model, "modules") else [model, *model.sublayers()]
-    for layer in layers:
-        assert not any(attached(layer).values()), layer
-        native = [getattr(layer, a, {}) for a in ("_forward_hooks", "_forward_pre_hooks", "_forward_post_hooks")]
-        assert not any(len(h) for h in native), f"native hooks left on {type(layer).__name__}"
 
 
 def segment_means(series: np.ndarray, sizes: list[int]) -> list[float]:
@@ -113,7 +104,7 @@ def test_lightning_records_every_step_logs_to_tensorboard_and_removes(lightning,
     assert len(acts.steps) == 8 and len(grads.steps) == 8  # 2 epochs x 4 batches
     assert acts.layer_stats("net.0")["hist"].shape == (8, acts.bins)
     assert len(grads.layer_stats("net.2")["norm"]) == 8
-    assert_no_hooks(module)
+    assert not hooks_left(module)
     # TensorBoard got, per epoch, the mean of that epoch's recorded steps (at the trainer's global step)
     events = EventAccumulator(str(tmp_path))
     events.Reload()
@@ -142,7 +133,7 @@ def test_lightning_module_without_forward_counts_batches(lightning):
     module = lightning(cb, epochs=2, own_forward=False)
     np.testing.assert_array_equal(cb.activation_stats.layer_stats("net.0")["step"], [0, 2, 4, 6])
     np.testing.assert_array_equal(cb.gradient_stats.layer_stats("net.2")["step"], [0, 2, 4, 6])
-    assert_no_hooks(module)
+    assert not hooks_left(module)
 
 
 def test_lightning_removes_hooks_when_training_raises(lightning):
@@ -152,7 +143,7 @@ def test_lightning_removes_hooks_when_training_raises(lightning):
     with pytest.raises(RuntimeError, match="boom"):
         lightning(cb, epochs=1, fail_at=2)
     assert len(cb.activation_stats.steps) == 2
-    assert_no_hooks(lightning.module)
+    assert not hooks_left(lightning.module)
 
 
 def test_lightning_nonfinite_raises_naming_the_layer_and_removes(lightning):
@@ -161,7 +152,7 @@ def test_lightning_nonfinite_raises_naming_the_layer_and_removes(lightning):
     cb = HookkitCallback(activation_stats=False, gradient_stats=False, nonfinite=True)
     with pytest.raises(hookkit.NonFiniteError, match="net.0"):
         lightning(cb, epochs=1, nan_at=1)
-    assert_no_hooks(lightning.module)
+    assert not hooks_left(lightning.module)
 
 
 def test_writer_must_have_add_scalar():
@@ -229,7 +220,7 @@ def test_huggingface_trainer_records_logs_and_removes(hf_trainer):
     trainer.train()
     acts, grads = cb.activation_stats, cb.gradient_stats
     assert len(acts.steps) == 3 and len(grads.steps) == 3
-    assert_no_hooks(model)
+    assert not hooks_left(model)
     # one log event per step: the writer got each step's value at that global step
     fc_mean = [(v, s) for t, v, s in writer.scalars if t == "act/transformer.h.0.mlp.c_fc/mean"]
     assert [s for _, s in fc_mean] == [1, 2, 3]
@@ -249,7 +240,7 @@ def test_huggingface_default_layers_and_removal_on_error(hf_trainer):
     trainer, model = hf_trainer(cb, fail_at=2)
     with cb, pytest.raises(IndexError, match="bad batch"):
         trainer.train()
-    assert_no_hooks(model)
+    assert not hooks_left(model)
     assert "transformer.h.0.mlp.c_fc" in cb.activation_stats.names
     # batches 0 and 1, and batch 2 whose forward ran before raising
     assert len(cb.activation_stats.layer_stats("transformer.h.0.mlp.c_fc")["mean"]) == 3
@@ -311,7 +302,7 @@ def test_paddle_fit_records_logs_and_removes(paddle_fit):
     assert {"body.0", "body.2"} <= set(acts.names)
     assert len(acts.layer_stats("body.0")["mean"]) == 8 and len(grads.layer_stats("body.2")["norm"]) == 8
     assert acts.layer_stats("body.2")["hist"].shape == (8, acts.bins)
-    assert_no_hooks(net)
+    assert not hooks_left(net)
     std = [(v, s) for t, v, s in writer.scalars if t == "act/body.2/std"]
     assert [s for _, s in std] == [4, 8]  # per epoch, at the global batch count
     np.testing.assert_allclose([v for v, _ in std], segment_means(acts.layer_stats("body.2")["std"], [4, 4]), rtol=1e-5)
@@ -325,7 +316,7 @@ def test_paddle_fit_removes_hooks_when_training_raises(paddle_fit):
     cb = HookkitPaddleCallback()
     with cb, pytest.raises(RuntimeError, match="boom"):
         paddle_fit(cb, fail_at=2)
-    assert_no_hooks(paddle_fit.net)
+    assert not hooks_left(paddle_fit.net)
     assert len(cb.activation_stats.layer_stats("body.0")["mean"]) == 3  # the failing forward ran its layers first
     assert len(cb.gradient_stats.layer_stats("body.0")["norm"]) == 2
 
@@ -336,5 +327,5 @@ def test_paddle_fit_nonfinite_names_the_layer(paddle_fit):
     cb = HookkitPaddleCallback(gradient_stats=False, nonfinite=True)
     with cb, pytest.raises(hookkit.NonFiniteError, match="body.0"):
         paddle_fit(cb, nan_at=1)
-    assert_no_hooks(paddle_fit.net)
+    assert not hooks_left(paddle_fit.net)
     assert len(cb.activation_stats.layer_stats("body.0")["mean"]) == 2  # the NaN forward was recorded too

@@ -6,22 +6,11 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit import router
+from models import hooks_left
 
 
 def _mlp(fw):
     return fw.sequential(fw.linear(5, 10), fw.relu(), fw.linear(10, 3))
-
-
-def _no_hooks(fw, model) -> bool:
-    for _, layer in model.named_sublayers(include_self=True) if fw.name == "paddle" else model.named_modules():
-        if any(router.attached(layer).values()):
-            return False
-        if fw.name == "torch" and (layer._forward_hooks or layer._forward_pre_hooks):
-            return False
-        if fw.name == "paddle" and (layer._forward_post_hooks or layer._forward_pre_hooks):
-            return False
-    return True
 
 
 def _sd_numpy(fw, model) -> dict[str, np.ndarray]:
@@ -56,7 +45,7 @@ def test_threshold_mask_matches_numpy(fw):
     # an observer on the same layer sees the masked value
     np.testing.assert_array_equal(fw.numpy(cap["0"]), expected_h)
     assert (expected_h == 0).sum() >= h.size // 2
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 def test_top_k_keeps_k_largest_per_sample(fw):
@@ -107,7 +96,7 @@ def test_mask_errors(fw):
     with pytest.raises(ValueError, match="top_k=11 but layer '0' has 10 values per sample"):
         with hookkit.mask_activations(model, "0", top_k=11):
             model(x)
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 # -- weight pruning -----------------------------------------------------------------------------
@@ -139,7 +128,7 @@ def test_l1_unstructured_sparsity_and_forward(fw):
     # remove() restores the original weights
     for k, v in _sd_numpy(fw, model).items():
         np.testing.assert_array_equal(v, before[k])
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 def test_pruned_weights_stay_zero_while_training(fw):
@@ -171,7 +160,7 @@ def test_pruned_weights_stay_zero_while_training(fw):
         assert (sd[k][m == 0] == 0).all()
         assert (sd[k][m == 1] != 0).all()
     p.make_permanent()
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
     model.eval()
     plain = fw.small_cnn()
     plain.eval()
@@ -197,7 +186,7 @@ def test_ln_structured_prunes_whole_channels(fw):
     assert (wz[list(dropped)] == 0).all()
     assert p.sparsity() == pytest.approx(0.25)
     p.make_permanent()
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
     with pytest.raises(hookkit.HookkitError, match="after remove"):
         p.make_permanent()
 
@@ -214,5 +203,5 @@ def test_prune_errors(fw):
         hookkit.prune(model, "conv1", method="ln_structured", dim=4)
     with pytest.raises(ValueError, match="amount=100 but conv1.weight has 72 entries"):
         hookkit.prune(model, ["fc", "conv1"], amount=100)
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
     assert all((fw.numpy(v) != 0).all() for k, v in model.state_dict().items() if k.endswith("weight") and "bn" not in k)

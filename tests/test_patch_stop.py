@@ -6,23 +6,12 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit import router
 from hookkit.interventions.stop import StopForward
+from models import hooks_left
 
 
 def _mlp(fw):
     return fw.sequential(fw.linear(5, 10), fw.relu(), fw.linear(10, 3))
-
-
-def _no_hooks(fw, model) -> bool:
-    for _, layer in model.named_sublayers(include_self=True) if fw.name == "paddle" else model.named_modules():
-        if any(router.attached(layer).values()):
-            return False
-        if fw.name == "torch" and (layer._forward_hooks or layer._forward_pre_hooks):
-            return False
-        if fw.name == "paddle" and (layer._forward_post_hooks or layer._forward_pre_hooks):
-            return False
-    return True
 
 
 def _tanh(fw, t):
@@ -58,11 +47,7 @@ def test_patching_restores_clean_run_gpt2(gpt2):
         with hookkit.patch(model, "transformer.h.1", {"transformer.h.1": cap["transformer.h.1"]}):
             assert torch.equal(model(corrupt).logits, clean_logits)
         assert torch.equal(model(corrupt).logits, corrupt_logits)
-    assert _no_hooks_torch(model)
-
-
-def _no_hooks_torch(model) -> bool:
-    return all(not any(router.attached(m).values()) and not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert not hooks_left(model)
 
 
 def test_patching_tuple_and_model_outputs_gpt2(gpt2):
@@ -86,7 +71,7 @@ def test_patching_tuple_and_model_outputs_gpt2(gpt2):
         with pytest.raises(ValueError, match=r"layer 'transformer.h.0' .*shape \[1, 7, 64\]; the layer's output has shape \[2, 7, 64\]"):
             with hookkit.patch(model, "transformer.h.0", torch.zeros(1, 7, 64)):
                 model(corrupt)
-    assert _no_hooks_torch(model)
+    assert not hooks_left(model)
 
 
 # -- per-call patching --------------------------------------------------------------------------
@@ -119,7 +104,7 @@ def test_per_call_patching_shared_block(fw):
     with pytest.raises(ValueError, match=r"no stored output for layer 'block' call 1; the captured run has calls \[0\]"):
         with hookkit.patch(model, "block", one):
             model(x_corrupt)
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 # -- ablation, steering, edit -------------------------------------------------------------------
@@ -140,7 +125,7 @@ def test_ablate_zero_and_mean(fw):
     with pytest.raises(ValueError, match=r"the mean for layer '0' has shape \[3\]; expected \[10\]"):
         with hookkit.ablate(model, "0", mode="mean", mean=np.zeros(3)):
             model(x)
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 def test_steer_and_edit(fw):
@@ -173,7 +158,7 @@ def test_steer_and_edit(fw):
     with hookkit.edit(rep, "block", lambda out, ev: out * 0, calls=[2]):
         out = fw.numpy(rep(xs))
     np.testing.assert_allclose(out, fw.numpy(rep.out(_tanh(fw, fw.tensor(np.zeros((2, 6)))))), rtol=1e-6)
-    assert _no_hooks(fw, model) and _no_hooks(fw, rep)
+    assert not hooks_left(model) and not hooks_left(rep)
 
 
 def test_patch_argument_errors(fw):
@@ -186,7 +171,7 @@ def test_patch_argument_errors(fw):
         hookkit.edit(model, "0", lambda t, ev: t, calls="all")
     with pytest.raises(hookkit.LayerNotFound):
         hookkit.ablate(model, "7")
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 # -- early stop ---------------------------------------------------------------------------------
@@ -233,7 +218,7 @@ def test_run_until_stops_and_captures(fw):
         np.testing.assert_array_equal(fw.numpy(out2), fw.numpy(out))
         assert model.boom.calls == 0
         assert model.training is training and model.a.training is training
-        assert _no_hooks(fw, model)
+        assert not hooks_left(model)
     with pytest.raises(RuntimeError, match="boom ran"):
         model(x)
 
@@ -254,7 +239,7 @@ def test_stop_after_baukit_style_and_exception(fw):
     h.remove()
     assert not isinstance(info.value, Exception)
     assert not getattr(info.value, "__notes__", None) and not hasattr(info.value, "hookkit_layer")
-    assert model.boom.calls == 0 and _no_hooks(fw, model)
+    assert model.boom.calls == 0 and not hooks_left(model)
 
 
 def test_stop_shared_block_call_and_errors(fw):
@@ -273,7 +258,7 @@ def test_stop_shared_block_call_and_errors(fw):
     with pytest.raises(hookkit.HookkitError, match="layer 'block' did not run a call 5 during this forward"):
         with hookkit.run_until(model, "block", call=5) as r:
             r(x)
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 def test_index_on_tuple_outputs(fw):
@@ -306,7 +291,7 @@ def test_index_on_tuple_outputs(fw):
         np.testing.assert_allclose(fw.numpy(model(x)), 21 * xn + 5, rtol=1e-5)
     with pytest.raises(TypeError, match="index must be None"):
         hookkit.ablate(model, "pair", index=-1)
-    assert _no_hooks(fw, model)
+    assert not hooks_left(model)
 
 
 def test_run_until_keeps_gradients(fw):
@@ -319,4 +304,4 @@ def test_run_until_keeps_gradients(fw):
     wb = fw.numpy(model.b.weight)  # torch [out, in], paddle [in, out]
     expected = np.ones((3, 5), dtype="float32") @ (wb if fw.name == "torch" else wb.T)
     np.testing.assert_allclose(fw.numpy(run.capture.grads["a"]), expected, rtol=1e-5)
-    assert model.boom.calls == 0 and _no_hooks(fw, model)
+    assert model.boom.calls == 0 and not hooks_left(model)

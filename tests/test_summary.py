@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import hookkit
-from hookkit import router
 from hookkit.cli import main as cli_main
+from models import hooks_left
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,16 +29,6 @@ def make_mlp(width: int = 8, framework: str = "torch"):
 
 def make_nothing():
     return 42
-
-
-def _no_hooks_left(model) -> None:
-    """No hookkit consumer and no native forward hook at all on any layer (the test models have none)."""
-    from hookkit.backends import backend_for
-
-    for name, layer in backend_for(model).named_layers(model):
-        assert all(v == 0 for v in router.attached(layer).values()), name
-        post = layer._forward_hooks if hasattr(layer, "_forward_hooks") else layer._forward_post_hooks
-        assert not layer._forward_pre_hooks and not post, name
 
 
 def _row(s, name, call=0):
@@ -251,7 +241,7 @@ def test_training_mode_restored(fw):
     model.eval()
     hookkit.summary(model, (1, 3), mode="train")
     assert not any(m.training for m in (model, model[0], model[1], model[2]))
-    _no_hooks_left(model)
+    assert not hooks_left(model)
 
 
 def test_gradients_are_off_during_the_forward(fw):
@@ -282,7 +272,7 @@ def test_failing_forward_prints_rows_and_names_layer(fw, capsys):
     assert partial.rows[1].finished and partial.rows[3].failed and not partial.rows[0].finished
     assert partial.total_params == 4 * 6 + 6 + 7 * 2 + 2
     assert model.training and all(m.training for m in model)
-    _no_hooks_left(model)
+    assert not hooks_left(model)
     # a later summary of a fixed model works (nothing left half-open)
     ok = hookkit.summary(fw.sequential(fw.linear(4, 6)), (3, 4))
     assert ok.total_mult_adds == 3 * 4 * 6
@@ -303,7 +293,7 @@ def test_failure_in_a_parents_own_code_names_the_parent(fw, capsys):
         hookkit.summary(model, (1, 4))
     assert info.value.hookkit_layer == "1"
     assert "layer '1' (Parent, call 0" in info.value.__notes__[-1]
-    _no_hooks_left(model)
+    assert not hooks_left(model)
 
 
 def test_failure_in_a_hook_is_attributed_to_that_layer(fw, capsys):
@@ -317,7 +307,7 @@ def test_failure_in_a_hook_is_attributed_to_that_layer(fw, capsys):
             hookkit.summary(model, (1, 4))
     assert info.value.hookkit_layer == "1"
     assert _row(info.value.hookkit_summary, "1").failed
-    _no_hooks_left(model)
+    assert not hooks_left(model)
 
 
 def test_failure_in_a_pre_hook_and_below_depth(fw, capsys):
@@ -337,7 +327,7 @@ def test_failure_in_a_pre_hook_and_below_depth(fw, capsys):
             hookkit.summary(model, (1, 4))
     assert "in a hook on layer '2', before the layer ran" in info.value.__notes__[-1]
     assert not any(r.failed for r in info.value.hookkit_summary.all_rows)
-    _no_hooks_left(model)
+    assert not hooks_left(model)
 
 
 def test_argument_errors_are_clear(fw):
@@ -352,7 +342,7 @@ def test_argument_errors_are_clear(fw):
         hookkit.summary(model, (1, 5), mode="inference")
     with pytest.raises(TypeError, match="input_size"):
         hookkit.summary(model, "1,5")
-    _no_hooks_left(model)
+    assert not hooks_left(model)
 
 
 # -- output forms ---------------------------------------------------------------------------------

@@ -113,7 +113,7 @@ class watch_nonfinite(HandleGroup):
         probes.extend(self._probe(g))
         self._entries.append(("backward", *key, start, len(probes)))
         if self.vanish is not None:
-            self._norms.append(self._backend.to_float((g * g).sum()).sqrt())
+            self._norms.append(self._backend.l2_norm(g))
         if key == self._earliest:
             self._earliest = None
             if self._backend.name == "paddle":

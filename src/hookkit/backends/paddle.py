@@ -144,6 +144,9 @@ class PaddleBackend(Backend):
     def to_float(self, t: Any) -> Any:
         return t.astype("float32")
 
+    def l2_norm(self, t: Any) -> Any:
+        return paddle.linalg.norm(t.astype("float32"))
+
     def activation_sums(self, t: Any, near_zero: float) -> tuple:
         t = t.astype("float32")
         return t.mean(), t.std(), (t <= near_zero).astype("float32").sum()

@@ -104,6 +104,9 @@ class TorchBackend(Backend):
     def to_float(self, t: Any) -> Any:
         return t.float()
 
+    def l2_norm(self, t: Any) -> Any:
+        return torch.linalg.vector_norm(t, dtype=torch.float32)  # casts while reducing: no copy
+
     def activation_sums(self, t: Any, near_zero: float) -> tuple:
         t = t.float()  # fastai measures o.float()
         mean, n = t.mean(), t.numel()

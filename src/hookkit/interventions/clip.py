@@ -30,7 +30,7 @@ def _clipper(backend: Backend, value: float | None, norm: float | None) -> Calla
             return g.clamp(-value, value)
 
         def scale(g: Any) -> Any:
-            coef = (norm / (g.float().norm() + _EPS)).clamp(max=1.0)
+            coef = (norm / (backend.l2_norm(g) + _EPS)).clamp(max=1.0)
             return g * coef.to(g.dtype)
     else:
         import paddle
@@ -39,7 +39,7 @@ def _clipper(backend: Backend, value: float | None, norm: float | None) -> Calla
             return paddle.clip(g, -value, value)
 
         def scale(g: Any) -> Any:
-            coef = paddle.clip(norm / (paddle.linalg.norm(g.astype("float32")) + _EPS), max=1.0)
+            coef = paddle.clip(norm / (backend.l2_norm(g) + _EPS), max=1.0)
             return g * coef.astype(g.dtype)
 
     def clip(g: Any) -> Any:
