@@ -271,8 +271,15 @@ def _count_syncs(fn):
     return Count.n
 
 
-def test_no_host_sync_in_the_hot_path(torch_fw):
+@pytest.mark.parametrize("route", ["accelerator", "cpu"])
+def test_no_host_sync_in_the_hot_path(torch_fw, route, monkeypatch):
+    """The accelerator route (forced here on the CPU) never reads a value on the host; the CPU's
+    own route reads host memory through numpy, which is no device sync, and no aten read either."""
     import torch
+
+    from hookkit.backends.torch import TorchBackend
+
+    monkeypatch.setattr(TorchBackend, "host_routes", route == "cpu")
 
     fw = torch_fw
     fw.seed(0)
@@ -360,14 +367,18 @@ def test_cpu_histogram_equals_histc_on_large_tensors(torch_fw):
     from hookkit.backends import backend_for
 
     be = backend_for(torch.zeros(1))
-    for lo, hi, bins in [(0.0, 10.0, 40), (-2.0, 3.0, 20), (0.0, 6.0, 12), (0.1, 0.3, 7)]:
-        x = torch.randn(40000) * (hi - lo) + lo
+    for lo, hi, bins in [(0.0, 10.0, 40), (-2.0, 3.0, 20), (0.0, 6.0, 12), (0.1, 0.3, 7), (0.0, 1.0, 1), (-5.0, 5.0, 126)]:
+        x = torch.randn(300000) * (hi - lo) + lo  # > one 128k chunk
         x[:500] = hi
         x[500:510] = lo
         x[510:520] = float("nan")
         x[520:530] = float("inf")
         x[530:540] = -float("inf")
         x[540:600] = torch.linspace(lo, hi, 60)  # bin edges
+        x[600:700] = torch.nextafter(torch.full((100,), hi), torch.tensor(hi + 1))  # just above high
+        x[700:800] = torch.nextafter(torch.full((100,), hi), torch.tensor(lo))  # just below
+        x[800:900] = torch.nextafter(torch.full((100,), lo), torch.tensor(lo - 1))  # just below low
+        x[900:1000] = -0.0
         np.testing.assert_array_equal(be.fast_histc(x, bins, lo, hi).numpy(), torch.histc(x, bins, lo, hi).numpy())
     model = torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.ReLU6())
     x = torch.randn(64, 16) * 4
@@ -375,3 +386,48 @@ def test_cpu_histogram_equals_histc_on_large_tensors(torch_fw):
         out = model(x)
     assert out.numel() >= 16384 and (out == 6).any()
     np.testing.assert_array_equal(stats.layer_stats("1")["hist"][0], torch.histc(out, 12, 0, 6).numpy())
+
+
+def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(torch_fw):
+    """mean/std/near-zero of 4M-value CPU tensors against float64, including outputs whose mean is
+    far larger than their spread (the one-pass variance would cancel) and a constant output."""
+    import torch
+
+    from hookkit.backends import torch_stats
+
+    g = torch.Generator().manual_seed(0)
+    for offset, scale in [(0.0, 1.0), (1.0, 1.0), (10.0, 1.0), (1000.0, 1.0), (3.0, 0.0), (0.0, 1e-20)]:
+        x = (torch.randn(1 << 22, generator=g) * scale + offset).reshape(64, -1)
+        mean, m2, count = torch_stats.activation_sums_host(x, 0.05).tolist()
+        xd = x.double()
+        assert mean == pytest.approx(xd.mean().item(), rel=1e-6, abs=1e-9)
+        np.testing.assert_allclose(np.sqrt(m2 / (x.numel() - 1)), xd.std().item(), rtol=1e-5, atol=1e-30)
+        assert count == (x <= 0.05).sum().item()
+        device = torch_stats.activation_sums_device(x, 0.05).tolist()
+        np.testing.assert_allclose(device, [mean, m2, count], rtol=1e-4, atol=1e-30)
+        mean_g, norm, lo, hi = (v.item() for v in torch_stats.grad_sums(x))
+        assert norm == pytest.approx(torch.linalg.vector_norm(xd).item(), rel=1e-6)
+        assert (lo, hi) == (x.min().item(), x.max().item())
+
+
+def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw):
+    """GPT-2 ties lm_head.weight to transformer.wte.weight: one hook computes its statistics, and
+    both layers report them."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16)).train()
+    tied = model.lm_head.weight
+    assert tied is model.transformer.wte.weight
+    ids = torch.randint(0, 100, (2, 8))
+    with hookkit.GradientStats(model, ["transformer.wte", "lm_head"]) as gstats:
+        assert len(tied._backward_hooks) == 1
+        model(input_ids=ids, labels=ids).loss.backward()
+    assert not tied._backward_hooks
+    g = tied.grad.double()
+    for name in ("transformer.wte", "lm_head"):
+        p = gstats.param_stats(name)
+        assert list(p["step"]) == [0]
+        np.testing.assert_allclose(p["norm"][0], torch.linalg.vector_norm(g).item(), rtol=1e-6)
+        np.testing.assert_allclose(p["max_abs"][0], g.abs().max().item(), rtol=1e-6)

@@ -373,7 +373,7 @@ class ActivationStats(_ActivationMeta, _Live):
                 if o is None:
                     return
             o = o.detach()  # no autograd graph for the statistics
-            values.extend(sums(o, near_zero))
+            values.append(sums(o, near_zero))
             if hists is not None:
                 hists.append(histc(o, bins, lo, hi))
             steps.append(ev.step)
@@ -393,7 +393,7 @@ class ActivationStats(_ActivationMeta, _Live):
             with np.errstate(invalid="ignore", divide="ignore"):
                 arrays = {
                     "mean": v[:, 0].astype(np.float32),
-                    "std": v[:, 1].astype(np.float32),
+                    "std": np.sqrt(v[:, 1] / (n - 1)).astype(np.float32),
                     "near_zero": (v[:, 2] / n).astype(np.float32),
                 }
             if self.hist:
@@ -451,6 +451,7 @@ class GradientStats(_GradReading, _Live):
         self._param_numel: dict[str, list[int]] = {}
         self._cur_step = [0]
         record = self._recording(every, False)
+        owners: dict[int, list[tuple[_Series, list[int]]]] = {}  # a tied parameter is hooked once
         for name, layer in self._named:
             self.add(attach(model, [(name, layer)], "grad", self._consumer(name, record), OBSERVER))
             params = [p for p in be.parameters(layer, recurse=False) if be.requires_grad(p)]
@@ -458,7 +459,12 @@ class GradientStats(_GradReading, _Live):
             self._param_steps[name] = [[] for _ in params]
             self._param_numel[name] = [be.numel(p) for p in params]
             for i, p in enumerate(params):
-                self.add(Handle(be.hook_tensor(p, self._param_hook(name, i, record)).remove))
+                target = (self._param_values[name][i], self._param_steps[name][i])
+                if id(p) in owners:
+                    owners[id(p)].append(target)
+                else:
+                    owners[id(p)] = [target]
+                    self.add(Handle(be.hook_tensor(p, self._param_hook(owners[id(p)], record)).remove))
 
     def _consumer(self, name: str, record: Callable[[int], bool]) -> Callable[[Event], None]:
         sums, numel = self._backend.grad_sums, self._backend.numel
@@ -477,15 +483,16 @@ class GradientStats(_GradReading, _Live):
 
         return on_grad
 
-    def _param_hook(self, name: str, i: int, record: Callable[[int], bool]) -> Callable[[Any], None]:
-        ssm = self._backend.param_sums
-        values, steps, cur = self._param_values[name][i], self._param_steps[name][i], self._cur_step
+    def _param_hook(self, targets: list[tuple[_Series, list[int]]], record: Callable[[int], bool]) -> Callable[[Any], None]:
+        ssm, cur = self._backend.param_sums, self._cur_step
 
         def on_param_grad(g: Any) -> None:
             step = cur[0]
             if record(step):
-                values.extend(ssm(g.detach()))
-                steps.append(step)
+                sums = ssm(g.detach())
+                for values, steps in targets:  # every layer that holds this parameter
+                    values.extend(sums)
+                    steps.append(step)
 
         return on_param_grad
 

@@ -136,13 +136,14 @@ class Backend:
 
     # -- monitoring (issue 5): a few fused reductions per call; the result stays on the device ----
     # Each returns a tuple of 0-d tensors (stacked later, in bulk); the reader finishes the formulas
-    # on the host, knowing the element count n: std = dev_norm / sqrt(n - 1), fraction = count / n...
+    # on the host, knowing the element count n: std = sqrt(m2 / (n - 1)), fraction = count / n...
     def l2_norm(self, t: Any) -> Any:
         """``||t||`` as a 0-d float32 tensor on ``t``'s device (no host read)."""
         raise NotImplementedError
 
-    def activation_sums(self, t: Any, near_zero: float) -> tuple:
-        """``(mean, std (unbiased), count of values <= near_zero)`` of ``t`` as float32: fastai's formulas."""
+    def activation_sums(self, t: Any, near_zero: float) -> Any:
+        """One row ``[mean, sum of squared deviations from the mean, count of values <= near_zero]``
+        of ``t`` as floats: the reader finishes fastai's formulas (std = sqrt(m2 / (n - 1)))."""
         raise NotImplementedError
 
     def grad_sums(self, t: Any) -> tuple:

@@ -147,9 +147,10 @@ class PaddleBackend(Backend):
     def l2_norm(self, t: Any) -> Any:
         return paddle.linalg.norm(t.astype("float32"))
 
-    def activation_sums(self, t: Any, near_zero: float) -> tuple:
+    def activation_sums(self, t: Any, near_zero: float) -> Any:
         t = t.astype("float32")
-        return t.mean(), t.std(), (t <= near_zero).astype("float32").sum()
+        mean = t.mean()
+        return paddle.stack([mean, (t - mean).square().sum(), (t <= near_zero).astype("float32").sum()])
 
     def grad_sums(self, t: Any) -> tuple:
         t = t.astype("float32")

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from hookkit.backends import torch_stats
 from hookkit.backends.base import Backend
 
 
@@ -107,41 +108,27 @@ class TorchBackend(Backend):
     def l2_norm(self, t: Any) -> Any:
         return torch.linalg.vector_norm(t, dtype=torch.float32)  # casts while reducing: no copy
 
-    def activation_sums(self, t: Any, near_zero: float) -> tuple:
-        t = t.float()  # fastai measures o.float()
-        mean, n = t.mean(), t.numel()
-        # fastai's formulas without its costs: std_mean is ~5x slower than this on CPU, a bool->int
-        # sum 5x slower than count_nonzero. Up to 4M values the two-pass deviation norm beats torch.std
-        # (1.35 vs 2.2 ms on 1M); above, its temporary is a fresh mmap and torch.std wins (29 vs 53 ms).
-        if n <= 1 << 22:
-            std = torch.linalg.vector_norm(t - mean) * ((n - 1) ** -0.5 if n > 1 else float("nan"))
-        else:
-            std = t.std()
-        return mean, std, torch.count_nonzero(t <= near_zero)
+    # The monitoring reductions (torch_stats.py): the CPU has its own, faster routes; tests switch
+    # them off to prove the accelerator route never reads a value on the host.
+    host_routes = True
+
+    def activation_sums(self, t: Any, near_zero: float) -> Any:
+        if self.host_routes and t.device.type == "cpu":
+            return torch_stats.activation_sums_host(t, near_zero)
+        return torch_stats.activation_sums_device(t, near_zero)
 
     def grad_sums(self, t: Any) -> tuple:
-        t = t.float()
-        return (t.mean(), torch.linalg.vector_norm(t), *torch.aminmax(t))
+        return torch_stats.grad_sums(t)
 
     def param_sums(self, t: Any) -> tuple:
-        t = t.float()
-        return (t.sum(), torch.linalg.vector_norm(t), *torch.aminmax(t))
+        return torch_stats.param_sums(t)
 
     def fast_histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
-        t = t.float()
-        if t.device.type != "cpu" or t.numel() < 16384 or bins > 254:  # one kernel there; fewer calls when small
-            return torch.histc(t, bins, lo, hi)
-        # CPU histc is a scalar loop (~10 ns a value); this is its formula, vectorized: bin =
-        # floor((x - lo) * bins / (hi - lo)), x == hi in the last bin, NaN and x outside [lo, hi]
-        # dropped (sent to slot 0). In chunks of 256k values so that the temporaries stay small
-        # and reused (a full-size temporary of a 50 MB output costs more than histc itself).
-        scale = bins / (hi - lo)
-        counts = torch.zeros(bins + 1, dtype=torch.int64)
-        for chunk in t.reshape(-1).split(1 << 18):
-            x = (chunk - lo).mul_(scale)
-            x = torch.where(chunk <= hi, x, -1.0).floor_().clamp_(-1, bins - 1).add_(1)
-            counts += torch.bincount(x.to(torch.uint8), minlength=bins + 1)
-        return counts[1:].float()
+        if self.host_routes and t.device.type == "cpu":
+            hist = torch_stats.histc_host(t, bins, lo, hi)
+            if hist is not None:
+                return hist
+        return torch.histc(t.float(), bins, lo, hi)
 
     def finite_probe(self, t: Any) -> tuple:
         if not t.is_floating_point():
