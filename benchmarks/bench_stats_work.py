@@ -4,7 +4,8 @@ End-to-end step ratios (bench_stats.py) carry +-15% noise on a shared machine; t
 the only thing that differs between the variants, so this times exactly that, with little noise:
 one training step's hooked outputs (and output/parameter gradients) are captured once, then
 fastai's own ``ActivationStats.hook`` and hookkit's per-call work (the backend primitives its
-consumers call) run over them, repeated. Dispatch (~1-5 us per call) is left out on both sides.
+consumers call) run over them, repeated (least of 15 runs). Dispatch (~1-5 us per call) is left
+out on both sides.
 
     /work/bench-venv/bin/python benchmarks/bench_stats_work.py
 """
@@ -28,14 +29,15 @@ from hookkit.backends import backend_for  # noqa: E402
 torch.set_num_threads(1)
 
 
-def median_ms(fn, n: int = 9) -> float:
+def best_ms(fn, n: int = 15) -> float:
+    """Least CPU time of n runs: the work's own cost (this shared machine's noise only adds to it)."""
     fn()
     times = []
     for _ in range(n):
         t0 = time.process_time()
         fn()
         times.append(time.process_time() - t0)
-    return sorted(times)[n // 2] * 1e3
+    return min(times) * 1e3
 
 
 def workloads():
@@ -68,17 +70,18 @@ def main() -> None:
             opt.step()
             opt.zero_grad()
 
-        step_ms = median_ms(step, 5)
+        step_ms = best_ms(step, 5)
         with hookkit.capture(model, names, grads=True) as cap:
             loss_fn().backward()
         first = lambda v: v[0] if isinstance(v, tuple) else v  # noqa: E731
         outs = [first(cap[n]) for n in names]
         grads = [first(cap.grads[n]) for n in names]
-        pgrads = [p.grad for _, m in hookkit.select(model, names) for p in m.parameters(recurse=False) if p.grad is not None]
+        params = {id(p): p for _, m in hookkit.select(model, names) for p in m.parameters(recurse=False)}  # tied: once
+        pgrads = [p.grad for p in params.values() if p.grad is not None]
         row = [label]
         for hist in (False, True):
             fastai_hook = FastaiStats(with_hist=hist).hook
-            fa = median_ms(lambda: [fastai_hook(None, None, o) for o in outs])  # noqa: B023
+            fa = best_ms(lambda: [fastai_hook(None, None, o) for o in outs])  # noqa: B023
 
             def hk(outs=outs, be=be, hist=hist) -> None:
                 for o in outs:
@@ -86,9 +89,9 @@ def main() -> None:
                     if hist:
                         be.fast_histc(o, 40, 0.0, 10.0)
 
-            h = median_ms(hk)
+            h = best_ms(hk)
             row += [f"{fa:.1f} ms", f"{h:.1f} ms", f"**{h / fa:.2f}**"]
-        g = median_ms(lambda: ([be.grad_sums(x) for x in grads], [be.param_sums(x) for x in pgrads]))  # noqa: B023
+        g = best_ms(lambda: ([be.grad_sums(x) for x in grads], [be.param_sums(x) for x in pgrads]))  # noqa: B023
         row += [f"{g:.1f} ms", f"**{1 + g / step_ms:.3f}x** of {step_ms:.0f} ms"]
         print("| " + " | ".join(row) + " |")
 

@@ -1,12 +1,12 @@
 """Streaming activation and gradient statistics, computed and kept on the model's device.
 
-The hot path (one consumer call per hooked layer call) does fastai's reductions on the detached
-output (mean, std, count <= near_zero; no full-size temporaries, and not ``std_mean``, which is
-~5x slower on CPU) and appends the 0-d results to a list: no ``.item()``, no ``float(t)``, no
-copy to the host. Every 1024 records a layer's list is stacked into one tensor (on the device, no
-sync), so a long run keeps a few tensors per layer, not millions. Reading (``layer_stats``,
-``to_numpy``, ``save``) stacks what is left, copies it to the host once and finishes the formulas
-there (near_zero = count / n).
+The hot path (one consumer call per hooked layer call) reduces the detached output to one row
+``[mean, sum of squared deviations, count <= near_zero]`` (backends/torch_stats.py: no full-size
+temporaries, not ``std_mean``, which is ~5x slower on CPU) and appends it to a list: on an
+accelerator no ``.item()``, no ``float(t)``, no copy to the host. Every 1024 records a layer's list
+is stacked into one tensor (on the device, no sync), so a long run keeps a few tensors per layer,
+not millions. Reading (``layer_stats``, ``to_numpy``, ``save``) stacks what is left, copies it to
+the host once and finishes fastai's formulas there (std = sqrt(m2 / (n - 1)), near_zero = count / n).
 
 >>> with hookkit.ActivationStats(model, hist=True) as stats:   # doctest: +SKIP
 ...     train(model)

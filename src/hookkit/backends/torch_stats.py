@@ -28,8 +28,8 @@ _WELL_CONDITIONED = 30.0  # mean**2 / var above which the one-pass variance lose
 def sum_of_squares(flat: torch.Tensor) -> torch.Tensor:
     """``sum(flat**2)`` of a contiguous 1-d float tensor, accurate to ~1e-7, no full-size copy."""
     rows = flat.numel() // _ROW
-    if rows < 2:
-        return flat.square().sum()
+    if rows < 2:  # one short accumulation: a dot product is as accurate, and one call
+        return torch.dot(flat, flat)
     total = torch.linalg.vector_norm(flat[: rows * _ROW].view(rows, _ROW), dim=1).square_().sum()
     if flat.numel() % _ROW:
         total = total + flat[rows * _ROW :].square().sum()
