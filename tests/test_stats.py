@@ -405,9 +405,10 @@ def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(torch_fw):
         assert count == (x <= 0.05).sum().item()
         device = torch_stats.activation_sums_device(x, 0.05).tolist()
         np.testing.assert_allclose(device, [mean, m2, count], rtol=1e-4, atol=1e-30)
-        mean_g, norm, lo, hi = (v.item() for v in torch_stats.grad_sums(x))
+        total, norm, lo, hi = (v.item() for v in torch_stats.tensor_sums(x))
         assert norm == pytest.approx(torch.linalg.vector_norm(xd).item(), rel=1e-6)
         assert (lo, hi) == (x.min().item(), x.max().item())
+        assert total == pytest.approx(xd.sum().item(), rel=1e-5, abs=1e-3)
 
 
 def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw):

@@ -432,7 +432,7 @@ class GradientStats(_GradReading, _Live):
     parameter's hook computes ``(sum, norm, min, max)`` on the device; the layer's mean, std
     (unbiased) and norm over all its parameters are combined from these when read (in float64:
     ``var = (sum of squares - n mean^2) / (n - 1)``, which loses precision only when |mean| >> std,
-    not the case of gradients). Output gradients likewise keep ``(mean, norm, min, max)``, one pass
+    not the case of gradients). Output gradients likewise keep ``(sum, norm, min, max)``, one pass
     each, no host sync. ``every=N`` records the backward of forwards whose step is a multiple of N.
     """
 
@@ -522,9 +522,10 @@ class GradientStats(_GradReading, _Live):
             step = np.asarray(self._steps[name], dtype=np.int64)
             call = np.asarray(self._calls[name], dtype=np.int64)
             order = np.lexsort((call, step))  # records arrive in backward order; read in forward order
-            mean, norm = v[:, 0], v[:, 1]
-            ssd = np.maximum(norm * norm - n * mean * mean, 0.0)  # no deviation pass on the device
+            norm = v[:, 1]
             with np.errstate(invalid="ignore", divide="ignore"):
+                mean = v[:, 0] / n
+                ssd = np.maximum(norm * norm - n * mean * mean, 0.0)  # no deviation pass on the device
                 cols = {
                     "mean": mean,
                     "std": np.sqrt(ssd / (n - 1)),

@@ -147,8 +147,8 @@ class Backend:
         raise NotImplementedError
 
     def grad_sums(self, t: Any) -> tuple:
-        """``(mean, ||t||, min, max)`` of ``t`` (one pass each; gradients have |mean| << std)."""
-        raise NotImplementedError
+        """``(sum, ||t||, min, max)`` of a gradient: ``param_sums`` (gradients have |mean| << std)."""
+        return self.param_sums(t)
 
     def param_sums(self, t: Any) -> tuple:
         """``(sum, ||t||, min, max)`` of ``t``: mergeable across tensors."""

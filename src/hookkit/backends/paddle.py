@@ -152,10 +152,6 @@ class PaddleBackend(Backend):
         mean = t.mean()
         return paddle.stack([mean, (t - mean).square().sum(), (t <= near_zero).astype("float32").sum()])
 
-    def grad_sums(self, t: Any) -> tuple:
-        t = t.astype("float32")
-        return t.mean(), (t * t).sum().sqrt(), t.min(), t.max()
-
     def param_sums(self, t: Any) -> tuple:
         t = t.astype("float32")
         return t.sum(), (t * t).sum().sqrt(), t.min(), t.max()

@@ -117,11 +117,8 @@ class TorchBackend(Backend):
             return torch_stats.activation_sums_host(t, near_zero)
         return torch_stats.activation_sums_device(t, near_zero)
 
-    def grad_sums(self, t: Any) -> tuple:
-        return torch_stats.grad_sums(t)
-
     def param_sums(self, t: Any) -> tuple:
-        return torch_stats.param_sums(t)
+        return torch_stats.tensor_sums(t)
 
     def fast_histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
         if self.host_routes and t.device.type == "cpu":

@@ -102,13 +102,8 @@ def histc_host(t: torch.Tensor, bins: int, lo: float, hi: float) -> torch.Tensor
     return hist
 
 
-def grad_sums(t: torch.Tensor) -> tuple:
-    """``(mean, ||t||, min, max)``; gradients have |mean| << std, so std follows from these."""
-    flat = t.float().reshape(-1)
-    return (flat.mean(), sum_of_squares(flat).sqrt(), *torch.aminmax(flat))
-
-
-def param_sums(t: torch.Tensor) -> tuple:
-    """``(sum, ||t||, min, max)``: mergeable across the tensors of one layer."""
+def tensor_sums(t: torch.Tensor) -> tuple:
+    """``(sum, ||t||, min, max)``: mergeable across tensors; mean and std follow when read
+    (gradients have |mean| << std, so the one-pass variance keeps its digits)."""
     flat = t.float().reshape(-1)
     return (flat.sum(), sum_of_squares(flat).sqrt(), *torch.aminmax(flat))
