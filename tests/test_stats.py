@@ -359,27 +359,78 @@ def test_gpt2_tuple_outputs(torch_fw):
     assert "transformer.wte" in gstats.names and len(gstats.param_stats("transformer.wte")["norm"]) == 1
 
 
-def test_cpu_histogram_equals_histc_on_large_tensors(torch_fw):
-    """Large CPU outputs take a vectorized route (histc's CPU loop is slow): same counts as histc,
-    edge cases included (x == high in the last bin; NaN, Inf and values outside dropped)."""
+@pytest.fixture(params=["kernel", "numpy"])
+def cpu_route(request, monkeypatch, torch_fw):
+    """The CPU statistics' two routes: the C kernel built at install, and numpy without it."""
+    from hookkit.backends import torch_stats
+
+    if request.param == "kernel":
+        if torch_stats.kernels is None:
+            pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+    else:
+        monkeypatch.setattr(torch_stats, "kernels", None)
+    return request.param
+
+
+def test_cpu_kernel_is_built_where_a_compiler_is():
+    """setup.py builds the kernel as optional: a failed build would only show as a slower install."""
+    import shutil
+    import sysconfig
+
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) on this machine: the numpy route is used")
+    from hookkit import _cpu_kernels  # noqa: F401
+
+
+def edge_case_values(lo: float, hi: float, bins: int, n: int = 300000):
+    """Values around [lo, hi] with histc's edge cases, shuffled: x == hi (last bin), x == lo, NaN,
+    +-Inf, every bin edge and its float neighbours, one ulp around lo and hi, -0.0."""
+    import torch
+
+    g = torch.Generator().manual_seed(bins)
+    x = torch.randn(n, generator=g) * (hi - lo) + lo
+    edges = torch.linspace(lo, hi, bins + 1)
+    special = [
+        torch.full((500,), hi),
+        torch.full((10,), lo),
+        torch.tensor([float("nan"), float("inf"), -float("inf")]).repeat(10),
+        edges,
+        torch.nextafter(edges, edges + 1),
+        torch.nextafter(edges, edges - 1),
+        torch.nextafter(torch.full((100,), hi), torch.tensor(hi + 1)),  # just above high
+        torch.nextafter(torch.full((100,), lo), torch.tensor(lo - 1)),  # just below low
+        torch.full((100,), -0.0),
+    ]
+    special = torch.cat(special)
+    x[: special.numel()] = special
+    return x[torch.randperm(n, generator=g)]
+
+
+def test_cpu_histogram_equals_histc(cpu_route):
+    """CPU outputs take a faster route than histc's scalar loop: the same counts, edge cases included
+    (x == high in the last bin; NaN, Inf and values outside dropped), small tensors and large."""
     import torch
 
     from hookkit.backends import backend_for
 
     be = backend_for(torch.zeros(1))
-    for lo, hi, bins in [(0.0, 10.0, 40), (-2.0, 3.0, 20), (0.0, 6.0, 12), (0.1, 0.3, 7), (0.0, 1.0, 1), (-5.0, 5.0, 126)]:
-        x = torch.randn(300000) * (hi - lo) + lo  # > one 128k chunk
-        x[:500] = hi
-        x[500:510] = lo
-        x[510:520] = float("nan")
-        x[520:530] = float("inf")
-        x[530:540] = -float("inf")
-        x[540:600] = torch.linspace(lo, hi, 60)  # bin edges
-        x[600:700] = torch.nextafter(torch.full((100,), hi), torch.tensor(hi + 1))  # just above high
-        x[700:800] = torch.nextafter(torch.full((100,), hi), torch.tensor(lo))  # just below
-        x[800:900] = torch.nextafter(torch.full((100,), lo), torch.tensor(lo - 1))  # just below low
-        x[900:1000] = -0.0
-        np.testing.assert_array_equal(be.fast_histc(x, bins, lo, hi).numpy(), torch.histc(x, bins, lo, hi).numpy())
+    cases = [
+        (0.0, 10.0, 40),
+        (-2.0, 3.0, 20),
+        (0.0, 6.0, 12),
+        (0.1, 0.3, 7),
+        (0.0, 1.0, 1),
+        (-5.0, 5.0, 126),
+        (-1e-3, 7e-3, 255),
+        (3.0, 1e4, 1000),
+    ]
+    for lo, hi, bins in cases:
+        for n in (300000, 5000):  # more than one 128k chunk of the numpy route; below its 16k threshold
+            x = edge_case_values(lo, hi, bins, n)
+            row, counts = be.activation_sums_hist(x, 0.05, bins, lo, hi)
+            np.testing.assert_array_equal(counts.numpy(), torch.histc(x, bins, lo, hi).numpy(), err_msg=f"{cpu_route} {lo, hi, bins, n}")
+            assert counts.dtype == torch.float32 and row[2].item() == (x <= 0.05).sum().item()
     model = torch.nn.Sequential(torch.nn.Linear(16, 512), torch.nn.ReLU6())
     x = torch.randn(64, 16) * 4
     with hookkit.ActivationStats(model, [torch.nn.ReLU6], hist=True, range=(0, 6), bins=12) as stats:
@@ -388,27 +439,32 @@ def test_cpu_histogram_equals_histc_on_large_tensors(torch_fw):
     np.testing.assert_array_equal(stats.layer_stats("1")["hist"][0], torch.histc(out, 12, 0, 6).numpy())
 
 
-def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(torch_fw):
+def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(cpu_route):
     """mean/std/near-zero of 4M-value CPU tensors against float64, including outputs whose mean is
-    far larger than their spread (the one-pass variance would cancel) and a constant output."""
+    far larger than their spread (the one-pass variance would cancel), a constant output, and
+    non-contiguous and half-precision outputs."""
     import torch
 
     from hookkit.backends import torch_stats
 
     g = torch.Generator().manual_seed(0)
-    for offset, scale in [(0.0, 1.0), (1.0, 1.0), (10.0, 1.0), (1000.0, 1.0), (3.0, 0.0), (0.0, 1e-20)]:
+    for offset, scale in [(0.0, 1.0), (1.0, 1.0), (10.0, 1.0), (1000.0, 1.0), (3.0, 0.0), (0.0, 1e-20), (1e4, 0.1)]:
         x = (torch.randn(1 << 22, generator=g) * scale + offset).reshape(64, -1)
-        mean, m2, count = torch_stats.activation_sums_host(x, 0.05).tolist()
-        xd = x.double()
-        assert mean == pytest.approx(xd.mean().item(), rel=1e-6, abs=1e-9)
-        np.testing.assert_allclose(np.sqrt(m2 / (x.numel() - 1)), xd.std().item(), rtol=1e-5, atol=1e-30)
-        assert count == (x <= 0.05).sum().item()
+        for t in (x, x.t(), x.to(torch.bfloat16)):
+            mean, m2, count = torch_stats.activation_sums_host(t, 0.05)[0].tolist()
+            xd = t.double()
+            assert mean == pytest.approx(xd.mean().item(), rel=1e-6, abs=1e-9)
+            np.testing.assert_allclose(np.sqrt(m2 / (x.numel() - 1)), xd.std().item(), rtol=1e-5, atol=1e-30)
+            assert count == (t.float() <= 0.05).sum().item()  # fastai compares o.float()
         device = torch_stats.activation_sums_device(x, 0.05).tolist()
+        mean, m2, count = torch_stats.activation_sums_host(x, 0.05)[0].tolist()
         np.testing.assert_allclose(device, [mean, m2, count], rtol=1e-4, atol=1e-30)
         total, norm, lo, hi = (v.item() for v in torch_stats.tensor_sums(x))
-        assert norm == pytest.approx(torch.linalg.vector_norm(xd).item(), rel=1e-6)
+        assert norm == pytest.approx(torch.linalg.vector_norm(x.double()).item(), rel=1e-6)
         assert (lo, hi) == (x.min().item(), x.max().item())
-        assert total == pytest.approx(xd.sum().item(), rel=1e-5, abs=1e-3)
+        assert total == pytest.approx(x.double().sum().item(), rel=1e-5, abs=1e-3)
+    empty = torch_stats.activation_sums_host(torch.zeros(0), 0.05, (4, 0.0, 1.0))
+    assert np.isnan(empty[0][0].item()) and empty[1].tolist() == [0, 0, 0, 0]
 
 
 def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw):

@@ -359,7 +359,7 @@ class ActivationStats(_ActivationMeta, _Live):
 
     def _consumer(self, name: str, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
-        is_tensor, sums, histc, numel = be.is_tensor, be.activation_sums, be.fast_histc, be.numel
+        is_tensor, sums, sums_hist, numel = be.is_tensor, be.activation_sums, be.activation_sums_hist, be.numel
         values, steps, calls, numels = self._values[name], self._steps[name], self._calls[name], self._numels[name]
         hists = self._hists.get(name)
         near_zero, bins, (lo, hi) = self.near_zero, self.bins, self.hist_range
@@ -373,9 +373,12 @@ class ActivationStats(_ActivationMeta, _Live):
                 if o is None:
                     return
             o = o.detach()  # no autograd graph for the statistics
-            values.append(sums(o, near_zero))
-            if hists is not None:
-                hists.append(histc(o, bins, lo, hi))
+            if hists is None:
+                values.append(sums(o, near_zero))
+            else:
+                row, hist = sums_hist(o, near_zero, bins, lo, hi)
+                values.append(row)
+                hists.append(hist)
             steps.append(ev.step)
             calls.append(ev.call)
             numels.append(numel(o))

@@ -146,6 +146,10 @@ class Backend:
         of ``t`` as floats: the reader finishes fastai's formulas (std = sqrt(m2 / (n - 1)))."""
         raise NotImplementedError
 
+    def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
+        """``(activation_sums(t, near_zero), histc(t, bins, lo, hi))``, in one pass where it can."""
+        return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)
+
     def grad_sums(self, t: Any) -> tuple:
         """``(sum, ||t||, min, max)`` of a gradient: ``param_sums`` (gradients have |mean| << std)."""
         return self.param_sums(t)
@@ -153,10 +157,6 @@ class Backend:
     def param_sums(self, t: Any) -> tuple:
         """``(sum, ||t||, min, max)`` of ``t``: mergeable across tensors."""
         raise NotImplementedError
-
-    def fast_histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
-        """``histc`` (float32 counts), by the quickest exact route on the tensor's device."""
-        return self.histc(t, bins, lo, hi)
 
     def finite_probe(self, t: Any) -> tuple:
         """0-d tensors that are all finite exactly when every value of ``t`` is (min and max)."""

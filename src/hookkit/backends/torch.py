@@ -114,18 +114,16 @@ class TorchBackend(Backend):
 
     def activation_sums(self, t: Any, near_zero: float) -> Any:
         if self.host_routes and t.device.type == "cpu":
-            return torch_stats.activation_sums_host(t, near_zero)
+            return torch_stats.activation_sums_host(t, near_zero)[0]
         return torch_stats.activation_sums_device(t, near_zero)
+
+    def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
+        if self.host_routes and t.device.type == "cpu":
+            return torch_stats.activation_sums_host(t, near_zero, (bins, lo, hi))
+        return torch_stats.activation_sums_device(t, near_zero), torch.histc(t.float(), bins, lo, hi)
 
     def param_sums(self, t: Any) -> tuple:
         return torch_stats.tensor_sums(t)
-
-    def fast_histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
-        if self.host_routes and t.device.type == "cpu":
-            hist = torch_stats.histc_host(t, bins, lo, hi)
-            if hist is not None:
-                return hist
-        return torch.histc(t.float(), bins, lo, hi)
 
     def finite_probe(self, t: Any) -> tuple:
         if not t.is_floating_point():
