@@ -459,10 +459,15 @@ def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(cpu_route):
         device = torch_stats.activation_sums_device(x, 0.05).tolist()
         mean, m2, count = torch_stats.activation_sums_host(x, 0.05)[0].tolist()
         np.testing.assert_allclose(device, [mean, m2, count], rtol=1e-4, atol=1e-30)
-        total, norm, lo, hi = (v.item() for v in torch_stats.tensor_sums(x))
-        assert norm == pytest.approx(torch.linalg.vector_norm(x.double()).item(), rel=1e-6)
-        assert (lo, hi) == (x.min().item(), x.max().item())
-        assert total == pytest.approx(x.double().sum().item(), rel=1e-5, abs=1e-3)
+        for sums in (torch_stats.tensor_sums_host, torch_stats.tensor_sums_device):
+            total, norm, lo, hi = sums(x).tolist()
+            assert norm == pytest.approx(torch.linalg.vector_norm(x.double()).item(), rel=1e-6)
+            assert (lo, hi) == (x.min().item(), x.max().item())
+            assert total == pytest.approx(x.double().sum().item(), rel=1e-5, abs=1e-3)
+    x = torch.randn(10001, generator=g)  # min and max as torch.aminmax: NaN shows, +-Inf are values
+    for special in (float("inf"), -float("inf"), float("nan")):
+        x[5003] = special
+        np.testing.assert_array_equal(torch_stats.tensor_sums_host(x)[2:].float().numpy(), torch.stack(torch.aminmax(x)).numpy())
     empty = torch_stats.activation_sums_host(torch.zeros(0), 0.05, (4, 0.0, 1.0))
     assert np.isnan(empty[0][0].item()) and empty[1].tolist() == [0, 0, 0, 0]
 

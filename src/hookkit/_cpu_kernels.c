@@ -1,6 +1,7 @@
 /* hookkit._cpu_kernels: one pass over a float32 buffer for the monitoring statistics on the CPU.
 
-   moments(x, near_zero, counts=None, lo=0, hi=0) -> (sum, sum of squares, count of x <= near_zero)
+   moments(x, near_zero, counts=None, lo=0, hi=0) -> (sum, sum of squares, count of x <= near_zero,
+                                                      min, max)
    and, when ``counts`` (a writable int64 buffer of ``bins`` items) is given, adds torch.histc's
    counts of x over [lo, hi] into it.
 
@@ -17,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #define BLOCK 2048
@@ -36,13 +38,17 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 typedef struct {
     double sum, ssq;
     int64_t count;
+    float min, max;
+    int nan;
 } Moments;
 
-/* Sums in float64 lanes: the sum of squares of millions of values keeps ~1e-15 relative error. */
+/* Sums in float64 lanes: the sum of squares of millions of values keeps ~1e-15 relative error.
+   min and max as torch.aminmax: NaN when any value is NaN. */
 MULTIVERSION static void block_moments(const float *x, Py_ssize_t m, float near_zero, Moments *acc) {
     v4d s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0};
-    v4i c = {0};
+    v4i c = {0}, nan = {0};
     const v4f nz = {near_zero, near_zero, near_zero, near_zero};
+    v4f lo = {acc->min, acc->min, acc->min, acc->min}, hi = {acc->max, acc->max, acc->max, acc->max};
     Py_ssize_t j = 0;
     for (; j + 8 <= m; j += 8) {
         v4f a, b;
@@ -54,23 +60,43 @@ MULTIVERSION static void block_moments(const float *x, Py_ssize_t m, float near_
         q0 += da * da;
         q1 += db * db;
         c -= (a <= nz) + (b <= nz); /* a true lane is -1 */
+        nan |= (a != a) | (b != b);
+        v4i take = a < lo; /* C has no vector ?:, so select with masks */
+        lo = (v4f)(((v4i)a & take) | ((v4i)lo & ~take));
+        take = b < lo;
+        lo = (v4f)(((v4i)b & take) | ((v4i)lo & ~take));
+        take = a > hi;
+        hi = (v4f)(((v4i)a & take) | ((v4i)hi & ~take));
+        take = b > hi;
+        hi = (v4f)(((v4i)b & take) | ((v4i)hi & ~take));
     }
     double sum = 0, ssq = 0;
     int64_t count = 0;
+    float mn = acc->min, mx = acc->max;
+    int any_nan = 0;
     for (int k = 0; k < 4; k++) {
         sum += s0[k] + s1[k];
         ssq += q0[k] + q1[k];
         count += c[k];
+        any_nan |= nan[k] != 0;
+        mn = lo[k] < mn ? lo[k] : mn;
+        mx = hi[k] > mx ? hi[k] : mx;
     }
     for (; j < m; j++) {
-        double v = x[j];
+        const float v = x[j];
         sum += v;
-        ssq += v * v;
-        count += x[j] <= near_zero;
+        ssq += (double)v * v;
+        count += v <= near_zero;
+        any_nan |= v != v;
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
     }
     acc->sum += sum;
     acc->ssq += ssq;
     acc->count += count;
+    acc->min = mn;
+    acc->max = mx;
+    acc->nan |= any_nan;
 }
 
 /* Slot p in 0..bins: histc's position p (p == bins: x == hi, folded into the last bin). A value
@@ -126,7 +152,7 @@ static PyObject *moments(PyObject *self, PyObject *args) {
     }
     const float *values = (const float *)x.buf;
     const Py_ssize_t n = x.len / (Py_ssize_t)sizeof(float);
-    Moments acc = {0, 0, 0};
+    Moments acc = {0, 0, 0, INFINITY, -INFINITY, 0};
     Py_BEGIN_ALLOW_THREADS;
     int32_t slot[BLOCK];
     for (Py_ssize_t i = 0; i < n; i += BLOCK) {
@@ -150,7 +176,9 @@ static PyObject *moments(PyObject *self, PyObject *args) {
         PyBuffer_Release(&counts);
     }
     PyBuffer_Release(&x);
-    return Py_BuildValue("ddL", acc.sum, acc.ssq, (long long)acc.count);
+    if (acc.nan)
+        acc.min = acc.max = NAN;
+    return Py_BuildValue("ddLdd", acc.sum, acc.ssq, (long long)acc.count, (double)acc.min, (double)acc.max);
 fail:
     PyMem_Free(tables);
     if (counts.obj)
@@ -161,7 +189,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"moments", moments, METH_VARARGS,
-     "moments(x, near_zero, counts=None, lo=0.0, hi=0.0) -> (sum, sum_of_squares, count <= near_zero);\n"
+     "moments(x, near_zero, counts=None, lo=0.0, hi=0.0) -> (sum, sum_of_squares, count <= near_zero, min, max);\n"
      "adds torch.histc(x, len(counts), lo, hi) into the int64 buffer counts when given."},
     {NULL, NULL, 0, NULL},
 };

@@ -44,7 +44,7 @@ class _Series:
 
     def __init__(self, backend: Backend, width: int):
         self.backend, self.width = backend, width
-        self.pending: list[Any] = []  # per record: one [width] tensor or width 0-d tensors
+        self.pending: list[Any] = []  # per record: one [width] tensor
         self.chunks: list[Any] = []  # stacked device tensors, not yet read
         self.host: list[np.ndarray] = []  # what was read already
         self.n_host = 0
@@ -55,20 +55,13 @@ class _Series:
         if len(pending) >= _CHUNK:
             self.flush()
 
-    def extend(self, ts: tuple) -> None:
-        pending = self.pending
-        pending.extend(ts)
-        if len(pending) >= _CHUNK * self.width:
-            self.flush()
-
     def flush(self) -> None:
         if self.pending:
             self.chunks.append(self.backend.stack(self.pending))
             self.pending = []
 
     def __len__(self) -> int:
-        pending = len(self.pending) // (self.width if self.pending and not self.backend.shape(self.pending[0]) else 1)
-        return self.n_host + pending + sum(self.backend.numel(c) // self.width for c in self.chunks)
+        return self.n_host + len(self.pending) + sum(self.backend.numel(c) // self.width for c in self.chunks)
 
     def numpy(self) -> np.ndarray:
         width = self.width
@@ -479,7 +472,7 @@ class GradientStats(_GradReading, _Live):
             if ev.index != 0 or not record(step):
                 return
             g = ev.grad.detach()
-            values.extend(sums(g))
+            values.append(sums(g))
             steps.append(step)
             calls.append(ev.call)
             numels.append(numel(g))
@@ -492,9 +485,9 @@ class GradientStats(_GradReading, _Live):
         def on_param_grad(g: Any) -> None:
             step = cur[0]
             if record(step):
-                sums = ssm(g.detach())
+                row = ssm(g.detach())
                 for values, steps in targets:  # every layer that holds this parameter
-                    values.extend(sums)
+                    values.append(row)
                     steps.append(step)
 
         return on_param_grad

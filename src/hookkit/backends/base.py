@@ -135,7 +135,7 @@ class Backend:
         raise NotImplementedError
 
     # -- monitoring (issue 5): a few fused reductions per call; the result stays on the device ----
-    # Each returns a tuple of 0-d tensors (stacked later, in bulk); the reader finishes the formulas
+    # Each returns one row, a 1-d tensor (stacked later, in bulk); the reader finishes the formulas
     # on the host, knowing the element count n: std = sqrt(m2 / (n - 1)), fraction = count / n...
     def l2_norm(self, t: Any) -> Any:
         """``||t||`` as a 0-d float32 tensor on ``t``'s device (no host read)."""
@@ -150,12 +150,13 @@ class Backend:
         """``(activation_sums(t, near_zero), histc(t, bins, lo, hi))``, in one pass where it can."""
         return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)
 
-    def grad_sums(self, t: Any) -> tuple:
-        """``(sum, ||t||, min, max)`` of a gradient: ``param_sums`` (gradients have |mean| << std)."""
+    def grad_sums(self, t: Any) -> Any:
+        """One row ``[sum, ||t||, min, max]`` of a gradient: ``param_sums`` (gradients have
+        |mean| << std, so mean and std follow from the sum and the norm when read)."""
         return self.param_sums(t)
 
-    def param_sums(self, t: Any) -> tuple:
-        """``(sum, ||t||, min, max)`` of ``t``: mergeable across tensors."""
+    def param_sums(self, t: Any) -> Any:
+        """One row ``[sum, ||t||, min, max]`` of ``t``: mergeable across tensors."""
         raise NotImplementedError
 
     def finite_probe(self, t: Any) -> tuple:

@@ -152,9 +152,9 @@ class PaddleBackend(Backend):
         mean = t.mean()
         return paddle.stack([mean, (t - mean).square().sum(), (t <= near_zero).astype("float32").sum()])
 
-    def param_sums(self, t: Any) -> tuple:
+    def param_sums(self, t: Any) -> Any:
         t = t.astype("float32")
-        return t.sum(), (t * t).sum().sqrt(), t.min(), t.max()
+        return paddle.stack([t.sum(), (t * t).sum().sqrt(), t.min(), t.max()])
 
     def finite_probe(self, t: Any) -> tuple:
         if not t.is_floating_point():

@@ -122,8 +122,10 @@ class TorchBackend(Backend):
             return torch_stats.activation_sums_host(t, near_zero, (bins, lo, hi))
         return torch_stats.activation_sums_device(t, near_zero), torch.histc(t.float(), bins, lo, hi)
 
-    def param_sums(self, t: Any) -> tuple:
-        return torch_stats.tensor_sums(t)
+    def param_sums(self, t: Any) -> Any:
+        if self.host_routes and t.device.type == "cpu":
+            return torch_stats.tensor_sums_host(t)
+        return torch_stats.tensor_sums_device(t)
 
     def finite_probe(self, t: Any) -> tuple:
         if not t.is_floating_point():

@@ -15,8 +15,8 @@ Why not the obvious calls (measured on 20 M float32 values, one core):
 - ``torch.histc`` on the CPU is a scalar loop (3-11 ns a value); see ``histc_host``.
 
 On the CPU, ``activation_sums_host`` reads each value once: the C kernel ``hookkit._cpu_kernels``
-(built at install when a C compiler is there) sums in float64 lanes and counts histc's bins in the
-same pass (~1 ns a value with a histogram, ~0.3 without). Without it, the numpy routes below give
+(built at install when a C compiler is there) sums in float64 lanes, takes min and max and counts
+histc's bins in the same pass (~1 ns a value with a histogram, ~0.3 without). Without it, the numpy routes below give
 the same results, 2-3x slower.
 """
 
@@ -70,7 +70,7 @@ def activation_sums_host(t: torch.Tensor, near_zero: float, hist: tuple | None =
             counts = torch.histc(flat, *hist)
         return _activation_sums_numpy(flat, near_zero), counts
     counts = None if hist is None else np.zeros(hist[0], np.int64)
-    total, ssq, count = kernels.moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
+    total, ssq, count, _, _ = kernels.moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
     mean = total / n
     m2 = ssq - n * mean * mean
     if m2 * _WELL_CONDITIONED_F64 < n * mean * mean:  # var << mean**2: the one-pass formula cancels
@@ -135,8 +135,16 @@ def histc_host(t: torch.Tensor, bins: int, lo: float, hi: float) -> torch.Tensor
     return hist
 
 
-def tensor_sums(t: torch.Tensor) -> tuple:
-    """``(sum, ||t||, min, max)``: mergeable across tensors; mean and std follow when read
-    (gradients have |mean| << std, so the one-pass variance keeps its digits)."""
+def tensor_sums_device(t: torch.Tensor) -> torch.Tensor:
+    """``[sum, ||t||, min, max]``: kernels only. Mergeable across tensors; mean and std follow when
+    read (gradients have |mean| << std, so the one-pass variance keeps its digits)."""
     flat = t.float().reshape(-1)
-    return (flat.sum(), sum_of_squares(flat).sqrt(), *torch.aminmax(flat))
+    return torch.stack((flat.sum(), sum_of_squares(flat).sqrt(), *torch.aminmax(flat)))
+
+
+def tensor_sums_host(t: torch.Tensor) -> torch.Tensor:
+    """The row of ``tensor_sums_device`` for a CPU tensor, in float64; one pass with the kernel."""
+    if kernels is None or t.numel() == 0:
+        return tensor_sums_device(t).double()
+    total, ssq, _, lo, hi = kernels.moments(t.detach().float().reshape(-1).numpy(), 0.0)
+    return torch.tensor((total, ssq**0.5, lo, hi), dtype=torch.float64)
