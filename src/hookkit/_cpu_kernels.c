@@ -1,9 +1,9 @@
 /* hookkit._cpu_kernels: one pass over a float32 buffer for the monitoring statistics on the CPU.
 
-   moments(x, near_zero, counts=None, lo=0, hi=0) -> (sum, sum of squares, count of x <= near_zero,
-                                                      min, max)
-   and, when ``counts`` (a writable int64 buffer of ``bins`` items) is given, adds torch.histc's
-   counts of x over [lo, hi] into it.
+   moments(x, near_zero, counts=None, lo=0, hi=0, extremes=False)
+       -> (sum, sum of squares, count of x <= near_zero, min, max)
+   min and max (as torch.aminmax) when ``extremes``, else None; and, when ``counts`` (a writable
+   int64 buffer of ``bins`` items) is given, adds torch.histc's counts of x over [lo, hi] into it.
 
    Why C: torch.histc on the CPU is a scalar loop (3-11 ns a value), and the vectorized numpy route
    (torch_stats.histc_host) still makes ~10 passes over memory plus a bincount. Here each 2048-value
@@ -28,6 +28,8 @@
 typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
 typedef int32_t v4i __attribute__((vector_size(16)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define MULTIVERSION __attribute__((target_clones("avx2", "default")))
@@ -42,13 +44,11 @@ typedef struct {
     int nan;
 } Moments;
 
-/* Sums in float64 lanes: the sum of squares of millions of values keeps ~1e-15 relative error.
-   min and max as torch.aminmax: NaN when any value is NaN. */
+/* Sums in float64 lanes: the sum of squares of millions of values keeps ~1e-15 relative error. */
 MULTIVERSION static void block_moments(const float *x, Py_ssize_t m, float near_zero, Moments *acc) {
     v4d s0 = {0}, s1 = {0}, q0 = {0}, q1 = {0};
-    v4i c = {0}, nan = {0};
+    v4i c = {0};
     const v4f nz = {near_zero, near_zero, near_zero, near_zero};
-    v4f lo = {acc->min, acc->min, acc->min, acc->min}, hi = {acc->max, acc->max, acc->max, acc->max};
     Py_ssize_t j = 0;
     for (; j + 8 <= m; j += 8) {
         v4f a, b;
@@ -60,40 +60,54 @@ MULTIVERSION static void block_moments(const float *x, Py_ssize_t m, float near_
         q0 += da * da;
         q1 += db * db;
         c -= (a <= nz) + (b <= nz); /* a true lane is -1 */
-        nan |= (a != a) | (b != b);
-        v4i take = a < lo; /* C has no vector ?:, so select with masks */
-        lo = (v4f)(((v4i)a & take) | ((v4i)lo & ~take));
-        take = b < lo;
-        lo = (v4f)(((v4i)b & take) | ((v4i)lo & ~take));
-        take = a > hi;
-        hi = (v4f)(((v4i)a & take) | ((v4i)hi & ~take));
-        take = b > hi;
-        hi = (v4f)(((v4i)b & take) | ((v4i)hi & ~take));
     }
     double sum = 0, ssq = 0;
     int64_t count = 0;
-    float mn = acc->min, mx = acc->max;
-    int any_nan = 0;
     for (int k = 0; k < 4; k++) {
         sum += s0[k] + s1[k];
         ssq += q0[k] + q1[k];
         count += c[k];
-        any_nan |= nan[k] != 0;
-        mn = lo[k] < mn ? lo[k] : mn;
-        mx = hi[k] > mx ? hi[k] : mx;
     }
     for (; j < m; j++) {
         const float v = x[j];
         sum += v;
         ssq += (double)v * v;
         count += v <= near_zero;
-        any_nan |= v != v;
-        mn = v < mn ? v : mn;
-        mx = v > mx ? v : mx;
     }
     acc->sum += sum;
     acc->ssq += ssq;
     acc->count += count;
+}
+
+/* min and max as torch.aminmax: NaN when any value is NaN (flagged here, applied at the end). */
+MULTIVERSION static void block_extremes(const float *x, Py_ssize_t m, Moments *acc) {
+    v8f lo, hi;
+    v8i nan = {0};
+    for (int k = 0; k < 8; k++)
+        lo[k] = acc->min, hi[k] = acc->max;
+    Py_ssize_t j = 0;
+    for (; j + 8 <= m; j += 8) {
+        v8f a;
+        memcpy(&a, x + j, sizeof a);
+        nan |= a != a;
+        v8i take = a < lo; /* C has no vector ?:, so select with masks */
+        lo = (v8f)(((v8i)a & take) | ((v8i)lo & ~take));
+        take = a > hi;
+        hi = (v8f)(((v8i)a & take) | ((v8i)hi & ~take));
+    }
+    float mn = acc->min, mx = acc->max;
+    int any_nan = 0;
+    for (int k = 0; k < 8; k++) {
+        any_nan |= nan[k] != 0;
+        mn = lo[k] < mn ? lo[k] : mn;
+        mx = hi[k] > mx ? hi[k] : mx;
+    }
+    for (; j < m; j++) {
+        const float v = x[j];
+        any_nan |= v != v;
+        mn = v < mn ? v : mn;
+        mx = v > mx ? v : mx;
+    }
     acc->min = mn;
     acc->max = mx;
     acc->nan |= any_nan;
@@ -128,7 +142,8 @@ static PyObject *moments(PyObject *self, PyObject *args) {
     Py_buffer x, counts = {0};
     PyObject *counts_obj = Py_None;
     float near_zero, lo = 0, hi = 0;
-    if (!PyArg_ParseTuple(args, "y*f|Off:moments", &x, &near_zero, &counts_obj, &lo, &hi))
+    int extremes = 0;
+    if (!PyArg_ParseTuple(args, "y*f|Offp:moments", &x, &near_zero, &counts_obj, &lo, &hi, &extremes))
         return NULL;
     Py_ssize_t bins = 0;
     int64_t *tables = NULL;
@@ -158,6 +173,8 @@ static PyObject *moments(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < n; i += BLOCK) {
         const Py_ssize_t m = n - i < BLOCK ? n - i : BLOCK;
         block_moments(values + i, m, near_zero, &acc);
+        if (extremes)
+            block_extremes(values + i, m, &acc);
         if (tables) {
             block_slots(values + i, m, lo, hi, (float)bins, slot);
             count_slots(slot, m, tables, bins + 1 + DROPS);
@@ -176,6 +193,8 @@ static PyObject *moments(PyObject *self, PyObject *args) {
         PyBuffer_Release(&counts);
     }
     PyBuffer_Release(&x);
+    if (!extremes)
+        return Py_BuildValue("ddLOO", acc.sum, acc.ssq, (long long)acc.count, Py_None, Py_None);
     if (acc.nan)
         acc.min = acc.max = NAN;
     return Py_BuildValue("ddLdd", acc.sum, acc.ssq, (long long)acc.count, (double)acc.min, (double)acc.max);
@@ -189,7 +208,8 @@ fail:
 
 static PyMethodDef methods[] = {
     {"moments", moments, METH_VARARGS,
-     "moments(x, near_zero, counts=None, lo=0.0, hi=0.0) -> (sum, sum_of_squares, count <= near_zero, min, max);\n"
+     "moments(x, near_zero, counts=None, lo=0.0, hi=0.0, extremes=False)\n"
+     "    -> (sum, sum_of_squares, count <= near_zero, min or None, max or None);\n"
      "adds torch.histc(x, len(counts), lo, hi) into the int64 buffer counts when given."},
     {NULL, NULL, 0, NULL},
 };

@@ -146,5 +146,5 @@ def tensor_sums_host(t: torch.Tensor) -> torch.Tensor:
     """The row of ``tensor_sums_device`` for a CPU tensor, in float64; one pass with the kernel."""
     if kernels is None or t.numel() == 0:
         return tensor_sums_device(t).double()
-    total, ssq, _, lo, hi = kernels.moments(t.detach().float().reshape(-1).numpy(), 0.0)
+    total, ssq, _, lo, hi = kernels.moments(t.detach().float().reshape(-1).numpy(), 0.0, None, 0.0, 0.0, True)
     return torch.tensor((total, ssq**0.5, lo, hi), dtype=torch.float64)
