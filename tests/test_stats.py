@@ -493,3 +493,36 @@ def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw):
         assert list(p["step"]) == [0]
         np.testing.assert_allclose(p["norm"][0], torch.linalg.vector_norm(g).item(), rtol=1e-6)
         np.testing.assert_allclose(p["max_abs"][0], g.abs().max().item(), rtol=1e-6)
+
+
+def test_cpu_kernel_splits_large_tensors_across_threads(torch_fw, monkeypatch):
+    """With several intra-op threads a large tensor is split across them: the same counts and sums,
+    NaN in any part shows in min/max; a forked child (a DataLoader worker) gets a pool of its own."""
+    import torch
+
+    from hookkit.backends import torch_stats
+
+    if torch_stats.kernels is None:
+        pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+    monkeypatch.setattr(torch_stats, "_VALUES_PER_THREAD", 1 << 16)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        x = edge_case_values(-2.0, 3.0, 20, 1 << 20)
+        counts = np.zeros(20, np.int64)
+        total, ssq, count, lo, hi = torch_stats.kernel_moments(x.numpy(), 0.05, counts, -2.0, 3.0, True)
+        np.testing.assert_array_equal(counts, torch.histc(x, 20, -2.0, 3.0).numpy())
+        assert np.isnan(lo) and np.isnan(hi)  # the edge cases hold NaN
+        finite = x[torch.isfinite(x)]
+        total, ssq, count, lo, hi = torch_stats.kernel_moments(finite.numpy(), 0.05, None, 0.0, 0.0, True)
+        assert total == pytest.approx(finite.double().sum().item(), rel=1e-9)
+        assert ssq == pytest.approx(finite.double().square().sum().item(), rel=1e-9)
+        assert count == (finite <= 0.05).sum().item() and (lo, hi) == (finite.min().item(), finite.max().item())
+        pool = torch_stats._Threads.get(3)
+        assert torch_stats._Threads.get(2) is pool
+        monkeypatch.setattr(torch_stats.os, "getpid", lambda: -1)  # what a forked child sees: another pid
+        assert torch_stats._Threads.get(2) is not pool
+        monkeypatch.undo()
+        assert torch_stats.tensor_sums_host(torch.ones(1 << 22)).tolist() == [1 << 22, 2048.0, 1.0, 1.0]
+    finally:
+        torch.set_num_threads(threads)

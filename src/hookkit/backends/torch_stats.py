@@ -22,6 +22,9 @@ the same results, 2-3x slower.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import torch
 
@@ -35,6 +38,7 @@ _CHUNK = 1 << 17  # values per chunk of the histogram: the float scratch (512 Ki
 _WELL_CONDITIONED = 30.0  # mean**2 / var above which the one-pass variance loses digits (float32 sums)
 _WELL_CONDITIONED_F64 = 1e4  # the same with the kernel's float64 sums
 _KERNEL_MAX_BINS = 1 << 24
+_VALUES_PER_THREAD = 1 << 20  # below this, handing work to another thread costs more than it saves
 
 
 def sum_of_squares(flat: torch.Tensor) -> torch.Tensor:
@@ -46,6 +50,44 @@ def sum_of_squares(flat: torch.Tensor) -> torch.Tensor:
     if flat.numel() % _ROW:
         total = total + flat[rows * _ROW :].square().sum()
     return total
+
+
+class _Threads:
+    """The kernel releases the GIL, so a large tensor is split across torch's intra-op thread count
+    (idle while the forward waits for its hook). Recreated after a fork: a child inherits the pool's
+    bookkeeping but not its threads."""
+
+    pool: ThreadPoolExecutor | None = None
+    size = 0
+    pid = 0
+
+    @classmethod
+    def get(cls, size: int) -> ThreadPoolExecutor:
+        if cls.pool is None or cls.size < size or cls.pid != os.getpid():
+            cls.pool, cls.size, cls.pid = ThreadPoolExecutor(size, thread_name_prefix="hookkit-stats"), size, os.getpid()
+        return cls.pool
+
+
+def kernel_moments(
+    values: np.ndarray, near_zero: float, counts: np.ndarray | None = None, lo: float = 0.0, hi: float = 0.0, extremes: bool = False
+) -> tuple:
+    """``kernels.moments`` over a float32 array, split across threads when it is large: the same
+    results (sums to float64 rounding, counts exactly); ``counts`` gets histc's counts added."""
+    threads = min(torch.get_num_threads(), values.size // _VALUES_PER_THREAD)
+    if threads < 2:
+        return kernels.moments(values, near_zero, counts, lo, hi, extremes)
+    parts = np.array_split(values, threads)
+    hists = [None if counts is None else np.zeros_like(counts) for _ in parts]
+    results = list(_Threads.get(threads).map(lambda p, h: kernels.moments(p, near_zero, h, lo, hi, extremes), parts, hists))
+    if counts is not None:
+        counts += np.sum(hists, axis=0)
+    total, ssq, count = (sum(r[k] for r in results) for k in range(3))
+    if not extremes:
+        return total, ssq, count, None, None
+    lows, highs = [r[3] for r in results], [r[4] for r in results]
+    if any(v != v for v in lows):  # NaN anywhere: NaN, as torch.aminmax
+        return total, ssq, count, float("nan"), float("nan")
+    return total, ssq, count, min(lows), max(highs)
 
 
 def activation_sums_device(t: torch.Tensor, near_zero: float) -> torch.Tensor:
@@ -70,7 +112,7 @@ def activation_sums_host(t: torch.Tensor, near_zero: float, hist: tuple | None =
             counts = torch.histc(flat, *hist)
         return _activation_sums_numpy(flat, near_zero), counts
     counts = None if hist is None else np.zeros(hist[0], np.int64)
-    total, ssq, count, _, _ = kernels.moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
+    total, ssq, count, _, _ = kernel_moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
     mean = total / n
     m2 = ssq - n * mean * mean
     if m2 * _WELL_CONDITIONED_F64 < n * mean * mean:  # var << mean**2: the one-pass formula cancels
@@ -146,5 +188,5 @@ def tensor_sums_host(t: torch.Tensor) -> torch.Tensor:
     """The row of ``tensor_sums_device`` for a CPU tensor, in float64; one pass with the kernel."""
     if kernels is None or t.numel() == 0:
         return tensor_sums_device(t).double()
-    total, ssq, _, lo, hi = kernels.moments(t.detach().float().reshape(-1).numpy(), 0.0, None, 0.0, 0.0, True)
+    total, ssq, _, lo, hi = kernel_moments(t.detach().float().reshape(-1).numpy(), 0.0, extremes=True)
     return torch.tensor((total, ssq**0.5, lo, hi), dtype=torch.float64)
