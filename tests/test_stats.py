@@ -460,14 +460,15 @@ def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(cpu_route):
         mean, m2, count = torch_stats.activation_sums_host(x, 0.05)[0].tolist()
         np.testing.assert_allclose(device, [mean, m2, count], rtol=1e-4, atol=1e-30)
         for sums in (torch_stats.tensor_sums_host, torch_stats.tensor_sums_device):
-            total, norm, lo, hi = sums(x).tolist()
+            total, norm, max_abs = sums(x).tolist()
             assert norm == pytest.approx(torch.linalg.vector_norm(x.double()).item(), rel=1e-6)
-            assert (lo, hi) == (x.min().item(), x.max().item())
+            assert max_abs == x.abs().max().item()
             assert total == pytest.approx(x.double().sum().item(), rel=1e-5, abs=1e-3)
-    x = torch.randn(10001, generator=g)  # min and max as torch.aminmax: NaN shows, +-Inf are values
-    for special in (float("inf"), -float("inf"), float("nan")):
+    x = torch.randn(10001, generator=g)  # max |x|: Inf from either sign, NaN shows
+    for special, expected in ((-float("inf"), float("inf")), (float("inf"), float("inf")), (float("nan"), float("nan"))):
         x[5003] = special
-        np.testing.assert_array_equal(torch_stats.tensor_sums_host(x)[2:].float().numpy(), torch.stack(torch.aminmax(x)).numpy())
+        for sums in (torch_stats.tensor_sums_host, torch_stats.tensor_sums_device):
+            np.testing.assert_equal(sums(x)[2].item(), expected)
     empty = torch_stats.activation_sums_host(torch.zeros(0), 0.05, (4, 0.0, 1.0))
     assert np.isnan(empty[0][0].item()) and empty[1].tolist() == [0, 0, 0, 0]
 
@@ -510,19 +511,19 @@ def test_cpu_kernel_splits_large_tensors_across_threads(torch_fw, monkeypatch):
     try:
         x = edge_case_values(-2.0, 3.0, 20, 1 << 20)
         counts = np.zeros(20, np.int64)
-        total, ssq, count, lo, hi = torch_stats.kernel_moments(x.numpy(), 0.05, counts, -2.0, 3.0, True)
+        total, ssq, count, max_abs = torch_stats.kernel_moments(x.numpy(), 0.05, counts, -2.0, 3.0, True)
         np.testing.assert_array_equal(counts, torch.histc(x, 20, -2.0, 3.0).numpy())
-        assert np.isnan(lo) and np.isnan(hi)  # the edge cases hold NaN
+        assert np.isnan(max_abs)  # the edge cases hold NaN
         finite = x[torch.isfinite(x)]
-        total, ssq, count, lo, hi = torch_stats.kernel_moments(finite.numpy(), 0.05, None, 0.0, 0.0, True)
+        total, ssq, count, max_abs = torch_stats.kernel_moments(finite.numpy(), 0.05, None, 0.0, 0.0, True)
         assert total == pytest.approx(finite.double().sum().item(), rel=1e-9)
         assert ssq == pytest.approx(finite.double().square().sum().item(), rel=1e-9)
-        assert count == (finite <= 0.05).sum().item() and (lo, hi) == (finite.min().item(), finite.max().item())
+        assert count == (finite <= 0.05).sum().item() and max_abs == finite.abs().max().item()
         pool = torch_stats._Threads.get(3)
         assert torch_stats._Threads.get(2) is pool
         monkeypatch.setattr(torch_stats.os, "getpid", lambda: -1)  # what a forked child sees: another pid
         assert torch_stats._Threads.get(2) is not pool
         monkeypatch.undo()
-        assert torch_stats.tensor_sums_host(torch.ones(1 << 22)).tolist() == [1 << 22, 2048.0, 1.0, 1.0]
+        assert torch_stats.tensor_sums_host(-torch.ones(1 << 22)).tolist() == [-(1 << 22), 2048.0, 1.0]
     finally:
         torch.set_num_threads(threads)

@@ -1,9 +1,9 @@
 /* hookkit._cpu_kernels: one pass over a float32 buffer for the monitoring statistics on the CPU.
 
-   moments(x, near_zero, counts=None, lo=0, hi=0, extremes=False)
-       -> (sum, sum of squares, count of x <= near_zero, min, max)
-   min and max (as torch.aminmax) when ``extremes``, else None; and, when ``counts`` (a writable
-   int64 buffer of ``bins`` items) is given, adds torch.histc's counts of x over [lo, hi] into it.
+   moments(x, near_zero, counts=None, lo=0, hi=0, max_abs=False)
+       -> (sum, sum of squares, count of x <= near_zero, max |x| or None)
+   max |x| (NaN when any x is) when asked; and, when ``counts`` (a writable int64 buffer of
+   ``bins`` items) is given, adds torch.histc's counts of x over [lo, hi] into it.
 
    Why C: torch.histc on the CPU is a scalar loop (3-11 ns a value), and the vectorized numpy route
    (torch_stats.histc_host) still makes ~10 passes over memory plus a bincount. Here each 2048-value
@@ -18,7 +18,6 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
-#include <math.h>
 #include <string.h>
 
 #define BLOCK 2048
@@ -28,8 +27,6 @@
 typedef float v4f __attribute__((vector_size(16)));
 typedef double v4d __attribute__((vector_size(32)));
 typedef int32_t v4i __attribute__((vector_size(16)));
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
 
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__)
 #define MULTIVERSION __attribute__((target_clones("avx2", "default")))
@@ -40,8 +37,6 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 typedef struct {
     double sum, ssq;
     int64_t count;
-    float min, max;
-    int nan;
 } Moments;
 
 /* Sums in float64 lanes: the sum of squares of millions of values keeps ~1e-15 relative error. */
@@ -79,38 +74,16 @@ MULTIVERSION static void block_moments(const float *x, Py_ssize_t m, float near_
     acc->count += count;
 }
 
-/* min and max as torch.aminmax: NaN when any value is NaN (flagged here, applied at the end). */
-MULTIVERSION static void block_extremes(const float *x, Py_ssize_t m, Moments *acc) {
-    v8f lo, hi;
-    v8i nan = {0};
-    for (int k = 0; k < 8; k++)
-        lo[k] = acc->min, hi[k] = acc->max;
-    Py_ssize_t j = 0;
-    for (; j + 8 <= m; j += 8) {
-        v8f a;
-        memcpy(&a, x + j, sizeof a);
-        nan |= a != a;
-        v8i take = a < lo; /* C has no vector ?:, so select with masks */
-        lo = (v8f)(((v8i)a & take) | ((v8i)lo & ~take));
-        take = a > hi;
-        hi = (v8f)(((v8i)a & take) | ((v8i)hi & ~take));
+/* max |x| on the bit patterns: with the sign bit cleared, float order is integer order, and a NaN
+   is above +Inf, so the integer max (vectorized by the compiler) is NaN when any value is. */
+MULTIVERSION static uint32_t block_max_abs_bits(const float *x, Py_ssize_t m, uint32_t acc) {
+    for (Py_ssize_t j = 0; j < m; j++) {
+        uint32_t b;
+        memcpy(&b, x + j, sizeof b);
+        b &= 0x7fffffffu;
+        acc = b > acc ? b : acc;
     }
-    float mn = acc->min, mx = acc->max;
-    int any_nan = 0;
-    for (int k = 0; k < 8; k++) {
-        any_nan |= nan[k] != 0;
-        mn = lo[k] < mn ? lo[k] : mn;
-        mx = hi[k] > mx ? hi[k] : mx;
-    }
-    for (; j < m; j++) {
-        const float v = x[j];
-        any_nan |= v != v;
-        mn = v < mn ? v : mn;
-        mx = v > mx ? v : mx;
-    }
-    acc->min = mn;
-    acc->max = mx;
-    acc->nan |= any_nan;
+    return acc;
 }
 
 /* Slot p in 0..bins: histc's position p (p == bins: x == hi, folded into the last bin). A value
@@ -142,8 +115,8 @@ static PyObject *moments(PyObject *self, PyObject *args) {
     Py_buffer x, counts = {0};
     PyObject *counts_obj = Py_None;
     float near_zero, lo = 0, hi = 0;
-    int extremes = 0;
-    if (!PyArg_ParseTuple(args, "y*f|Offp:moments", &x, &near_zero, &counts_obj, &lo, &hi, &extremes))
+    int want_max_abs = 0;
+    if (!PyArg_ParseTuple(args, "y*f|Offp:moments", &x, &near_zero, &counts_obj, &lo, &hi, &want_max_abs))
         return NULL;
     Py_ssize_t bins = 0;
     int64_t *tables = NULL;
@@ -167,14 +140,15 @@ static PyObject *moments(PyObject *self, PyObject *args) {
     }
     const float *values = (const float *)x.buf;
     const Py_ssize_t n = x.len / (Py_ssize_t)sizeof(float);
-    Moments acc = {0, 0, 0, INFINITY, -INFINITY, 0};
+    Moments acc = {0, 0, 0};
+    uint32_t max_abs = 0;
     Py_BEGIN_ALLOW_THREADS;
     int32_t slot[BLOCK];
     for (Py_ssize_t i = 0; i < n; i += BLOCK) {
         const Py_ssize_t m = n - i < BLOCK ? n - i : BLOCK;
         block_moments(values + i, m, near_zero, &acc);
-        if (extremes)
-            block_extremes(values + i, m, &acc);
+        if (want_max_abs)
+            max_abs = block_max_abs_bits(values + i, m, max_abs);
         if (tables) {
             block_slots(values + i, m, lo, hi, (float)bins, slot);
             count_slots(slot, m, tables, bins + 1 + DROPS);
@@ -193,11 +167,11 @@ static PyObject *moments(PyObject *self, PyObject *args) {
         PyBuffer_Release(&counts);
     }
     PyBuffer_Release(&x);
-    if (!extremes)
-        return Py_BuildValue("ddLOO", acc.sum, acc.ssq, (long long)acc.count, Py_None, Py_None);
-    if (acc.nan)
-        acc.min = acc.max = NAN;
-    return Py_BuildValue("ddLdd", acc.sum, acc.ssq, (long long)acc.count, (double)acc.min, (double)acc.max);
+    if (!want_max_abs)
+        return Py_BuildValue("ddLO", acc.sum, acc.ssq, (long long)acc.count, Py_None);
+    float largest;
+    memcpy(&largest, &max_abs, sizeof largest);
+    return Py_BuildValue("ddLd", acc.sum, acc.ssq, (long long)acc.count, (double)largest);
 fail:
     PyMem_Free(tables);
     if (counts.obj)
@@ -208,8 +182,8 @@ fail:
 
 static PyMethodDef methods[] = {
     {"moments", moments, METH_VARARGS,
-     "moments(x, near_zero, counts=None, lo=0.0, hi=0.0, extremes=False)\n"
-     "    -> (sum, sum_of_squares, count <= near_zero, min or None, max or None);\n"
+     "moments(x, near_zero, counts=None, lo=0.0, hi=0.0, max_abs=False)\n"
+     "    -> (sum, sum_of_squares, count <= near_zero, max |x| or None);\n"
      "adds torch.histc(x, len(counts), lo, hi) into the int64 buffer counts when given."},
     {NULL, NULL, 0, NULL},
 };

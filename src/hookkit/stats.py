@@ -437,7 +437,7 @@ class GradientStats(_GradReading, _Live):
     def __init__(self, model: Any, layers: LayerSpec = None, *, every: int = 1):
         super().__init__(model, layers, every)
         be = self._backend
-        self._values = {n: _Series(be, 4) for n in self.names}
+        self._values = {n: _Series(be, 3) for n in self.names}
         self._steps = {n: [] for n in self.names}
         self._calls = {n: [] for n in self.names}
         self._numels: dict[str, list[int]] = {n: [] for n in self.names}
@@ -451,7 +451,7 @@ class GradientStats(_GradReading, _Live):
         for name, layer in self._named:
             self.add(attach(model, [(name, layer)], "grad", self._consumer(name, record), OBSERVER))
             params = [p for p in be.parameters(layer, recurse=False) if be.requires_grad(p)]
-            self._param_values[name] = [_Series(be, 4) for _ in params]
+            self._param_values[name] = [_Series(be, 3) for _ in params]
             self._param_steps[name] = [[] for _ in params]
             self._param_numel[name] = [be.numel(p) for p in params]
             for i, p in enumerate(params):
@@ -526,7 +526,7 @@ class GradientStats(_GradReading, _Live):
                     "mean": mean,
                     "std": np.sqrt(ssd / (n - 1)),
                     "norm": norm,
-                    "max_abs": np.maximum(-v[:, 2], v[:, 3]),
+                    "max_abs": v[:, 2],
                 }
             arrays = {k: cols[k][order].astype(np.float32) for k in _GRAD_KEYS}
             arrays["step"], arrays["call"] = step[order], call[order]
@@ -536,13 +536,12 @@ class GradientStats(_GradReading, _Live):
         return out
 
     def _read_params(self, name: str) -> dict[str, np.ndarray]:
-        """Merge the per-parameter ``[sum, sumsq, min, max]`` rows of each step (in float64)."""
+        """Merge the per-parameter ``[sum, norm, max_abs]`` rows of each step (in float64)."""
         acc: dict[int, list[float]] = {}  # step -> [n, sum, sumsq, maxabs]
         for series, steps, numel in zip(self._param_values[name], self._param_steps[name], self._param_numel[name]):
             rows = series.numpy().astype(np.float64)
-            for step, (s, norm, lo, hi) in zip(steps, rows):
+            for step, (s, norm, m) in zip(steps, rows):
                 q = norm * norm
-                m = max(-lo, hi)
                 a = acc.setdefault(step, [0.0, 0.0, 0.0, 0.0])
                 a[0] += numel
                 a[1] += s

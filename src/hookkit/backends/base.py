@@ -151,12 +151,12 @@ class Backend:
         return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)
 
     def grad_sums(self, t: Any) -> Any:
-        """One row ``[sum, ||t||, min, max]`` of a gradient: ``param_sums`` (gradients have
+        """One row ``[sum, ||t||, max |t|]`` of a gradient: ``param_sums`` (gradients have
         |mean| << std, so mean and std follow from the sum and the norm when read)."""
         return self.param_sums(t)
 
     def param_sums(self, t: Any) -> Any:
-        """One row ``[sum, ||t||, min, max]`` of ``t``: mergeable across tensors."""
+        """One row ``[sum, ||t||, max |t|]`` of ``t`` (NaN when any value is): mergeable across tensors."""
         raise NotImplementedError
 
     def finite_probe(self, t: Any) -> tuple:

@@ -154,7 +154,7 @@ class PaddleBackend(Backend):
 
     def param_sums(self, t: Any) -> Any:
         t = t.astype("float32")
-        return paddle.stack([t.sum(), (t * t).sum().sqrt(), t.min(), t.max()])
+        return paddle.stack([t.sum(), (t * t).sum().sqrt(), paddle.maximum(-t.min(), t.max())])
 
     def finite_probe(self, t: Any) -> tuple:
         if not t.is_floating_point():

@@ -15,7 +15,7 @@ Why not the obvious calls (measured on 20 M float32 values, one core):
 - ``torch.histc`` on the CPU is a scalar loop (3-11 ns a value); see ``histc_host``.
 
 On the CPU, ``activation_sums_host`` reads each value once: the C kernel ``hookkit._cpu_kernels``
-(built at install when a C compiler is there) sums in float64 lanes, takes min and max and counts
+(built at install when a C compiler is there) sums in float64 lanes, takes max |x| and counts
 histc's bins in the same pass (~1 ns a value with a histogram, ~0.3 without). Without it, the numpy routes below give
 the same results, 2-3x slower.
 """
@@ -69,25 +69,24 @@ class _Threads:
 
 
 def kernel_moments(
-    values: np.ndarray, near_zero: float, counts: np.ndarray | None = None, lo: float = 0.0, hi: float = 0.0, extremes: bool = False
+    values: np.ndarray, near_zero: float, counts: np.ndarray | None = None, lo: float = 0.0, hi: float = 0.0, max_abs: bool = False
 ) -> tuple:
     """``kernels.moments`` over a float32 array, split across threads when it is large: the same
     results (sums to float64 rounding, counts exactly); ``counts`` gets histc's counts added."""
     threads = min(torch.get_num_threads(), values.size // _VALUES_PER_THREAD)
     if threads < 2:
-        return kernels.moments(values, near_zero, counts, lo, hi, extremes)
+        return kernels.moments(values, near_zero, counts, lo, hi, max_abs)
     parts = np.array_split(values, threads)
     hists = [None if counts is None else np.zeros_like(counts) for _ in parts]
-    results = list(_Threads.get(threads).map(lambda p, h: kernels.moments(p, near_zero, h, lo, hi, extremes), parts, hists))
+    results = list(_Threads.get(threads).map(lambda p, h: kernels.moments(p, near_zero, h, lo, hi, max_abs), parts, hists))
     if counts is not None:
         counts += np.sum(hists, axis=0)
     total, ssq, count = (sum(r[k] for r in results) for k in range(3))
-    if not extremes:
-        return total, ssq, count, None, None
-    lows, highs = [r[3] for r in results], [r[4] for r in results]
-    if any(v != v for v in lows):  # NaN anywhere: NaN, as torch.aminmax
-        return total, ssq, count, float("nan"), float("nan")
-    return total, ssq, count, min(lows), max(highs)
+    return total, ssq, count, max((r[3] for r in results), key=_nan_first) if max_abs else None
+
+
+def _nan_first(v: float) -> float:
+    return float("inf") if v != v else v
 
 
 def activation_sums_device(t: torch.Tensor, near_zero: float) -> torch.Tensor:
@@ -112,7 +111,7 @@ def activation_sums_host(t: torch.Tensor, near_zero: float, hist: tuple | None =
             counts = torch.histc(flat, *hist)
         return _activation_sums_numpy(flat, near_zero), counts
     counts = None if hist is None else np.zeros(hist[0], np.int64)
-    total, ssq, count, _, _ = kernel_moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
+    total, ssq, count, _ = kernel_moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
     mean = total / n
     m2 = ssq - n * mean * mean
     if m2 * _WELL_CONDITIONED_F64 < n * mean * mean:  # var << mean**2: the one-pass formula cancels
@@ -178,15 +177,16 @@ def histc_host(t: torch.Tensor, bins: int, lo: float, hi: float) -> torch.Tensor
 
 
 def tensor_sums_device(t: torch.Tensor) -> torch.Tensor:
-    """``[sum, ||t||, min, max]``: kernels only. Mergeable across tensors; mean and std follow when
-    read (gradients have |mean| << std, so the one-pass variance keeps its digits)."""
+    """``[sum, ||t||, max |t|]`` (NaN when any value is): kernels only. Mergeable across tensors;
+    mean and std follow when read (gradients have |mean| << std: the one-pass variance keeps its digits)."""
     flat = t.float().reshape(-1)
-    return torch.stack((flat.sum(), sum_of_squares(flat).sqrt(), *torch.aminmax(flat)))
+    lo, hi = torch.aminmax(flat)  # propagate NaN, unlike a max of abs values on some devices
+    return torch.stack((flat.sum(), sum_of_squares(flat).sqrt(), torch.maximum(-lo, hi)))
 
 
 def tensor_sums_host(t: torch.Tensor) -> torch.Tensor:
     """The row of ``tensor_sums_device`` for a CPU tensor, in float64; one pass with the kernel."""
     if kernels is None or t.numel() == 0:
         return tensor_sums_device(t).double()
-    total, ssq, _, lo, hi = kernel_moments(t.detach().float().reshape(-1).numpy(), 0.0, extremes=True)
-    return torch.tensor((total, ssq**0.5, lo, hi), dtype=torch.float64)
+    total, ssq, _, max_abs = kernel_moments(t.detach().float().reshape(-1).numpy(), 0.0, max_abs=True)
+    return torch.tensor((total, ssq**0.5, max_abs), dtype=torch.float64)
