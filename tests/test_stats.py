@@ -362,13 +362,13 @@ def test_gpt2_tuple_outputs(torch_fw):
 @pytest.fixture(params=["kernel", "numpy"])
 def cpu_route(request, monkeypatch, torch_fw):
     """The CPU statistics' two routes: the C kernel built at install, and numpy without it."""
-    from hookkit.backends import torch_stats
+    from hookkit.backends import host_stats
 
     if request.param == "kernel":
-        if torch_stats.kernels is None:
+        if host_stats.kernels is None:
             pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
     else:
-        monkeypatch.setattr(torch_stats, "kernels", None)
+        monkeypatch.setattr(host_stats, "kernels", None)
     return request.param
 
 
@@ -498,32 +498,71 @@ def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw):
 
 def test_cpu_kernel_splits_large_tensors_across_threads(torch_fw, monkeypatch):
     """With several intra-op threads a large tensor is split across them: the same counts and sums,
-    NaN in any part shows in min/max; a forked child (a DataLoader worker) gets a pool of its own."""
+    NaN in any part shows in max |x|; a forked child (a DataLoader worker) gets a pool of its own."""
     import torch
 
-    from hookkit.backends import torch_stats
+    from hookkit.backends import host_stats, torch_stats
 
-    if torch_stats.kernels is None:
+    if host_stats.kernels is None:
         pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
-    monkeypatch.setattr(torch_stats, "_VALUES_PER_THREAD", 1 << 16)
+    monkeypatch.setattr(host_stats, "_VALUES_PER_THREAD", 1 << 16)
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
     try:
         x = edge_case_values(-2.0, 3.0, 20, 1 << 20)
         counts = np.zeros(20, np.int64)
-        total, ssq, count, max_abs = torch_stats.kernel_moments(x.numpy(), 0.05, counts, -2.0, 3.0, True)
+        total, ssq, count, max_abs = host_stats.moments(x.numpy(), 0.05, counts, -2.0, 3.0, True, threads=3)
         np.testing.assert_array_equal(counts, torch.histc(x, 20, -2.0, 3.0).numpy())
         assert np.isnan(max_abs)  # the edge cases hold NaN
         finite = x[torch.isfinite(x)]
-        total, ssq, count, max_abs = torch_stats.kernel_moments(finite.numpy(), 0.05, None, 0.0, 0.0, True)
+        total, ssq, count, max_abs = host_stats.moments(finite.numpy(), 0.05, max_abs=True, threads=3)
         assert total == pytest.approx(finite.double().sum().item(), rel=1e-9)
         assert ssq == pytest.approx(finite.double().square().sum().item(), rel=1e-9)
         assert count == (finite <= 0.05).sum().item() and max_abs == finite.abs().max().item()
-        pool = torch_stats._Threads.get(3)
-        assert torch_stats._Threads.get(2) is pool
-        monkeypatch.setattr(torch_stats.os, "getpid", lambda: -1)  # what a forked child sees: another pid
-        assert torch_stats._Threads.get(2) is not pool
+        pool = host_stats._Threads.get(3)
+        assert host_stats._Threads.get(2) is pool
+        monkeypatch.setattr(host_stats.os, "getpid", lambda: -1)  # what a forked child sees: another pid
+        assert host_stats._Threads.get(2) is not pool
         monkeypatch.undo()
-        assert torch_stats.tensor_sums_host(-torch.ones(1 << 22)).tolist() == [-(1 << 22), 2048.0, 1.0]
+        assert torch_stats.tensor_sums_host(-torch.ones(1 << 22)).tolist() == [-(1 << 22), 2048.0, 1.0]  # 4 threads' worth
     finally:
         torch.set_num_threads(threads)
+
+
+def test_paddle_cpu_statistics_take_the_kernel_with_the_same_results(paddle_fw, monkeypatch):
+    """Paddle CPU tensors reach the kernel through dlpack (no copy): histogram counts equal
+    paddle.histogram's, rows equal Paddle's own ops (the route with host_routes off), for float32,
+    float16 and strided inputs; a training loop records the same statistics on both routes."""
+    import paddle
+
+    from hookkit.backends import backend_for, host_stats
+
+    if host_stats.kernels is None:
+        pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+    be = backend_for(paddle.zeros([1]))
+    x = paddle.to_tensor(edge_case_values(-2.0, 3.0, 20, 300000).numpy())
+    finite = paddle.to_tensor(np.random.default_rng(0).standard_normal((300, 1000)).astype(np.float32) + 0.5)
+    for t in (finite, finite.T, finite.astype("float16")):
+        kernel_rows = be.activation_sums(t, 0.05).numpy(), be.param_sums(t).numpy()
+        monkeypatch.setattr(type(be), "host_routes", False)
+        np.testing.assert_allclose(kernel_rows[0], be.activation_sums(t, 0.05).numpy(), rtol=1e-5)
+        np.testing.assert_allclose(kernel_rows[1], be.param_sums(t).numpy(), rtol=1e-5)
+        monkeypatch.undo()
+    row, counts = be.activation_sums_hist(x, 0.05, 20, -2.0, 3.0)
+    np.testing.assert_array_equal(counts.numpy(), paddle.histogram(x, bins=20, min=-2.0, max=3.0).numpy())
+    assert row.numpy()[2] == (x <= 0.05).astype("int64").sum().item() and np.isnan(be.param_sums(x).numpy()[2])
+
+    def recorded(host_routes: bool) -> dict:
+        monkeypatch.setattr(type(be), "host_routes", host_routes)
+        paddle.seed(0)
+        model = paddle_fw.small_cnn(in_ch=1, width=4)
+        data = paddle.to_tensor(np.random.default_rng(1).standard_normal((6, 1, 8, 8)).astype(np.float32))
+        with hookkit.ActivationStats(model, hist=True, bins=10, range=(-1, 1)) as acts, hookkit.GradientStats(model) as grads:
+            for _ in range(2):
+                (model(data) ** 2).mean().backward()
+        return {**acts.to_numpy(), **{f"grad {k}": v for k, v in grads.to_numpy().items()}}
+
+    kernel, ops = recorded(True), recorded(False)
+    for name in kernel:
+        for key in kernel[name]:
+            np.testing.assert_allclose(kernel[name][key], ops[name][key], rtol=1e-4, atol=1e-7, err_msg=f"{name} {key}")

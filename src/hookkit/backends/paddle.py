@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import paddle
 
+from hookkit.backends import host_stats
 from hookkit.backends.base import Backend
 from hookkit.errors import HookkitError
 
@@ -147,12 +149,36 @@ class PaddleBackend(Backend):
     def l2_norm(self, t: Any) -> Any:
         return paddle.linalg.norm(t.astype("float32"))
 
+    # The monitoring reductions: a CPU tensor goes to the C kernel through dlpack (no copy; one
+    # read instead of Paddle's 4-5 passes and temporaries: 12.9 M values, 225 -> ~5 ms).
+    host_routes = True
+
+    def _host_values(self, t: Any) -> np.ndarray | None:
+        if not (self.host_routes and host_stats.kernels is not None and t.place.is_cpu_place()):
+            return None
+        if t.dtype != paddle.float32:
+            t = t.astype("float32")
+        return np.from_dlpack(t.detach()).reshape(-1)
+
     def activation_sums(self, t: Any, near_zero: float) -> Any:
+        values = self._host_values(t)
+        if values is not None and host_stats.applies(values.size):
+            return paddle.to_tensor(host_stats.activation_row(values, near_zero)[0], place=t.place)
         t = t.astype("float32")
         mean = t.mean()
         return paddle.stack([mean, (t - mean).square().sum(), (t <= near_zero).astype("float32").sum()])
 
+    def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
+        values = self._host_values(t)
+        if values is not None and host_stats.applies(values.size, (bins, lo, hi)):
+            row, counts = host_stats.activation_row(values, near_zero, (bins, lo, hi))
+            return paddle.to_tensor(row, place=t.place), paddle.to_tensor(counts.astype(np.float32), place=t.place)
+        return super().activation_sums_hist(t, near_zero, bins, lo, hi)
+
     def param_sums(self, t: Any) -> Any:
+        values = self._host_values(t)
+        if values is not None and host_stats.applies(values.size):
+            return paddle.to_tensor(host_stats.tensor_row(values), place=t.place)
         t = t.astype("float32")
         return paddle.stack([t.sum(), (t * t).sum().sqrt(), paddle.maximum(-t.min(), t.max())])
 

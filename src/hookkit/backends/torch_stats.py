@@ -14,31 +14,21 @@ Why not the obvious calls (measured on 20 M float32 values, one core):
   the bool through ATen's slow path (0.65 ns a value); numpy's compare + count: 0.26 ns.
 - ``torch.histc`` on the CPU is a scalar loop (3-11 ns a value); see ``histc_host``.
 
-On the CPU, ``activation_sums_host`` reads each value once: the C kernel ``hookkit._cpu_kernels``
-(built at install when a C compiler is there) sums in float64 lanes, takes max |x| and counts
-histc's bins in the same pass (~1 ns a value with a histogram, ~0.3 without). Without it, the numpy routes below give
-the same results, 2-3x slower.
+On the CPU, ``activation_sums_host`` reads each value once with the C kernel (host_stats.py: sums
+in float64 lanes, max |x|, histc's bins in the same pass; ~1 ns a value with a histogram, ~0.3
+without). Installed without a C compiler, the numpy routes below give the same results, 2-3x slower.
 """
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import torch
 
-try:
-    from hookkit import _cpu_kernels as kernels
-except ImportError:  # installed without a C compiler: the numpy routes
-    kernels = None
+from hookkit.backends import host_stats
 
 _ROW = 2048  # values per row of the row-norm sum of squares
 _CHUNK = 1 << 17  # values per chunk of the histogram: the float scratch (512 KiB) stays in L2
-_WELL_CONDITIONED = 30.0  # mean**2 / var above which the one-pass variance loses digits (float32 sums)
-_WELL_CONDITIONED_F64 = 1e4  # the same with the kernel's float64 sums
-_KERNEL_MAX_BINS = 1 << 24
-_VALUES_PER_THREAD = 1 << 20  # below this, handing work to another thread costs more than it saves
+_WELL_CONDITIONED = 30.0  # mean**2 / var above which the one-pass variance (float32 sums) loses digits
 
 
 def sum_of_squares(flat: torch.Tensor) -> torch.Tensor:
@@ -50,43 +40,6 @@ def sum_of_squares(flat: torch.Tensor) -> torch.Tensor:
     if flat.numel() % _ROW:
         total = total + flat[rows * _ROW :].square().sum()
     return total
-
-
-class _Threads:
-    """The kernel releases the GIL, so a large tensor is split across torch's intra-op thread count
-    (idle while the forward waits for its hook). Recreated after a fork: a child inherits the pool's
-    bookkeeping but not its threads."""
-
-    pool: ThreadPoolExecutor | None = None
-    size = 0
-    pid = 0
-
-    @classmethod
-    def get(cls, size: int) -> ThreadPoolExecutor:
-        if cls.pool is None or cls.size < size or cls.pid != os.getpid():
-            cls.pool, cls.size, cls.pid = ThreadPoolExecutor(size, thread_name_prefix="hookkit-stats"), size, os.getpid()
-        return cls.pool
-
-
-def kernel_moments(
-    values: np.ndarray, near_zero: float, counts: np.ndarray | None = None, lo: float = 0.0, hi: float = 0.0, max_abs: bool = False
-) -> tuple:
-    """``kernels.moments`` over a float32 array, split across threads when it is large: the same
-    results (sums to float64 rounding, counts exactly); ``counts`` gets histc's counts added."""
-    threads = min(torch.get_num_threads(), values.size // _VALUES_PER_THREAD)
-    if threads < 2:
-        return kernels.moments(values, near_zero, counts, lo, hi, max_abs)
-    parts = np.array_split(values, threads)
-    hists = [None if counts is None else np.zeros_like(counts) for _ in parts]
-    results = list(_Threads.get(threads).map(lambda p, h: kernels.moments(p, near_zero, h, lo, hi, max_abs), parts, hists))
-    if counts is not None:
-        counts += np.sum(hists, axis=0)
-    total, ssq, count = (sum(r[k] for r in results) for k in range(3))
-    return total, ssq, count, max((r[3] for r in results), key=_nan_first) if max_abs else None
-
-
-def _nan_first(v: float) -> float:
-    return float("inf") if v != v else v
 
 
 def activation_sums_device(t: torch.Tensor, near_zero: float) -> torch.Tensor:
@@ -105,19 +58,14 @@ def activation_sums_host(t: torch.Tensor, near_zero: float, hist: tuple | None =
     """
     flat = t.detach().float().reshape(-1)
     n = flat.numel()
-    if kernels is None or n == 0 or (hist is not None and not (hist[0] <= _KERNEL_MAX_BINS and hist[1] < hist[2])):
-        counts = None if hist is None else (histc_host(flat, *hist) if n else None)
-        if hist is not None and counts is None:
-            counts = torch.histc(flat, *hist)
-        return _activation_sums_numpy(flat, near_zero), counts
-    counts = None if hist is None else np.zeros(hist[0], np.int64)
-    total, ssq, count, _ = kernel_moments(flat.numpy(), near_zero, counts, *(hist[1:] if hist else ()))
-    mean = total / n
-    m2 = ssq - n * mean * mean
-    if m2 * _WELL_CONDITIONED_F64 < n * mean * mean:  # var << mean**2: the one-pass formula cancels
-        m2 = float(sum_of_squares(flat - mean).numpy())
-    row = torch.tensor((mean, max(m2, 0.0), count), dtype=torch.float64)
-    return row, None if counts is None else torch.from_numpy(counts).float()
+    if host_stats.applies(n, hist):
+        row, counts = host_stats.activation_row(flat.numpy(), near_zero, hist, torch.get_num_threads())
+        return torch.from_numpy(row), None if counts is None else torch.from_numpy(counts).float()
+    counts = None
+    if hist is not None:  # the numpy route, or histc where it does not apply
+        counts = histc_host(flat, *hist) if n else None
+        counts = torch.histc(flat, *hist) if counts is None else counts
+    return _activation_sums_numpy(flat, near_zero), counts
 
 
 def _activation_sums_numpy(flat: torch.Tensor, near_zero: float) -> torch.Tensor:
@@ -186,7 +134,6 @@ def tensor_sums_device(t: torch.Tensor) -> torch.Tensor:
 
 def tensor_sums_host(t: torch.Tensor) -> torch.Tensor:
     """The row of ``tensor_sums_device`` for a CPU tensor, in float64; one pass with the kernel."""
-    if kernels is None or t.numel() == 0:
+    if not host_stats.applies(t.numel()):
         return tensor_sums_device(t).double()
-    total, ssq, _, max_abs = kernel_moments(t.detach().float().reshape(-1).numpy(), 0.0, max_abs=True)
-    return torch.tensor((total, ssq**0.5, max_abs), dtype=torch.float64)
+    return torch.from_numpy(host_stats.tensor_row(t.detach().float().reshape(-1).numpy(), torch.get_num_threads()))
