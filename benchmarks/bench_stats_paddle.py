@@ -59,7 +59,7 @@ def main() -> None:
             times = {}
             for routes in (False, True):
                 PaddleBackend.host_routes = routes
-                times[routes] = best_ms(lambda call=call: [call(t) for t in ts])
+                times[routes] = best_ms(lambda call=call, ts=ts: [call(t) for t in ts])
             PaddleBackend.host_routes = True
             print(f"| {label} | {stat} | {times[False]:.1f} ms | {times[True]:.1f} ms | **{times[True] / times[False]:.2f}** |")
     n = sum(int(np.prod(t.shape)) for t in workloads[next(iter(workloads))])
