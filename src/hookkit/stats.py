@@ -425,10 +425,10 @@ class GradientStats(_GradReading, _Live):
     tensor). Parameter gradients come from tensor hooks placed on each direct parameter at
     construction (removed by ``remove()``): each sees the gradient of one backward, before it is
     accumulated into ``.grad`` (so gradient accumulation and ``zero_grad`` do not matter). Each
-    parameter's hook computes ``(sum, norm, min, max)`` on the device; the layer's mean, std
+    parameter's hook computes ``[sum, norm, max |g|]`` on the device; the layer's mean, std
     (unbiased) and norm over all its parameters are combined from these when read (in float64:
     ``var = (sum of squares - n mean^2) / (n - 1)``, which loses precision only when |mean| >> std,
-    not the case of gradients). Output gradients likewise keep ``(sum, norm, min, max)``, one pass
+    not the case of gradients). Output gradients likewise keep ``[sum, norm, max |g|]``, one pass
     each, no host sync. ``every=N`` records the backward of forwards whose step is a multiple of N.
     """
 
