@@ -1,6 +1,9 @@
 """Training-step cost of activation / gradient statistics: hookkit vs fastai's ActivationStats.
 
-    /work/bench-venv/bin/python benchmarks/bench_stats.py [--threads 1] [--rounds 16] [--reps 4]
+    /work/bench-venv/bin/python benchmarks/bench_stats.py --rounds 48 --reps 1 --warmup 1
+
+(one step per variant per round: this VM's speed drifts between rounds of a few seconds, so the
+finest interleaving gives the steadiest ratios; options: --threads, --only gpt2,cnn, --malloc)
 
 Workloads (CPU, random weights, train mode): one step = forward + backward + AdamW step +
 zero_grad, of
@@ -28,6 +31,7 @@ p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDes
 p.add_argument("--threads", type=int, default=1)
 p.add_argument("--rounds", type=int, default=16)
 p.add_argument("--reps", type=int, default=4)
+p.add_argument("--warmup", type=int, default=2, help="untimed steps after attaching, per variant and round")
 p.add_argument("--clock", choices=["cpu", "wall"], default="cpu")
 p.add_argument("--only", default="", help="comma list of workloads: gpt2,cnn")
 p.add_argument("--markdown", default="", help="append the tables to this file")
@@ -193,7 +197,7 @@ def main() -> None:
             continue
         model, step = build()
         vs, counts = variants(model, step)
-        res = H.run_interleaved(vs, ARGS.rounds, ARGS.reps)
+        res = H.run_interleaved(vs, ARGS.rounds, ARGS.reps, warmup=ARGS.warmup)
         out.append(report(f"{title}; layers hooked: fastai {counts['fastai']}, hookkit {counts['hookkit']}", res))
         print(out[-1], flush=True)
     print(out[0])
