@@ -566,3 +566,26 @@ def test_paddle_cpu_statistics_take_the_kernel_with_the_same_results(paddle_fw, 
     for name in kernel:
         for key in kernel[name]:
             np.testing.assert_allclose(kernel[name][key], ops[name][key], rtol=1e-4, atol=1e-7, err_msg=f"{name} {key}")
+
+
+def test_cpu_kernel_rejects_bad_arguments_clearly(torch_fw):
+    """The kernel's own checks (host_stats guards them; a direct caller gets a ValueError, and the
+    counts it was given are left as they were)."""
+    from hookkit.backends import host_stats
+
+    if host_stats.kernels is None:
+        pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+    x = np.arange(10, dtype=np.float32)
+    counts = np.full(4, 7, np.int64)
+    for bad in [(np.zeros(0, np.int64), 0.0, 1.0), (counts, 1.0, 1.0), (counts, 2.0, 1.0), (np.zeros(3, np.int8), 0.0, 1.0)]:
+        with pytest.raises(ValueError, match="int64 bins and lo < hi"):
+            host_stats.kernels.moments(x, 0.0, *bad)
+    assert counts.tolist() == [7, 7, 7, 7]
+    with pytest.raises(ValueError, match="float32 buffer"):
+        host_stats.kernels.moments(np.zeros(3, np.int8), 0.0)
+    for strided in ((x[::2], 0.0), (x, 0.0, np.zeros(8, np.int64)[::2], 0.0, 1.0)):
+        with pytest.raises(ValueError, match="contiguous"):
+            host_stats.kernels.moments(*strided)
+    assert not host_stats.applies(10, (0, 0.0, 1.0)) and not host_stats.applies(10, (4, 1.0, 1.0)) and not host_stats.applies(0)
+    assert host_stats.kernels.moments(x, 4.0, counts, 0.0, 10.0, True) == (45.0, 285.0, 5, 9.0)
+    assert counts.tolist() == [7 + 3, 7 + 2, 7 + 3, 7 + 2]  # added to what was there

@@ -8,7 +8,8 @@
    Why C: torch.histc on the CPU is a scalar loop (3-11 ns a value), and the vectorized numpy route
    (torch_stats.histc_host) still makes ~10 passes over memory plus a bincount. Here each 2048-value
    block is read once from memory, its bin slots computed with vector instructions, then counted into
-   four interleaved tables (no store-to-load stall on runs of one bin). The Python side keeps the
+   TABLES interleaved tables, dropped values spread over DROPS spare slots (no store-to-load stall on
+   runs of one slot). The Python side keeps the
    numpy route for installs built without a C compiler.
 
    Exactness: the slot is histc's own float32 formula, (x - lo) * bins / (hi - lo) truncated, with
@@ -124,8 +125,8 @@ static PyObject *moments(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(counts_obj, &counts, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
             goto fail;
         bins = counts.len / (Py_ssize_t)sizeof(int64_t);
-        if (bins < 1 || bins > (1 << 24) || !(lo < hi)) {
-            PyErr_Format(PyExc_ValueError, "moments: need 1 <= bins <= 2**24 and lo < hi; got bins=%zd", bins);
+        if (counts.len % (Py_ssize_t)sizeof(int64_t) || bins < 1 || bins > (1 << 24) || !(lo < hi)) {
+            PyErr_Format(PyExc_ValueError, "moments: counts must be 1 to 2**24 int64 bins and lo < hi; got %zd bytes", counts.len);
             goto fail;
         }
         tables = PyMem_Calloc((size_t)TABLES * (size_t)(bins + 1 + DROPS), sizeof(int64_t));
