@@ -128,7 +128,7 @@ def tensor_sums_device(t: torch.Tensor) -> torch.Tensor:
     """``[sum, ||t||, max |t|]`` (NaN when any value is): kernels only. Mergeable across tensors;
     mean and std follow when read (gradients have |mean| << std: the one-pass variance keeps its digits)."""
     flat = t.float().reshape(-1)
-    lo, hi = torch.aminmax(flat)  # propagate NaN, unlike a max of abs values on some devices
+    lo, hi = torch.aminmax(flat)  # one pass, no |t| temporary; NaN propagates
     return torch.stack((flat.sum(), sum_of_squares(flat).sqrt(), torch.maximum(-lo, hi)))
 
 
