@@ -9,8 +9,6 @@ Least CPU time of 7 runs over the captured tensors, one thread.
 
 from __future__ import annotations
 
-import time
-
 import _harness as H
 
 H.set_threads(1)
@@ -22,16 +20,6 @@ import paddle  # noqa: E402
 import hookkit  # noqa: E402
 from hookkit.backends import backend_for  # noqa: E402
 from hookkit.backends.paddle import PaddleBackend  # noqa: E402
-
-
-def best_ms(fn, n: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return min(times) * 1e3
 
 
 def main() -> None:
@@ -59,7 +47,7 @@ def main() -> None:
             times = {}
             for routes in (False, True):
                 PaddleBackend.host_routes = routes
-                times[routes] = best_ms(lambda call=call, ts=ts: [call(t) for t in ts])
+                times[routes] = H.least_ms(lambda call=call, ts=ts: [call(t) for t in ts], 7)
             PaddleBackend.host_routes = True
             print(f"| {label} | {stat} | {times[False]:.1f} ms | {times[True]:.1f} ms | **{times[True] / times[False]:.2f}** |")
     n = sum(int(np.prod(t.shape)) for t in workloads[next(iter(workloads))])

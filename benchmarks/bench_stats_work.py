@@ -12,8 +12,6 @@ out on both sides.
 
 from __future__ import annotations
 
-import time
-
 import _harness as H
 
 H.set_threads(1)
@@ -28,17 +26,6 @@ from _models import SmallResNet  # noqa: E402
 from hookkit.backends import backend_for  # noqa: E402
 
 torch.set_num_threads(1)
-
-
-def best_ms(fn, n: int = 15) -> float:
-    """Least CPU time of n runs: the work's own cost (this shared machine's noise only adds to it)."""
-    fn()
-    times = []
-    for _ in range(n):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return min(times) * 1e3
 
 
 def workloads():
@@ -71,7 +58,7 @@ def main() -> None:
             opt.step()
             opt.zero_grad()
 
-        step_ms = best_ms(step, 5)
+        step_ms = H.least_ms(step, 5)
         with hookkit.capture(model, names, grads=True) as cap:
             loss_fn().backward()
         first = lambda v: v[0] if isinstance(v, tuple) else v  # noqa: E731
@@ -82,7 +69,7 @@ def main() -> None:
         row = [label]
         for hist in (False, True):
             fastai_hook = FastaiStats(with_hist=hist).hook
-            fa = best_ms(lambda: [fastai_hook(None, None, o) for o in outs])  # noqa: B023
+            fa = H.least_ms(lambda: [fastai_hook(None, None, o) for o in outs])  # noqa: B023
 
             def hk(outs=outs, be=be, hist=hist) -> None:
                 for o in outs:
@@ -91,9 +78,9 @@ def main() -> None:
                     else:
                         be.activation_sums(o, 0.05)
 
-            h = best_ms(hk)
+            h = H.least_ms(hk)
             row += [f"{fa:.1f} ms", f"{h:.1f} ms", f"**{h / fa:.2f}**"]
-        g = best_ms(lambda: ([be.grad_sums(x) for x in grads], [be.param_sums(x) for x in pgrads]))  # noqa: B023
+        g = H.least_ms(lambda: ([be.grad_sums(x) for x in grads], [be.param_sums(x) for x in pgrads]))  # noqa: B023
         row += [f"{g:.1f} ms", f"**{1 + g / step_ms:.3f}x** of {step_ms:.0f} ms"]
         print("| " + " | ".join(row) + " |")
 

@@ -524,6 +524,10 @@ def test_cpu_kernel_splits_large_tensors_across_threads(torch_fw, monkeypatch):
         monkeypatch.setattr(host_stats.os, "getpid", lambda: -1)  # what a forked child sees: another pid
         assert host_stats._Threads.get(2) is not pool
         monkeypatch.undo()
+        small = host_stats._Threads.get(2)
+        assert host_stats._Threads.get(4) is not small  # outgrown: replaced, and the old one shut down
+        with pytest.raises(RuntimeError):
+            small.submit(int)
         assert torch_stats.tensor_sums_host(-torch.ones(1 << 22)).tolist() == [-(1 << 22), 2048.0, 1.0]  # 4 threads' worth
     finally:
         torch.set_num_threads(threads)

@@ -42,6 +42,8 @@ class _Threads:
     @classmethod
     def get(cls, size: int) -> ThreadPoolExecutor:
         if cls.pool is None or cls.size < size or cls.pid != os.getpid():
+            if cls.pool is not None and cls.pid == os.getpid():
+                cls.pool.shutdown(wait=False)  # outgrown: its threads finish what they hold, then exit
             cls.pool, cls.size, cls.pid = ThreadPoolExecutor(size, thread_name_prefix="hookkit-stats"), size, os.getpid()
         return cls.pool
 

@@ -120,7 +120,7 @@ class TorchBackend(Backend):
     def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
         if self.host_routes and t.device.type == "cpu":
             return torch_stats.activation_sums_host(t, near_zero, (bins, lo, hi))
-        return torch_stats.activation_sums_device(t, near_zero), torch.histc(t.float(), bins, lo, hi)
+        return torch_stats.activation_sums_device(t, near_zero), self.histc(t, bins, lo, hi)
 
     def param_sums(self, t: Any) -> Any:
         if self.host_routes and t.device.type == "cpu":
