@@ -1,5 +1,5 @@
 """The one compiled part of hookkit: an optional C kernel for the CPU statistics (see
-src/hookkit/_cpu_kernels.c). Without a C compiler the install still succeeds and hookkit uses its
+src/hookkit/backends/_cpu_kernels.c). Without a C compiler the install still succeeds and hookkit uses its
 numpy route (same results, slower)."""
 
 from setuptools import Extension, setup
@@ -7,8 +7,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "hookkit._cpu_kernels",
-            ["src/hookkit/_cpu_kernels.c"],
+            "hookkit.backends._cpu_kernels",
+            ["src/hookkit/backends/_cpu_kernels.c"],
             # fp-contract off: no fused multiply-add, so histc's float32 roundings are kept exactly
             extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
             optional=True,

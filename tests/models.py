@@ -153,8 +153,8 @@ def make_framework(name: str) -> Framework:
 
 def hooks_left(model: Any) -> list[str]:
     """Names of the layers that still carry a hookkit consumer or any native forward hook."""
-    from hookkit import router
     from hookkit.backends import backend_for
+    from hookkit.core import router
 
     left = []
     for name, layer in backend_for(model).named_layers(model):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit import router
+from hookkit.core import router
 
 
 def clip_value(g: np.ndarray, v: float) -> np.ndarray:

@@ -24,7 +24,7 @@ def test_hook_stores_result_and_removes(fw):
     with Hook(tst_model, lambda m, i, o: o) as h:
         y = tst_model(x)
     np.testing.assert_array_equal(fw.numpy(h.stored), fw.numpy(y))
-    assert hookkit.router.attached(tst_model)["forward"] == 0
+    assert hookkit.core.router.attached(tst_model)["forward"] == 0
 
 
 def test_hook_output_detach_and_grad(fw):
@@ -74,7 +74,7 @@ def test_hooks_removed_when_block_raises(fw):
     with pytest.raises(RuntimeError):
         with hook_outputs(layers):
             raise RuntimeError("training failed")
-    assert all(hookkit.router.attached(m)["forward"] == 0 for m in layers)
+    assert all(hookkit.core.router.attached(m)["forward"] == 0 for m in layers)
 
 
 def test_model_sizes_num_features_dummy_eval(fw):

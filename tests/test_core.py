@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.router import attached
+from hookkit.core.router import attached
 from models import hooks_left
 
 

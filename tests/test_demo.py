@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit import router
-from hookkit.cli import main
-from hookkit.demo import CONV_LAYERS, DROPOUT, run_demo
+from hookkit.apps.cli import main
+from hookkit.apps.demo import CONV_LAYERS, DROPOUT, run_demo
+from hookkit.core import router
 from test_report import assert_self_contained, browser_check, decoded_images, needs_chromium, section_ids
 
 SECTIONS = ["summary", "activations", "color-dim", "gradient-flow", "feature-maps", "gradcam", "dropout"]
@@ -125,7 +125,7 @@ def test_bad_epochs(capsys, tmp_path):
 
 def test_the_real_command_exits_2_without_a_traceback(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "hookkit.cli", "demo", "--framework", "mxnet", "--out", str(tmp_path)],
+        [sys.executable, "-m", "hookkit.apps.cli", "demo", "--framework", "mxnet", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
         timeout=120,

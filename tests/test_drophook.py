@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit import router
+from hookkit.core import router
 
 
 def torch_resnet(fw, width: int = 8, num_classes: int = 10):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.router import attached
+from hookkit.core.router import attached
 
 
 def raises_after_backward(fw, watch, loss):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit import router
+from hookkit.core import router
 from hookkit.interventions.regularize import drop_block_2d
 
 OPS = {

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.cli import main
+from hookkit.apps.cli import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 _FLAGS = [

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.router import attached
+from hookkit.core.router import attached
 
 # -- helpers -----------------------------------------------------------------------------------------
 
@@ -319,7 +319,7 @@ def test_hot_path_runs_on_meta_tensors(torch_fw):
 
 
 def test_long_runs_are_compacted(torch_fw, monkeypatch):
-    import hookkit.stats as stats_mod
+    import hookkit.observers.stats as stats_mod
 
     monkeypatch.setattr(stats_mod, "_CHUNK", 4)
     model = torch_fw.mlp((3, 4, 2))
@@ -366,7 +366,7 @@ def cpu_route(request, monkeypatch, torch_fw):
 
     if request.param == "kernel":
         if host_stats.kernels is None:
-            pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+            pytest.skip("hookkit.backends._cpu_kernels was not built (no C compiler at install)")
     else:
         monkeypatch.setattr(host_stats, "kernels", None)
     return request.param
@@ -380,7 +380,7 @@ def test_cpu_kernel_is_built_where_a_compiler_is():
     compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(compiler) is None:
         pytest.skip(f"no C compiler ({compiler}) on this machine: the numpy route is used")
-    from hookkit import _cpu_kernels  # noqa: F401
+    from hookkit.backends import _cpu_kernels  # noqa: F401
 
 
 def edge_case_values(lo: float, hi: float, bins: int, n: int = 300000):
@@ -445,7 +445,7 @@ def test_cpu_statistics_are_accurate_on_large_and_offset_tensors(cpu_route):
     non-contiguous and half-precision outputs."""
     import torch
 
-    from hookkit.backends import torch_stats
+    from hookkit.backends.torch import stats as torch_stats
 
     g = torch.Generator().manual_seed(0)
     for offset, scale in [(0.0, 1.0), (1.0, 1.0), (10.0, 1.0), (1000.0, 1.0), (3.0, 0.0), (0.0, 1e-20), (1e4, 0.1)]:
@@ -501,10 +501,11 @@ def test_cpu_kernel_splits_large_tensors_across_threads(torch_fw, monkeypatch):
     NaN in any part shows in max |x|; a forked child (a DataLoader worker) gets a pool of its own."""
     import torch
 
-    from hookkit.backends import host_stats, torch_stats
+    from hookkit.backends import host_stats
+    from hookkit.backends.torch import stats as torch_stats
 
     if host_stats.kernels is None:
-        pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+        pytest.skip("hookkit.backends._cpu_kernels was not built (no C compiler at install)")
     monkeypatch.setattr(host_stats, "_VALUES_PER_THREAD", 1 << 16)
     threads = torch.get_num_threads()
     torch.set_num_threads(3)
@@ -542,7 +543,7 @@ def test_paddle_cpu_statistics_take_the_kernel_with_the_same_results(paddle_fw, 
     from hookkit.backends import backend_for, host_stats
 
     if host_stats.kernels is None:
-        pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+        pytest.skip("hookkit.backends._cpu_kernels was not built (no C compiler at install)")
     be = backend_for(paddle.zeros([1]))
     x = paddle.to_tensor(edge_case_values(-2.0, 3.0, 20, 300000).numpy())
     finite = paddle.to_tensor(np.random.default_rng(0).standard_normal((300, 1000)).astype(np.float32) + 0.5)
@@ -578,7 +579,7 @@ def test_cpu_kernel_rejects_bad_arguments_clearly(torch_fw):
     from hookkit.backends import host_stats
 
     if host_stats.kernels is None:
-        pytest.skip("hookkit._cpu_kernels was not built (no C compiler at install)")
+        pytest.skip("hookkit.backends._cpu_kernels was not built (no C compiler at install)")
     x = np.arange(10, dtype=np.float32)
     counts = np.full(4, 7, np.int64)
     for bad in [(np.zeros(0, np.int64), 0.0, 1.0), (counts, 1.0, 1.0), (counts, 2.0, 1.0), (np.zeros(3, np.int8), 0.0, 1.0)]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import hookkit
-from hookkit.cli import main as cli_main
+from hookkit.apps.cli import main as cli_main
 from models import hooks_left
 
 HERE = Path(__file__).resolve().parent
@@ -407,7 +407,7 @@ def test_cli_errors(capsys, argv, message):
 
 def test_cli_subprocess():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "-m", "hookkit.cli", "summary", "test_summary:make_mlp", "--input-size", "3,5", "--json"]
+    cmd = [sys.executable, "-m", "hookkit.apps.cli", "summary", "test_summary:make_mlp", "--input-size", "3,5", "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=HERE)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)

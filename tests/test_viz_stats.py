@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import hookkit  # noqa: E402
-from hookkit.errors import HookkitError, LayerNotFound  # noqa: E402
+from hookkit.core.errors import HookkitError, LayerNotFound  # noqa: E402
 from hookkit.viz import color_dim, gradient_flow, hist, plot_layer_stats  # noqa: E402
 
 

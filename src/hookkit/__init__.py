@@ -9,23 +9,11 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
-from hookkit.capture import Record, capture
-from hookkit.compat import (
-    Hook,
-    Hooks,
-    dummy_eval,
-    has_params,
-    hook_output,
-    hook_outputs,
-    in_channels,
-    model_sizes,
-    num_features_model,
-    total_params,
-)
-from hookkit.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
-from hookkit.gradcam import gradcam, gradcam_plus_plus
-from hookkit.handles import Handle, HandleGroup
-from hookkit.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
+from hookkit.apps.report import report
+from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
+from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.router import INTERVENTION, OBSERVER, remove_all
+from hookkit.core.select import ALL, LEAVES, WITH_PARAMS, select
 from hookkit.interventions import (
     DropHookModel,
     Pruning,
@@ -46,12 +34,24 @@ from hookkit.interventions import (
     steer,
     stop_after,
 )
-from hookkit.nonfinite import GradientWarning, watch_nonfinite
-from hookkit.report import report
-from hookkit.router import INTERVENTION, OBSERVER, remove_all
-from hookkit.select import ALL, LEAVES, WITH_PARAMS, select
-from hookkit.stats import ActivationStats, GradientStats, load_stats
-from hookkit.summary import Summary, summary
+from hookkit.observers.capture import Record, capture
+from hookkit.observers.compat import (
+    Hook,
+    Hooks,
+    dummy_eval,
+    has_params,
+    hook_output,
+    hook_outputs,
+    in_channels,
+    model_sizes,
+    num_features_model,
+    total_params,
+)
+from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
+from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
+from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
+from hookkit.observers.stats import ActivationStats, GradientStats, load_stats
+from hookkit.observers.summary import Summary, summary
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from hookkit.backends.base import Backend
-from hookkit.errors import UnsupportedModel
+from hookkit.core.errors import UnsupportedModel
 
 __all__ = ["Backend", "backend_for", "loaded_backends"]
 

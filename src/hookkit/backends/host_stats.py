@@ -1,5 +1,5 @@
 """The monitoring statistics of a float32 array in host memory, by the C kernel
-``hookkit._cpu_kernels``: one read per array, for either framework's CPU tensors.
+``hookkit.backends._cpu_kernels``: one read per array, for either framework's CPU tensors.
 
 ``kernels`` is None when hookkit was installed without a C compiler; the backends then use their
 own routes (torch_stats' numpy route, Paddle's ops). Large arrays are split across threads: the
@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 try:
-    from hookkit import _cpu_kernels as kernels
+    from hookkit.backends import _cpu_kernels as kernels
 except ImportError:  # installed without a C compiler
     kernels = None
 

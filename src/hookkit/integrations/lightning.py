@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hookkit import router
+from hookkit.core import router
 from hookkit.integrations._common import MonitorCallback
 
 

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.handles import Handle, HandleGroup
-from hookkit.router import INTERVENTION, Event, attach
-from hookkit.select import LayerSpec, select
+from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.select import LayerSpec, select
 
 __all__ = ["clip_grad"]
 

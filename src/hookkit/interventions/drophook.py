@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.backends import backend_for
-from hookkit.handles import HandleGroup
-from hookkit.router import INTERVENTION, Event, attach
-from hookkit.select import select
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.select import select
 
 __all__ = ["HOOK_TYPES", "DropHookModel"]
 

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
-from hookkit.handles import HandleGroup
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import Event
+from hookkit.core.select import LayerSpec
 from hookkit.interventions.patch import Converted, edit_outputs, lib, shape_str
-from hookkit.router import Event
-from hookkit.select import LayerSpec
 
 
 def mask_activations(

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
-from hookkit.handles import HandleGroup
-from hookkit.router import INTERVENTION, Event, attach
-from hookkit.select import LayerSpec, select
-from hookkit.tree import leaves, map_tensors
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.select import LayerSpec, select
+from hookkit.core.tree import leaves, map_tensors
 
 TensorFn = Callable[[Any, int, Event], Any]
 
@@ -198,7 +198,7 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
     """
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
-    from hookkit.capture import capture as Capture
+    from hookkit.observers.capture import capture as Capture
 
     if isinstance(values, Capture):
         per_call, every = _stored_from_capture(values, names), {}

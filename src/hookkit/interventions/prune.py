@@ -24,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
-from hookkit.errors import HookkitError
-from hookkit.handles import Handle, HandleGroup
+from hookkit.core.errors import HookkitError
+from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.select import LayerSpec, select
 from hookkit.interventions.patch import cast_like
-from hookkit.router import INTERVENTION, Event, attach
-from hookkit.select import LayerSpec, select
 
 METHODS = ("l1_unstructured", "ln_structured")
 

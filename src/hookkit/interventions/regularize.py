@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.handles import HandleGroup
-from hookkit.router import INTERVENTION, Event, attach
-from hookkit.select import LayerSpec, select
-from hookkit.tree import map_tensors
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.select import LayerSpec, select
+from hookkit.core.tree import map_tensors
 
 __all__ = ["channel_dropout", "drop_block", "drop_block_2d", "drop_path", "dropout", "gaussian_noise"]
 

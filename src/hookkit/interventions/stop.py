@@ -11,10 +11,10 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from hookkit.errors import HookkitError
-from hookkit.handles import HandleGroup
-from hookkit.router import OBSERVER, Event, Halt, attach
-from hookkit.select import LayerSpec, select
+from hookkit.core.errors import HookkitError
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import OBSERVER, Event, Halt, attach
+from hookkit.core.select import LayerSpec, select
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
@@ -54,7 +54,7 @@ class Stop(HandleGroup):
         self.capture = None
         try:
             if capture is not None:
-                from hookkit.capture import capture as Capture
+                from hookkit.observers.capture import capture as Capture
 
                 self.capture = self.add(Capture(model, capture, **capture_kwargs))
             elif capture_kwargs:

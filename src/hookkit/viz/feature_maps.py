@@ -21,7 +21,7 @@ def _as_array(capture_or_tensor: Any, layer: str | None) -> tuple[np.ndarray, st
         obj = obj[layer]
     if not isinstance(obj, np.ndarray):
         from hookkit.backends import backend_for
-        from hookkit.tree import first_tensor
+        from hookkit.core.tree import first_tensor
 
         be = backend_for(obj) if not isinstance(obj, (tuple, list, dict)) else None
         if be is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.errors import HookkitError, LayerNotFound
+from hookkit.core.errors import HookkitError, LayerNotFound
 
 GRAD_KINDS = ("norm", "mean", "std", "max_abs")
 

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
-from hookkit.handles import Handle, HandleGroup
-from hookkit.router import OBSERVER, Event, attach
-from hookkit.select import WITH_PARAMS, LayerSpec, select
-from hookkit.tree import first_tensor
+from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.select import WITH_PARAMS, LayerSpec, select
+from hookkit.core.tree import first_tensor
 
 __all__ = ["ActivationStats", "GradientStats", "load_stats"]
 
@@ -95,7 +95,7 @@ class _StatsData:
 
     def _check_name(self, name: str) -> None:
         if name not in self.names:
-            from hookkit.select import _closest
+            from hookkit.core.select import _closest
 
             close = _closest(name, self.names) or self.names[:8]
             raise KeyError(f"layer {name!r} has no statistics; recorded layers: {', '.join(repr(n) for n in close)}")

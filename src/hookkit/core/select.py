@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
 from hookkit.backends import backend_for
-from hookkit.errors import LayerNotFound
+from hookkit.core.errors import LayerNotFound
 
 LEAVES = ":leaves"
 """Preset: layers without sublayers."""

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
-from hookkit.capture import capture
-from hookkit.select import select
-from hookkit.tree import first_tensor
+from hookkit.core.select import select
+from hookkit.core.tree import first_tensor
+from hookkit.observers.capture import capture
 
 Target = int | Sequence[Any] | Callable[[Any], Any] | None
 

@@ -18,9 +18,9 @@ from functools import partial
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.errors import annotate
-from hookkit.handles import Handle, HandleGroup
-from hookkit.tree import leaves
+from hookkit.core.errors import annotate
+from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.tree import leaves
 
 INTERVENTION = 0
 OBSERVER = 100

@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from hookkit.backends import backend_for
-from hookkit.router import OBSERVER, Event, attach
-from hookkit.tree import map_tensors
+from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.tree import map_tensors
 
 
 def _prepare(value: Any, backend: Any, detach: bool, cpu: bool) -> Any:

@@ -8,7 +8,7 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookkit.report.template import CSS, PAGE
+from hookkit.apps.report.template import CSS, PAGE
 
 
 @dataclass
@@ -87,7 +87,9 @@ def summary_section(summary: dict[str, Any]) -> Section:
                 f"{r.get('mult_adds', 0):,}",
             ]
         )
-    sec = Section("summary", "Model summary", f"{summary.get('model', '')} ({summary.get('framework', '')}), from hookkit.summary().")
+    sec = Section(
+        "summary", "Model summary", f"{summary.get('model', '')} ({summary.get('framework', '')}), from hookkit.observers.summary()."
+    )
     sec.items.append(table(["Layer (type)", "Output shape", "Params", "Mult-adds"], rows, numeric={2, 3}))
     totals = [
         ["Total params", f"{summary.get('total_params', 0):,}"],

@@ -14,8 +14,7 @@ import pathlib
 import sys
 from typing import Any
 
-from hookkit.errors import HookkitError
-from hookkit.report.render import (
+from hookkit.apps.report.render import (
     Section,
     activation_sections,
     dropout_section,
@@ -24,6 +23,7 @@ from hookkit.report.render import (
     page,
     summary_section,
 )
+from hookkit.core.errors import HookkitError
 
 __all__ = ["FIGURE_SECTIONS", "report", "run_cli"]
 
@@ -105,7 +105,7 @@ def report(
 def _load_folder(folder: pathlib.Path) -> dict[str, Any]:
     if not folder.is_dir():
         raise HookkitError(f"report(): {str(folder)!r} is not a folder of saved statistics")
-    from hookkit.stats import load_stats
+    from hookkit.observers.stats import load_stats
 
     def read_json(name: str) -> Any:
         p = folder / name

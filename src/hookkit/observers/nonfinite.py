@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
-from hookkit.errors import NonFiniteError
-from hookkit.handles import HandleGroup
-from hookkit.router import OBSERVER, Event, attach
-from hookkit.select import LEAVES, LayerSpec, select
-from hookkit.tree import first_tensor
+from hookkit.core.errors import NonFiniteError
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.select import LEAVES, LayerSpec, select
+from hookkit.core.tree import first_tensor
 
 __all__ = ["GradientWarning", "watch_nonfinite"]
 

@@ -50,11 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     if args.command == "demo":
-        from hookkit.demo import run_cli
+        from hookkit.apps.demo import run_cli
     elif args.command == "summary":
-        from hookkit.summary import run_cli
+        from hookkit.observers.summary import run_cli
     else:
-        from hookkit.report import run_cli
+        from hookkit.apps.report import run_cli
     return int(run_cli(args) or 0)
 
 

@@ -8,10 +8,10 @@ from functools import partial
 from typing import Any
 
 from hookkit.backends import backend_for
-from hookkit.handles import HandleGroup
-from hookkit.router import OBSERVER, Event, attach
-from hookkit.select import LayerSpec, select
-from hookkit.tree import leaves, map_tensors
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.select import LayerSpec, select
+from hookkit.core.tree import leaves, map_tensors
 
 _SLOT = object()
 _NO_GRADS: tuple = ()  # shared by records of captures without grads=True (nobody reads it)
@@ -163,7 +163,7 @@ class capture(HandleGroup):
     def _last(self, name: str) -> Record:
         recs = self._records.get(name)
         if recs is None:
-            from hookkit.select import _closest
+            from hookkit.core.select import _closest
 
             raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(_closest(name, self.names) or self.names[:8])}")
         if not recs:

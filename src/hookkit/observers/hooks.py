@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import backend_for
-from hookkit.errors import GradientNotTracked
-from hookkit.handles import Handle, HandleGroup
-from hookkit.router import INTERVENTION, Event, attach
-from hookkit.select import LayerSpec, select
+from hookkit.core.errors import GradientNotTracked
+from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.select import LayerSpec, select
 
 
 def on_forward_pre(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION) -> HandleGroup:

@@ -1,4 +1,4 @@
-/* hookkit._cpu_kernels: one pass over a float32 buffer for the monitoring statistics on the CPU.
+/* hookkit.backends._cpu_kernels: one pass over a float32 buffer for the monitoring statistics on the CPU.
 
    moments(x, near_zero, counts=None, lo=0, hi=0, max_abs=False)
        -> (sum, sum of squares, count of x <= near_zero, max |x| or None)

@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from hookkit.backends import torch_stats
 from hookkit.backends.base import Backend
+from hookkit.backends.torch import stats as torch_stats
 
 
 class _JoinedIdentity(torch.autograd.Function):

@@ -10,7 +10,7 @@ import paddle
 
 from hookkit.backends import host_stats
 from hookkit.backends.base import Backend
-from hookkit.errors import HookkitError
+from hookkit.core.errors import HookkitError
 
 
 class _JoinedIdentity(paddle.autograd.PyLayer):

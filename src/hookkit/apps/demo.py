@@ -222,7 +222,7 @@ def run_demo(
 
     ``limit`` uses only that many digits (for quick checks).
 
-    >>> hookkit.demo.run_demo("torch", epochs=2, out="demo-out")   # doctest: +SKIP
+    >>> hookkit.apps.demo.run_demo("torch", epochs=2, out="demo-out")   # doctest: +SKIP
     """
     epochs = DEFAULT_EPOCHS if epochs is None else epochs
     if epochs < 1:
@@ -350,7 +350,7 @@ def _figures(model: Any, ops: Any, x_test: np.ndarray, y_test: np.ndarray, predi
     """Feature maps and Grad-CAM as PNG files under ``out/figures``, listed for the report."""
     import hookkit
     from hookkit import viz
-    from hookkit.report.render import png_bytes
+    from hookkit.apps.report.render import png_bytes
 
     folder = out / "figures"
     folder.mkdir(exist_ok=True)

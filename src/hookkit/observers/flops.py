@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from hookkit.backends import Backend
-from hookkit.tree import leaves
+from hookkit.core.tree import leaves
 
 
 class Counter:

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookkit import router
 from hookkit.backends import Backend, backend_for
-from hookkit.errors import UnsupportedModel
-from hookkit.flops import Counter, counter_for
-from hookkit.select import ALL, select
+from hookkit.core import router
+from hookkit.core.errors import UnsupportedModel
+from hookkit.core.select import ALL, select
+from hookkit.observers.flops import Counter, counter_for
 
 COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "trainable", "mult_adds")
 DEFAULT_COLUMNS = ("input_size", "output_size", "num_params", "trainable", "mult_adds")
