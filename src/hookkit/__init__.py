@@ -47,6 +47,8 @@ from hookkit.observers.compat import (
     num_features_model,
     total_params,
 )
+from hookkit.observers.extract import ExtractError, extract
+from hookkit.observers.features import FeatureArray, Features, FeaturesError, load_features
 from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
@@ -72,6 +74,11 @@ __all__ = [
     "dropout",
     "dummy_eval",
     "edit",
+    "extract",
+    "ExtractError",
+    "FeatureArray",
+    "Features",
+    "FeaturesError",
     "gaussian_noise",
     "gradcam",
     "gradcam_plus_plus",
@@ -88,6 +95,7 @@ __all__ = [
     "Hooks",
     "in_channels",
     "LayerNotFound",
+    "load_features",
     "load_stats",
     "mask_activations",
     "model_sizes",

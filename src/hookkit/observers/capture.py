@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import weakref
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from types import FunctionType, MethodType, ModuleType
+from typing import Any, Literal
 
 from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
@@ -15,6 +19,66 @@ from hookkit.core.tree import leaves, map_tensors
 
 _SLOT = object()
 _NO_GRADS: tuple = ()  # shared by records of captures without grads=True (nobody reads it)
+Keep = Literal["all", "last"] | int
+_ATOMS = (str, bytes, int, float, bool, complex, type, FunctionType, MethodType, ModuleType)
+
+
+def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any], depth: int = 0) -> Any:
+    """``map_tensors`` that also reaches into plain objects (cache objects such as transformers'
+    ``DynamicCache`` and its layers): such an object is shallow-copied with its tensors replaced, so
+    a detached capture holds no tensor of the graph, however the output is packed. Objects holding
+    no tensor are returned as they are (not copied); layers are never entered."""
+    if be.is_tensor(obj):
+        return fn(obj)
+    if obj is None or isinstance(obj, _ATOMS) or depth > 32:
+        return obj
+    key = id(obj)
+    if key in memo:
+        return memo[key]
+    memo[key] = obj  # a cycle comes back to the original object: terminates
+    new: Any = obj
+    if isinstance(obj, tuple):
+        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
+        if any(a is not b for a, b in zip(items, obj)):
+            new = type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+    elif isinstance(obj, list):
+        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
+        if any(a is not b for a, b in zip(items, obj)):
+            new = items
+    elif isinstance(obj, dict):
+        items = {k: _map_deep(v, fn, be, memo, depth + 1) for k, v in obj.items()}
+        if any(items[k] is not v for k, v in obj.items()):
+            if type(obj) is dict:
+                new = items
+            else:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
+                try:
+                    new = type(obj)(**items)
+                except TypeError:
+                    new = type(obj)()
+                    new.update(items)
+    elif be.is_layer(obj):
+        return obj
+    else:
+        changes = {}
+        fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+        names = fields or list(getattr(obj, "__dict__", {}))
+        names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
+        for n in dict.fromkeys(names):
+            if n.startswith("__"):
+                continue
+            try:
+                value = getattr(obj, n)
+            except AttributeError:
+                continue
+            mapped = _map_deep(value, fn, be, memo, depth + 1)
+            if mapped is not value:
+                changes[n] = mapped
+        if changes:
+            new = copy.copy(obj)
+            for n, v in changes.items():
+                object.__setattr__(new, n, v)  # also frozen dataclasses
+    memo[key] = new
+    return new
 
 
 class Record:
@@ -54,6 +118,17 @@ class _Grads:
         return [n for n in self._cap._records if n in self]
 
 
+def _keep_limit(keep: Any) -> int | None:
+    """``keep`` -> how many forwards to hold (None: all)."""
+    if keep == "all" and isinstance(keep, str):
+        return None
+    if keep == "last" and isinstance(keep, str):
+        return 1
+    if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 1:
+        return keep
+    raise ValueError(f"capture(keep=...) must be 'all', 'last' or a number of forwards >= 1; got {keep!r}")
+
+
 class capture(HandleGroup):
     """Record what selected layers see, per call. A context manager; also usable with ``.remove()``.
 
@@ -63,8 +138,15 @@ class capture(HandleGroup):
     >>> cap.calls("h.0.attn")    # every call's Record, in order
     >>> cap.grads["h.0.attn"]    # gradient w.r.t. that output
 
-    ``detach`` keeps outputs out of the graph (default); ``clone`` copies them (needed when a later
-    in-place op would change them); ``to="cpu"`` moves what is kept.
+    ``detach`` keeps outputs out of the graph (default), whatever holds them (tuples, dicts,
+    dataclasses, Hugging Face ``ModelOutput`` and cache objects); ``clone`` copies them (needed when
+    a later in-place op would change them); ``to="cpu"`` moves what is kept. ``keep`` bounds what is
+    held: ``"all"`` (default), ``"last"`` (the last forward of the model) or ``N`` (the last N
+    forwards), so a capture left on in a loop holds a fixed amount:
+
+    >>> with hookkit.capture(model, "fc", keep="last") as cap:   # doctest: +SKIP
+    ...     for x in loader: model(x)
+    >>> len(cap.calls("fc"))     # the calls of the last forward only
     """
 
     def __init__(
@@ -78,8 +160,11 @@ class capture(HandleGroup):
         detach: bool = True,
         to: Any = None,
         clone: bool = False,
+        keep: Keep = "all",
     ):
         super().__init__()
+        self._limit = _keep_limit(keep)
+        self._steps: deque[int] = deque()
         self._backend = backend_for(model)
         self._model = weakref.ref(model)
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
@@ -103,7 +188,15 @@ class capture(HandleGroup):
     def _forward_consumer(self, name: str) -> Any:
         """The forward consumer of layer ``name``: for the default settings (outputs only, detached,
         kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
-        if not self._outputs or self._inputs or self._grads or not self._detach or self._clone or self._to is not None:
+        if (
+            not self._outputs
+            or self._inputs
+            or self._grads
+            or not self._detach
+            or self._clone
+            or self._to is not None
+            or self._limit is not None
+        ):
             return partial(self._on_forward, name)
         # bound once: the layer's list is never replaced (clear() empties it in place)
         append, is_tensor, keep = self._records[name].append, self._backend.is_tensor, self._keep
@@ -129,9 +222,25 @@ class capture(HandleGroup):
                 t = be.clone(t)
             return t
 
-        return map_tensors(value, keep, be.is_tensor)
+        return _map_deep(value, keep, be, {})
+
+    def _new_step(self, step: int) -> None:
+        """A record of a forward not seen yet: forget the forwards beyond ``keep``."""
+        steps = self._steps
+        steps.append(step)
+        if len(steps) > self._limit:
+            steps.popleft()
+            oldest = steps[0]
+            for recs in self._records.values():
+                k = 0
+                while k < len(recs) and recs[k].step < oldest:
+                    k += 1
+                if k:
+                    del recs[:k]
 
     def _on_forward(self, name: str, ev: Event) -> None:
+        if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
+            self._new_step(ev.step)
         rec = Record(name, ev.call, ev.step)
         if self._outputs:
             rec.output = self._keep(ev.output)
@@ -205,6 +314,7 @@ class capture(HandleGroup):
         """Forget what was recorded; keep recording."""
         for recs in self._records.values():
             recs.clear()
+        self._steps.clear()
 
     def __enter__(self) -> capture:
         return self
