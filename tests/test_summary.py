@@ -183,7 +183,7 @@ def test_repeated_calls_give_one_row_each(fw):
     assert s.total_params == sum(fw.numpy(p).size for p in model.parameters())
     assert s.total_mult_adds == 2 * (4 * 6 + 3 * 6 * 6 + 6 * 2)
     text = str(s)
-    assert "block (Linear) [call 2]" in text and "(same)" in text
+    assert "block (Linear) [call 2]" in text and "(recursive)" in text
 
 
 def _two_input_model(fw):

@@ -25,7 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     summary = sub.add_parser("summary", help="print a model's layer table: shapes, parameters, mult-adds")
     summary.add_argument("target", help="package.module:callable returning a model")
-    summary.add_argument("--input-size", action="append", default=[], help="input shape like 1,3,224,224 (repeat for several inputs)")
+    summary.add_argument(
+        "--input-size", action="append", default=[], help="input shape like 1,3,224,224 (repeat for several inputs; none: parameters only)"
+    )
     summary.add_argument("--dtype", action="append", default=[], help="input dtype (float, long, ...), one per --input-size or one for all")
     summary.add_argument("--depth", type=int, default=3, help="layer tree depth to show (default: 3)")
     summary.add_argument("--kw", action="append", default=[], help="keyword for the callable or its config, like n_layer=2 (repeatable)")
@@ -52,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from hookkit.apps.demo import run_cli
     elif args.command == "summary":
-        from hookkit.observers.summary import run_cli
+        from hookkit.apps.summary_cli import run_cli
     else:
         from hookkit.apps.report import run_cli
     return int(run_cli(args) or 0)

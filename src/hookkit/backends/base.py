@@ -1,17 +1,29 @@
-"""What each framework backend provides; the core calls only these."""
+"""The Backend interface: everything hookkit needs from a framework. Nothing outside
+``hookkit.backends`` imports a framework or asks which one it runs on; it calls these methods.
+
+Required for the core (``select``, the router, ``capture``, ``on_forward``): identity, layer tree,
+native hooks and the basic tensor methods. Required for the statistics (``ActivationStats``,
+``watch_nonfinite``): the reductions under "monitoring" and ``stack`` / ``to_numpy``.
+Optional, each raising ``NotImplementedError`` until a backend provides it (the feature named
+beside it then fails with that error): gradients (``hook_tensor``, ``identity_with_backward``,
+``when_all_grads``, ``grads_of``...), the intervention ops (dropout family, clipping, masks,
+pruning), the Grad-CAM helpers and the demo's training pieces. A backend for a framework without
+autograd implements the required part only: capture, on_forward and ActivationStats work on it
+(tests/test_seam.py proves it with a numpy "framework").
+"""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
 class Backend:
-    """One framework's primitives. Subclasses: ``TorchBackend``, ``PaddleBackend``."""
+    """One framework's primitives. Subclasses: ``TorchBackend``, ``PaddleBackend``; a new one is
+    registered with ``hookkit.backends.register_backend`` (its ``name`` is the registered one)."""
 
     name: str = ""
-    #: whether mult-adds can be counted per operator (else per layer type)
-    counts_operators: bool = False
 
     # -- identity -------------------------------------------------------------------------------
     def owns(self, obj: Any) -> bool:
@@ -46,6 +58,30 @@ class Backend:
     def state_dict(self, layer: Any) -> dict:
         return layer.state_dict()
 
+    # -- what hookkit.summary needs -------------------------------------------------------------
+    def mult_add_counter(self) -> Any:
+        """A fresh ``hookkit.backends.counting.MultAddCounter`` for one forward; this one counts nothing."""
+        from hookkit.backends.counting import MultAddCounter
+
+        return MultAddCounter()
+
+    def opaque_layers(self, model: Any) -> dict[str, str]:
+        """Layers (by name) whose calls hooks cannot see (scripted, compiled), with the reason;
+        their sublayers are unreachable too."""
+        return {}
+
+    def has_forward(self, layer: Any) -> bool:
+        """False for pure containers (a list or dict of layers) that define no forward of their own."""
+        return True
+
+    def named_buffers(self, layer: Any) -> list[tuple[str, Any]]:
+        """The layer's own buffers (running statistics...), not its sublayers'."""
+        return []
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Copy ``src``'s values into tensor ``dst`` in place, outside autograd (buffers)."""
+        raise NotImplementedError
+
     # -- native hooks ---------------------------------------------------------------------------
     def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
         """Native pre-hook ``fn(layer, args, kwargs) -> None | (args, kwargs)``; returns its handle."""
@@ -57,6 +93,20 @@ class Backend:
 
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         """Raise if hooks on these layers could not run on every call (compiled graphs)."""
+
+    def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
+        """Make hooks placed now take effect in code the framework already compiled for ``model``
+        (drop those compiled entries), or raise a clear error where that cannot be done."""
+
+    def in_backward(self) -> bool:
+        """True while autograd runs a backward pass in this thread: a layer called then is being
+        recomputed by activation checkpointing. Called at every hooked call: keep it cheap."""
+        return False
+
+    def in_transform(self) -> bool:
+        """True inside a functional transform (torch.func grad/vmap...), whose wrapped tensors
+        observers must not keep. Called once per root forward."""
+        return False
 
     def hook_tensor(self, tensor: Any, fn: Callable) -> Any:
         """Native gradient hook ``fn(grad) -> None | grad``; returns its handle."""
@@ -103,7 +153,24 @@ class Backend:
         return n
 
     def dtype_name(self, t: Any) -> str:
-        return str(t.dtype).replace("torch.", "").replace("paddle.", "")
+        """The dtype's plain name: "float32", "bfloat16", "int64"..."""
+        return str(t.dtype).rpartition(".")[2]
+
+    def dtype_kind(self, t: Any) -> str:
+        """"float", "complex", "int" or "bool": what a feature can compute on ``t``."""
+        name = self.dtype_name(t)
+        if name == "bool":
+            return "bool"
+        if name.startswith("complex"):
+            return "complex"
+        if "float" in name:  # float16/32/64, bfloat16, float8_*
+            return "float"
+        return "int"
+
+    def compute_dtype(self, t: Any) -> str | None:
+        """The dtype to compute in where the framework has no kernels for ``t``'s own on its device
+        (Paddle's CPU has no float16/bfloat16 add, multiply, min...); None: ``t``'s own dtype."""
+        return None
 
     def itemsize(self, t: Any) -> int:
         raise NotImplementedError
@@ -112,6 +179,14 @@ class Backend:
         raise NotImplementedError
 
     def from_numpy(self, array: Any, like: Any = None) -> Any:
+        raise NotImplementedError
+
+    def cast(self, t: Any, dtype: str) -> Any:
+        """``t`` converted to the dtype named ``dtype`` ("float16", "int64"...), on its device."""
+        raise NotImplementedError
+
+    def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:
+        """``t`` reduced over ``dims`` (dropped) with ``op``: "mean" or "max"; on its device."""
         raise NotImplementedError
 
     def tensor_name(self, t: Any) -> str:
@@ -162,3 +237,122 @@ class Backend:
     def finite_probe(self, t: Any) -> tuple:
         """0-d tensors that are all finite exactly when every value of ``t`` is (min and max)."""
         raise NotImplementedError
+
+    # -- gradients: optional (on_grad, gradcam, clip_grad, prune, GradientStats) ---------------------
+    #: whether an exception raised in a gradient hook reaches the caller of backward unchanged
+    #: (Paddle turns it into an OSError: consumers then keep it and raise it after backward)
+    raises_through_backward: bool = True
+    #: how the framework spells "this tensor takes no gradient" and the call that changes it (messages)
+    grad_off_text: str = "requires_grad=False"
+    grad_on_text: str = "tensor.requires_grad_()"
+
+    def set_requires_grad(self, t: Any) -> Any:
+        """Make ``t`` (a leaf) record gradients, in place; returns it."""
+        raise NotImplementedError
+
+    def grads_of(self, output: Any, inputs: Sequence[Any]) -> tuple:
+        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched."""
+        raise NotImplementedError
+
+    # -- tensor ops of the interventions: optional ---------------------------------------------------
+    def clamp(self, t: Any, lo: float | None = None, hi: float | None = None) -> Any:
+        """``t`` with values below ``lo`` / above ``hi`` replaced by them (None: no bound)."""
+        raise NotImplementedError
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        raise NotImplementedError
+
+    def zeros_like(self, t: Any) -> Any:
+        raise NotImplementedError
+
+    def topk_mask(self, t: Any, k: int) -> Any:
+        """A tensor like the 2-d ``t``, 1 at each row's ``k`` largest values, 0 elsewhere."""
+        raise NotImplementedError
+
+    def assign(self, param: Any, value: Any) -> None:
+        """Overwrite a parameter's values around autograd (no version bump, no graph node)."""
+        raise NotImplementedError
+
+    def dropout(self, t: Any, p: float) -> Any:
+        """Element-wise dropout as in training: zero with probability ``p``, scale the rest by 1/(1-p)."""
+        raise NotImplementedError
+
+    def channel_dropout(self, t: Any, p: float) -> Any:
+        """Dropout of whole channels (dim 1, per sample) of an (N, C, ...) tensor, scaled by 1/(1-p)."""
+        raise NotImplementedError
+
+    def bernoulli(self, shape: Sequence[int], p: float, like: Any) -> Any:
+        """0/1 values of ``shape``, each 1 with probability ``p``, with ``like``'s dtype and device."""
+        raise NotImplementedError
+
+    def rand_like(self, t: Any) -> Any:
+        """Uniform [0, 1) values like ``t``, from the framework's seeded generator."""
+        raise NotImplementedError
+
+    def randn_like(self, t: Any) -> Any:
+        """Standard normal values like ``t``, from the framework's seeded generator."""
+        raise NotImplementedError
+
+    def max_pool2d(self, t: Any, kernel: tuple[int, int], padding: tuple[int, int, int, int]) -> Any:
+        """Stride-1 max pooling of (N, C, H, W) ``t`` zero-padded by (left, right, top, bottom)."""
+        raise NotImplementedError
+
+    # -- the wrapper layer and the demo: optional ----------------------------------------------------
+    def layer_base(self) -> type:
+        """The framework's layer base class (``DropHookModel`` subclasses it)."""
+        raise NotImplementedError
+
+    def layer_types(self) -> dict[str, type]:
+        """The framework's layer classes under common names: ``Layer``, ``Conv2d``, ``MaxPool2d``,
+        ``ReLU``, ``Flatten``, ``Linear`` (PyTorch's signatures)."""
+        raise NotImplementedError
+
+    def seed(self, seed: int) -> None:
+        """Seed the framework's random generator."""
+        raise NotImplementedError
+
+    def adam(self, parameters: Any, lr: float) -> Any:
+        """An Adam optimizer over ``parameters``."""
+        raise NotImplementedError
+
+    def train_step(self, model: Any, optimizer: Any, x: Any, labels: Any) -> Any:
+        """One classification step (cross-entropy, backward, optimizer step, gradients cleared);
+        returns the loss as a detached 0-d tensor (no host read)."""
+        raise NotImplementedError
+
+    def count_nonzero(self, t: Any) -> Any:
+        """How many values of ``t`` are not zero, as a 0-d tensor on its device (no host read)."""
+        raise NotImplementedError
+
+    def cpu_session(self) -> Any:
+        """A context manager running the framework on the CPU with one math thread (the fastest for
+        a tiny model on a shared machine), restoring the settings on exit."""
+        return contextlib.nullcontext()
+
+    # -- data-parallel training (statistics reduced across processes when read): optional -----------
+    def unwrap(self, model: Any) -> Any:
+        """The model inside data-parallel wrappers (DDP's ``.module``), or ``model`` itself: layer
+        names are those of the inner model."""
+        return model
+
+    def world(self) -> tuple[int, int]:
+        """``(rank, world size)`` of the framework's default process group; ``(0, 1)`` without one."""
+        return 0, 1
+
+    def all_gather_rows(self, rows: Any) -> list:
+        """Every rank's float64 ``[k, w]`` numpy array (k may differ by rank), in rank order. A
+        collective: every rank of the process group calls it."""
+        return [rows]
+
+    def after_backward(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once the running backward is complete, after the framework's own
+        end-of-backward work (DDP's gradient all-reduce). Called from a gradient hook."""
+        raise NotImplementedError
+
+    def grad_of(self, param: Any) -> Any:
+        """The gradient accumulated in ``param`` (this rank's shard of a sharded one), or None."""
+        return param.grad
+
+    def is_sharded(self, param: Any) -> bool:
+        """Whether each rank holds only a shard of ``param`` (FSDP); else ranks hold equal copies."""
+        return False

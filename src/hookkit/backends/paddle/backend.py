@@ -10,6 +10,7 @@ import paddle
 
 from hookkit.backends import host_stats
 from hookkit.backends.base import Backend
+from hookkit.backends.paddle.ops import PaddleOps
 from hookkit.core.errors import HookkitError
 
 
@@ -29,9 +30,8 @@ class _JoinedIdentity(paddle.autograd.PyLayer):
         return out if len(out) > 1 else out[0]
 
 
-class PaddleBackend(Backend):
+class PaddleBackend(PaddleOps, Backend):
     name = "paddle"
-    counts_operators = False
 
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, paddle.nn.Layer)
@@ -72,6 +72,31 @@ class PaddleBackend(Backend):
                         "would run once while tracing and never on later calls. Hook the model before converting it, or run "
                         "it in dygraph mode (paddle.jit.enable_to_static(False))."
                     )
+
+    # -- hookkit.summary ------------------------------------------------------------------------
+    def mult_add_counter(self) -> Any:
+        from hookkit.backends.paddle.flops import PaddleRuleCounter
+
+        return PaddleRuleCounter()
+
+    def opaque_layers(self, model: Any) -> dict[str, str]:
+        from paddle.jit.dy2static.program_translator import StaticFunction
+
+        return {
+            name: "to_static: converted with paddle.jit.to_static, its sublayers' calls are not seen (their mult-adds are not counted)"
+            for name, m in model.named_sublayers(include_self=True)
+            if isinstance(getattr(m, "forward", None), StaticFunction)
+        }
+
+    def has_forward(self, layer: Any) -> bool:
+        return type(layer).forward is not paddle.nn.Layer.forward
+
+    def named_buffers(self, layer: Any) -> list[tuple[str, Any]]:
+        return list(layer.named_buffers(include_sublayers=False))
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        with paddle.no_grad():
+            paddle.assign(src, output=dst)
 
     def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
         out = _JoinedIdentity.apply(*tensors, on_grads=on_grads)
@@ -131,6 +156,12 @@ class PaddleBackend(Backend):
         t = paddle.to_tensor(array)
         return self.to(t, self.device_of(like)) if like is not None else t
 
+    def cast(self, t: Any, dtype: str) -> Any:
+        return t.astype(dtype)
+
+    def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:
+        return t.mean(axis=list(dims)) if op == "mean" else t.amax(axis=list(dims))
+
     def stack(self, ts: Sequence[Any]) -> Any:
         return paddle.stack(list(ts))
 
@@ -147,7 +178,14 @@ class PaddleBackend(Backend):
         return t.astype("float32")
 
     def l2_norm(self, t: Any) -> Any:
+        if t.is_complex():
+            t = t.abs()  # astype would drop the imaginary part
         return paddle.linalg.norm(t.astype("float32"))
+
+    def compute_dtype(self, t: Any) -> str | None:
+        if t.dtype in (paddle.float16, paddle.bfloat16) and t.place.is_cpu_place():
+            return "float32"  # Paddle registers no CPU add/multiply/min/where... for half types
+        return None
 
     # The monitoring reductions: a CPU tensor goes to the C kernel through dlpack (no copy; one
     # read instead of Paddle's passes and temporaries: 0.09-0.66 of their time, BENCHMARKS.md).
@@ -180,9 +218,36 @@ class PaddleBackend(Backend):
         if values is not None and host_stats.applies(values.size):
             return paddle.to_tensor(host_stats.tensor_row(values), place=t.place)
         t = t.astype("float32")
+        if t.size == 0:  # the sums of nothing; no max |x| (min/max refuse an empty tensor)
+            return paddle.to_tensor([0.0, 0.0, float("nan")], dtype="float32", place=t.place)
         return paddle.stack([t.sum(), (t * t).sum().sqrt(), paddle.maximum(-t.min(), t.max())])
 
     def finite_probe(self, t: Any) -> tuple:
-        if not t.is_floating_point():
+        if t.is_complex():
+            t = paddle.as_real(t)  # finite exactly when both parts are
+        if not t.is_floating_point() or t.size == 0:  # nothing can be NaN there (min refuses empty)
             return ()
+        if self.compute_dtype(t) is not None:
+            t = t.astype("float32")  # exact: half values and NaN/Inf survive the cast
         return (t.min(), t.max())  # both propagate NaN; +-Inf shows in them
+
+    # -- data-parallel training: backends/paddle/distributed.py, imported when first used ----------------
+    def unwrap(self, model: Any) -> Any:
+        from hookkit.backends.paddle import distributed
+
+        return distributed.unwrap(model)
+
+    def world(self) -> tuple[int, int]:
+        from hookkit.backends.paddle import distributed
+
+        return distributed.world()
+
+    def all_gather_rows(self, rows: Any) -> list:
+        from hookkit.backends.paddle import distributed
+
+        return distributed.all_gather_rows(rows)
+
+    def after_backward(self, fn: Any) -> None:
+        from hookkit.backends.paddle import distributed
+
+        distributed.after_backward(fn)

@@ -8,7 +8,10 @@ from typing import Any
 import torch
 
 from hookkit.backends.base import Backend
+from hookkit.backends.torch.ops import TorchOps
+from hookkit.backends.torch import compiled
 from hookkit.backends.torch import stats as torch_stats
+from hookkit.core.errors import HookkitError
 
 
 class _JoinedIdentity(torch.autograd.Function):
@@ -28,9 +31,12 @@ class _JoinedIdentity(torch.autograd.Function):
         return (None, *(grads if new is None else new))
 
 
-class TorchBackend(Backend):
+class TorchBackend(TorchOps, Backend):
     name = "torch"
-    counts_operators = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        compiled.prepare()
 
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
@@ -55,6 +61,50 @@ class TorchBackend(Backend):
 
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         return layer.register_forward_hook(fn, with_kwargs=True)
+
+    # Checkpoint recomputes run inside autograd's graph task; a forward does not.
+    in_backward = staticmethod(lambda: torch._C._current_graph_task_id() != -1)
+
+    def in_transform(self) -> bool:
+        return torch._C._functorch.peek_interpreter_stack() is not None
+
+    def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
+        compiled.forget_stale_code()
+
+    def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
+        # PyTorch refuses hooks on ScriptModules with a bare RuntimeError; say which layer and why
+        scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, torch.jit.ScriptModule)]
+        if scripted:
+            name, layer = scripted[0]
+            what = "the model" if name == "" else f"layer {name!r}"
+            raise HookkitError(
+                f"cannot hook {what}: it is a ScriptModule ({type(layer).__name__}, from torch.jit.script or torch.jit.trace) "
+                "and PyTorch places no hooks on scripted modules. Hook the module before scripting it, or choose layers "
+                "outside it (hookkit.summary shows it as one opaque row)."
+            )
+
+    # -- hookkit.summary ------------------------------------------------------------------------
+    def mult_add_counter(self) -> Any:
+        from hookkit.backends.torch.flops import TorchOpCounter
+
+        return TorchOpCounter()
+
+    def opaque_layers(self, model: Any) -> dict[str, str]:
+        return {
+            name: "scripted: a torch.jit module takes no hooks; its operators are counted in the nearest hooked parent"
+            for name, m in model.named_modules()
+            if isinstance(m, torch.jit.ScriptModule)
+        }
+
+    def has_forward(self, layer: Any) -> bool:
+        return type(layer).forward is not torch.nn.Module.forward
+
+    def named_buffers(self, layer: Any) -> list[tuple[str, Any]]:
+        return list(layer.named_buffers(recurse=False))
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        with torch.no_grad():
+            dst.copy_(src)
 
     def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
         return _JoinedIdentity.apply(on_grads, *tensors)
@@ -90,6 +140,12 @@ class TorchBackend(Backend):
         t = torch.from_numpy(array)
         return t.to(like.device) if like is not None else t
 
+    def cast(self, t: Any, dtype: str) -> Any:
+        return t.to(getattr(torch, dtype))
+
+    def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:
+        return t.mean(dim=tuple(dims)) if op == "mean" else t.amax(dim=tuple(dims))
+
     def stack(self, ts: Sequence[Any]) -> Any:
         return torch.stack(list(ts))
 
@@ -106,6 +162,9 @@ class TorchBackend(Backend):
         return t.float()
 
     def l2_norm(self, t: Any) -> Any:
+        if t.dtype in (torch.float64, torch.complex64, torch.complex128) or not (t.is_floating_point() or t.is_complex()):
+            # vector_norm refuses to narrow float64 and to return a real dtype= for complex input
+            return torch.linalg.vector_norm(t if t.is_floating_point() or t.is_complex() else t.float()).float()
         return torch.linalg.vector_norm(t, dtype=torch.float32)  # casts while reducing: no copy
 
     # The monitoring reductions (torch_stats.py): the CPU has its own, faster routes; tests switch
@@ -128,9 +187,42 @@ class TorchBackend(Backend):
         return torch_stats.tensor_sums_device(t)
 
     def finite_probe(self, t: Any) -> tuple:
-        if not t.is_floating_point():
+        if t.is_complex():
+            t = torch.view_as_real(t)  # finite exactly when both parts are
+        if not t.is_floating_point() or t.numel() == 0:  # nothing can be NaN there (aminmax refuses empty)
             return ()
         return tuple(torch.aminmax(t.reshape(-1)))  # min and max propagate NaN; +-Inf shows in them
 
     def numel(self, t: Any) -> int:
         return t.numel()
+
+    # -- data-parallel training: backends/torch/distributed.py, imported when first used ----------------
+    def unwrap(self, model: Any) -> Any:
+        from hookkit.backends.torch import distributed
+
+        return distributed.unwrap(model)
+
+    def world(self) -> tuple[int, int]:
+        from hookkit.backends.torch import distributed
+
+        return distributed.world()
+
+    def all_gather_rows(self, rows: Any) -> list:
+        from hookkit.backends.torch import distributed
+
+        return distributed.all_gather_rows(rows)
+
+    def after_backward(self, fn: Any) -> None:
+        from hookkit.backends.torch import distributed
+
+        distributed.after_backward(fn)
+
+    def is_sharded(self, param: Any) -> bool:
+        from hookkit.backends.torch import distributed
+
+        return distributed.is_sharded(param)
+
+    def grad_of(self, param: Any) -> Any:
+        from hookkit.backends.torch import distributed
+
+        return distributed.grad_of(param)

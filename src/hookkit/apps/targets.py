@@ -1,0 +1,127 @@
+"""``package.module:callable`` on the command line -> a model, with ``--kw key=value`` checked.
+
+Used by ``hookkit summary`` (and any subcommand that loads a model the same way).
+
+>>> load_model("transformers:GPT2LMHeadModel", parse_kw(["n_layer=2"]))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+from hookkit.backends import backend_for
+from hookkit.core.errors import UnsupportedModel
+
+
+class TargetError(Exception):
+    """A command-line argument that names no usable model; the message says what is valid."""
+
+
+def parse_value(text: str) -> Any:
+    """``"2"`` -> 2, ``"0.1"`` -> 0.1, ``"true"`` -> True, ``"none"`` -> None, else the text."""
+    low = text.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("none", "null"):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_kw(items: Sequence[str]) -> dict[str, Any]:
+    """``["n_layer=2", "act=gelu"]`` -> ``{"n_layer": 2, "act": "gelu"}``; a key given twice is an error."""
+    kw: dict[str, Any] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            raise TargetError(f"--kw expects key=value with a Python name as key, like n_layer=2; got {item!r}")
+        if key in kw:
+            raise TargetError(f"--kw {key} is given twice")
+        kw[key] = parse_value(value.strip())
+    return kw
+
+
+def _check_keys(kw: dict[str, Any], valid: Sequence[str], owner: str) -> None:
+    unknown = [k for k in kw if k not in valid]
+    if not unknown:
+        return
+    key = unknown[0]
+    close = difflib.get_close_matches(key, list(valid), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else f"; valid: {', '.join(sorted(valid))}"
+    raise TargetError(f"--kw {key}={kw[key]!r}: {owner} takes no {key!r}{hint}")
+
+
+def _config_keys(config_class: type) -> list[str]:
+    """Settings a transformers config accepts: its defaults, its aliases (hidden_size -> n_embd)."""
+    config = config_class()
+    keys = [k for k in vars(config) if not k.startswith("_")]
+    keys += list(getattr(config_class, "attribute_map", {}) or {})
+    keys += [p for p in inspect.signature(config_class.__init__).parameters if p not in ("self", "kwargs")]
+    return sorted(set(keys))
+
+
+def _signature_keys(fn: Any) -> list[str] | None:
+    """Keyword names ``fn`` takes, or None when it takes ``**kwargs`` (then anything goes)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return [p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+
+
+def is_model(obj: Any) -> bool:
+    try:
+        return backend_for(obj).is_layer(obj)
+    except UnsupportedModel:
+        return False
+
+
+def load_model(target: str, kw: dict[str, Any]) -> Any:
+    """Import ``package.module:callable`` and call it with ``kw`` (a transformers model class is
+    built from its config class); unknown keywords are refused with the closest valid ones."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise TargetError(f"TARGET must look like package.module:callable; got {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # noqa: BLE001 - any import failure is the user's target
+        raise TargetError(f"cannot import module {module_name!r}: {type(e).__name__}: {e}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=5, cutoff=0.5)
+            hint = f"; closest: {', '.join(close)}" if close else ""
+            raise TargetError(f"{module_name!r} has no attribute {attr!r} ({part!r} is missing{hint})")
+        obj = getattr(obj, part)
+    config_class = getattr(obj, "config_class", None) if isinstance(obj, type) else None
+    if config_class is not None:  # a transformers model class: build it from a config
+        _check_keys(kw, _config_keys(config_class), config_class.__name__)
+        build = lambda: obj(config_class(**kw))  # noqa: E731
+    elif callable(obj) and not is_model(obj):
+        valid = _signature_keys(obj)
+        if valid is not None:
+            _check_keys(kw, valid, target)
+        build = lambda: obj(**kw)  # noqa: E731
+    else:
+        if kw:
+            raise TargetError(f"{target} is a model object, not a callable: --kw has nothing to configure")
+        build = lambda: obj  # noqa: E731
+    try:
+        model = build()
+    except Exception as e:  # noqa: BLE001
+        raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}") from None
+    if not is_model(model):
+        raise TargetError(f"{target} returned {type(model).__name__}, not a model (torch.nn.Module or paddle.nn.Layer)")
+    return model

@@ -1,0 +1,242 @@
+"""The summary's data (``Row``, ``Summary``) and how it is shown: plain text, rich, JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "trainable", "mult_adds")
+DEFAULT_COLUMNS = ("input_size", "output_size", "num_params", "trainable", "mult_adds")
+HEADERS = {  # torchinfo's names: what its users read
+    "input_size": "Input Shape",
+    "output_size": "Output Shape",
+    "num_params": "Param #",
+    "params_percent": "Param %",
+    "kernel_size": "Kernel Shape",
+    "trainable": "Trainable",
+    "mult_adds": "Mult-Adds",
+}
+
+
+@dataclass
+class Row:
+    """One call of one layer. ``call`` is its index among the layer's calls in this forward.
+
+    ``static`` rows come from the layer tree, not from a call: the parameters-only summary (no
+    input) and layers hooks cannot see (scripted ones), whose ``note`` says why."""
+
+    name: str
+    type: str
+    depth: int
+    call: int
+    calls: int = 1
+    input_shapes: list[list[int]] = field(default_factory=list)
+    output_shapes: list[list[int]] = field(default_factory=list)
+    params: int = 0
+    trainable: bool | str | None = None
+    mult_adds: int = 0
+    kernel_size: list[int] | None = None
+    tied: list[str] = field(default_factory=list)
+    output_bytes: int = 0
+    leaf: bool = True
+    finished: bool = False
+    failed: bool = False
+    static: bool = False
+    note: str = ""
+
+
+@dataclass
+class Summary:
+    """The result of ``hookkit.summary``: rows to ``depth`` and totals (tied parameters counted once).
+
+    >>> s = hookkit.summary(model, (1, 3, 32, 32))   # doctest: +SKIP
+    >>> s.total_params, s.total_mult_adds, s.to_dict()["rows"][0]["output_shapes"]   # doctest: +SKIP
+    """
+
+    model_type: str
+    framework: str
+    rows: list[Row]
+    all_rows: list[Row]
+    total_params: int
+    trainable_params: int
+    param_bytes: int
+    input_bytes: int
+    activation_bytes: int
+    total_mult_adds: int
+    mult_adds_method: str
+    tied: list[str]
+    columns: tuple[str, ...] = DEFAULT_COLUMNS
+    error: str | None = None
+    #: parameter elements a pruning mask (``<name>_mask`` beside ``<name>_orig``) sets to zero
+    masked_params: int = 0
+    #: whether a forward ran (False: the parameters-only summary)
+    forward_ran: bool = True
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def non_trainable_params(self) -> int:
+        return self.total_params - self.trainable_params
+
+    @property
+    def effective_params(self) -> int:
+        """Parameters a pruning mask keeps (``total_params`` when nothing is pruned): torchinfo's count."""
+        return self.total_params - self.masked_params
+
+    def to_dict(self) -> dict[str, Any]:
+        """Rows and totals as plain data (what ``--json`` prints)."""
+        return {
+            "model": self.model_type,
+            "framework": self.framework,
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+            "total_params": self.total_params,
+            "trainable_params": self.trainable_params,
+            "non_trainable_params": self.non_trainable_params,
+            "masked_params": self.masked_params,
+            "effective_params": self.effective_params,
+            "tied_parameters": list(self.tied),
+            "param_bytes": self.param_bytes,
+            "input_bytes": self.input_bytes,
+            "activation_bytes": self.activation_bytes,
+            "total_mult_adds": self.total_mult_adds,
+            "mult_adds_method": self.mult_adds_method,
+            "forward_ran": self.forward_ran,
+            "notes": list(self.notes),
+            "error": self.error,
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    # -- display --------------------------------------------------------------------------------
+    def _cells(self) -> tuple[list[str], list[list[str]]]:
+        header = ["Layer (type)"] + [HEADERS[c] for c in self.columns]
+        body = []
+        for r in self.rows:
+            label = f"{r.name} ({r.type})" if r.name else r.type
+            if r.calls > 1:
+                label += f" [call {r.call}]"
+            if r.note:
+                label += f" [{r.note}]"  # a short tag ("scripted", "to_static"); the footer says more
+            body.append(["  " * r.depth + label] + [cell(r, c, self.total_params) for c in self.columns])
+        return header, body
+
+    def _footer(self) -> list[str]:
+        lines = [
+            f"Total params: {self.total_params:,}",
+            f"Trainable params: {self.trainable_params:,}",
+            f"Non-trainable params: {self.non_trainable_params:,}",
+        ]
+        if self.tied:
+            lines.append("Tied parameters (counted once): " + "; ".join(self.tied))
+        if self.masked_params:
+            lines.append(
+                f"Pruning masks zero {self.masked_params:,} of them: {self.effective_params:,} effective params "
+                "(mult-adds count the dense kernels that run)"
+            )
+        if self.forward_ran:
+            lines.append(f"Total mult-adds: {human(self.total_mult_adds)} ({self.total_mult_adds:,})")
+        lines.append(f"mult-adds: {self.mult_adds_method}")
+        if self.forward_ran:
+            lines += [
+                f"Input size: {mb(self.input_bytes)}",
+                f"Activation memory: {mb(self.activation_bytes)} (sum of output tensor bytes of leaf layer calls)",
+            ]
+        lines.append(f"Parameter memory: {mb(self.param_bytes)}")
+        lines += [f"Note: {n}" for n in self.notes]
+        if self.error:
+            lines.append(f"FORWARD FAILED: {self.error}")
+        return lines
+
+    def __str__(self) -> str:
+        header, body = self._cells()
+        widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+
+        def fmt(cells: list[str]) -> str:
+            first = cells[0].ljust(widths[0])
+            return "  ".join([first] + [c.rjust(w) for c, w in zip(cells[1:], widths[1:])]).rstrip()
+
+        rule = "=" * (sum(widths) + 2 * (len(widths) - 1))
+        return "\n".join([rule, fmt(header), rule, *(fmt(b) for b in body), rule, *self._footer(), rule])
+
+    def __rich__(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        header, body = self._cells()
+        table = Table(title=f"{self.model_type} ({self.framework})", title_justify="left")
+        for i, h in enumerate(header):
+            table.add_column(h, justify="left" if i == 0 else "right", no_wrap=i == 0)
+        for r, cells in zip(self.rows, body):
+            table.add_row(*cells, style="bold red" if r.failed else ("dim" if r.static else None))
+        return Group(table, Text("\n".join(self._footer())))
+
+    def __repr__(self) -> str:
+        return self._render_rich() if sys.stdout.isatty() else str(self)
+
+    def _render_rich(self) -> str:
+        from rich.console import Console
+
+        buf = io.StringIO()
+        Console(file=buf, force_terminal=True, width=max(100, shutil.get_terminal_size((120, 40)).columns)).print(self)
+        return buf.getvalue().rstrip("\n")
+
+    def print(self, file: Any = None) -> None:
+        """Print the table: rich when ``file`` (default stdout) is a terminal, plain text otherwise."""
+        file = sys.stdout if file is None else file
+        if getattr(file, "isatty", lambda: False)():
+            from rich.console import Console
+
+            Console(file=file).print(self)
+        else:
+            print(str(self), file=file)
+
+
+def cell(r: Row, column: str, total_params: int) -> str:
+    """One table cell; ``--`` where there is nothing to show (torchinfo's convention)."""
+    if column == "input_size":
+        return shapes(r.input_shapes)
+    if column == "output_size":
+        if r.failed:
+            return "FAILED"
+        if r.static:
+            return "--"
+        return shapes(r.output_shapes) if r.finished else "(unfinished)"
+    if column == "num_params":
+        if r.call > 0:
+            return "(recursive)" if r.params else "--"
+        text = f"{r.params:,}" if r.params else "--"
+        return text + " (tied)" if r.tied else text
+    if column == "params_percent":
+        return f"{100.0 * r.params / total_params:.2f}%" if r.params and total_params and r.call == 0 else "--"
+    if column == "kernel_size":
+        return str(r.kernel_size) if r.kernel_size else "--"
+    if column == "trainable":
+        return "--" if r.trainable is None else str(r.trainable)
+    if column == "mult_adds":
+        return f"{r.mult_adds:,}" if r.mult_adds else "--"
+    raise AssertionError(column)
+
+
+def shapes(shape_list: list[list[int]]) -> str:
+    if not shape_list:
+        return "--"
+    text = str(list(shape_list[0]))
+    return text + f" +{len(shape_list) - 1}" if len(shape_list) > 1 else text
+
+
+def human(n: float) -> str:
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000:
+            return f"{n:.3g}{unit}"
+        n /= 1000
+    return f"{n:.3g}P"
+
+
+def mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
