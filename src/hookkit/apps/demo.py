@@ -2,12 +2,11 @@
 
 hookkit is attached the way a user would: ``ActivationStats`` (with histograms), ``GradientStats``,
 ``watch_nonfinite`` and plug-in dropout on two layers. The model and the loop are the same for
-both frameworks; only the few framework calls differ (``_Torch`` / ``_Paddle``).
+every framework: the few framework calls (layer classes, optimizer, training step) are backend methods.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -18,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-FRAMEWORKS = ("torch", "paddle")
+from hookkit.backends import Backend, backend_named, registered_backends
+
 DEFAULT_EPOCHS = 8
 CONV_LAYERS = ("conv1", "conv2", "conv3")
 #: plug-in dropout: (layer, kind, p). Channel dropout after the second conv block, dropout on fc1.
@@ -30,26 +30,19 @@ class DemoError(Exception):
     """A user-facing problem: printed as one line, exit code 2."""
 
 
-# -- the model, once per framework ----------------------------------------------------------------
-def _digits_cnn(framework: str) -> Any:
-    """The demo's CNN, one definition for both frameworks (only the class names differ)."""
-    if framework == "torch":
-        from torch import nn
+# -- the model: one definition, on the layer classes of the chosen framework ----------------------
+def _digits_cnn(backend: Backend) -> Any:
+    """The demo's CNN, built from the backend's layer classes (the same model on every framework)."""
+    nn = backend.layer_types()
 
-        Layer, Conv, Pool = nn.Module, nn.Conv2d, nn.MaxPool2d
-    else:
-        from paddle import nn
-
-        Layer, Conv, Pool = nn.Layer, nn.Conv2D, nn.MaxPool2D
-
-    class DigitsCNN(Layer):
+    class DigitsCNN(nn["Layer"]):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1, self.act1 = Conv(1, 16, 3, padding=1), nn.ReLU()
-            self.conv2, self.act2, self.pool1 = Conv(16, 32, 3, padding=1), nn.ReLU(), Pool(2)
-            self.conv3, self.act3, self.pool2 = Conv(32, 32, 3, padding=1), nn.ReLU(), Pool(2)
-            self.flatten = nn.Flatten()
-            self.fc1, self.act4, self.fc2 = nn.Linear(32 * 2 * 2, 64), nn.ReLU(), nn.Linear(64, 10)
+            self.conv1, self.act1 = nn["Conv2d"](1, 16, 3, padding=1), nn["ReLU"]()
+            self.conv2, self.act2, self.pool1 = nn["Conv2d"](16, 32, 3, padding=1), nn["ReLU"](), nn["MaxPool2d"](2)
+            self.conv3, self.act3, self.pool2 = nn["Conv2d"](32, 32, 3, padding=1), nn["ReLU"](), nn["MaxPool2d"](2)
+            self.flatten = nn["Flatten"]()
+            self.fc1, self.act4, self.fc2 = nn["Linear"](32 * 2 * 2, 64), nn["ReLU"](), nn["Linear"](64, 10)
 
         def forward(self, x: Any) -> Any:
             x = self.act1(self.conv1(x))
@@ -60,88 +53,8 @@ def _digits_cnn(framework: str) -> Any:
     return DigitsCNN()
 
 
-class _Torch:
-    name = "torch"
-
-    def __init__(self) -> None:
-        import torch
-
-        self.lib = torch
-        # a model this small runs fastest on one thread (several threads spin on a busy machine)
-        self._threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def close(self) -> None:
-        self.lib.set_num_threads(self._threads)
-
-    def seed(self, s: int) -> None:
-        self.lib.manual_seed(s)
-
-    def model(self) -> Any:
-        return _digits_cnn("torch")
-
-    def tensor(self, a: np.ndarray) -> Any:
-        return self.lib.from_numpy(np.ascontiguousarray(a))
-
-    def optimizer(self, model: Any, lr: float) -> Any:
-        return self.lib.optim.Adam(model.parameters(), lr=lr)
-
-    def train_step(self, model: Any, opt: Any, x: Any, y: Any) -> Any:
-        loss = self.lib.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    def no_grad(self) -> Any:
-        return self.lib.no_grad()
-
-    def nonzero(self, t: Any) -> Any:
-        return (t != 0).sum()
-
-    def numpy(self, t: Any) -> np.ndarray:
-        return t.detach().cpu().numpy()
-
-
-class _Paddle:
-    name = "paddle"
-
-    def __init__(self) -> None:
-        import paddle
-
-        self.lib = paddle
-        paddle.set_device("cpu")
-
-    def close(self) -> None:
-        pass
-
-    def seed(self, s: int) -> None:
-        self.lib.seed(s)
-
-    def model(self) -> Any:
-        return _digits_cnn("paddle")
-
-    def tensor(self, a: np.ndarray) -> Any:
-        return self.lib.to_tensor(a)
-
-    def optimizer(self, model: Any, lr: float) -> Any:
-        return self.lib.optimizer.Adam(learning_rate=lr, parameters=model.parameters())
-
-    def train_step(self, model: Any, opt: Any, x: Any, y: Any) -> Any:
-        loss = self.lib.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.clear_grad()
-        return loss.detach()
-
-    def no_grad(self) -> Any:
-        return self.lib.no_grad()
-
-    def nonzero(self, t: Any) -> Any:
-        return (t != 0).astype("int64").sum()
-
-    def numpy(self, t: Any) -> np.ndarray:
-        return t.numpy()
+def _tensor(backend: Backend, a: np.ndarray) -> Any:
+    return backend.from_numpy(np.ascontiguousarray(a))
 
 
 # -- measuring what the dropout hooks did ---------------------------------------------------------
@@ -151,36 +64,37 @@ class _DropMeter:
     ``before`` is placed ahead of the dropout (same priority, placed earlier, so it runs first);
     ``after`` is an observer, which runs after every intervention."""
 
-    def __init__(self, ops: Any):
-        self.ops = ops
+    def __init__(self, backend: Backend):
+        self.backend = backend
         self.counts = {True: [0, 0, 0], False: [0, 0, 0]}  # training -> [before, after, calls]
         self._pending: Any = None
 
     def before(self, layer: Any, inputs: Any, output: Any) -> None:
-        self._pending = self.ops.nonzero(output)
+        self._pending = self.backend.count_nonzero(output)
 
     def after(self, layer: Any, inputs: Any, output: Any) -> None:
-        c = self.counts[bool(layer.training)]
+        c = self.counts[self.backend.is_training(layer)]
         c[0] = c[0] + self._pending
-        c[1] = c[1] + self.ops.nonzero(output)
+        c[1] = c[1] + self.backend.count_nonzero(output)
         c[2] += 1
 
     def fraction(self, training: bool) -> float | None:
         before, after, calls = self.counts[training]
         if not calls:
             return None
-        before, after = float(self.ops.numpy(before)), float(self.ops.numpy(after))
+        before, after = float(self.backend.to_numpy(before)), float(self.backend.to_numpy(after))
         return 1.0 - after / before if before else 0.0
 
 
 # -- the run ----------------------------------------------------------------------------------------
-def _check_framework(framework: str) -> None:
-    if framework not in FRAMEWORKS:
-        raise DemoError(f"unknown --framework {framework!r}; valid: {', '.join(FRAMEWORKS)}")
-    module = "paddle" if framework == "paddle" else "torch"
-    if importlib.util.find_spec(module) is None:
-        extra = "paddlepaddle" if framework == "paddle" else "torch"
-        raise DemoError(f"--framework {framework}: {module} is not installed (pip install {extra})")
+def _backend(framework: str) -> Backend:
+    """The backend of ``--framework``, importing the framework; a DemoError when it cannot."""
+    if framework not in registered_backends():
+        raise DemoError(f"unknown --framework {framework!r}; valid: {', '.join(registered_backends())}")
+    try:
+        return backend_named(framework)
+    except ImportError as exc:
+        raise DemoError(f"--framework {framework}: {exc}") from None
 
 
 def _check_out(out: pathlib.Path) -> None:
@@ -227,18 +141,15 @@ def run_demo(
     epochs = DEFAULT_EPOCHS if epochs is None else epochs
     if epochs < 1:
         raise DemoError(f"--epochs must be at least 1; got {epochs}")
-    _check_framework(framework)
+    backend = _backend(framework)
     out = pathlib.Path(out)
     _check_out(out)
-    ops = _Torch() if framework == "torch" else _Paddle()
-    try:
-        return _run(ops, framework, epochs, out, seed, limit, batch_size, lr, quiet)
-    finally:
-        ops.close()
+    with backend.cpu_session():
+        return _run(backend, epochs, out, seed, limit, batch_size, lr, quiet)
 
 
 def _run(
-    ops: Any, framework: str, epochs: int, out: pathlib.Path, seed: int, limit: int | None, batch_size: int, lr: float, quiet: bool
+    backend: Backend, epochs: int, out: pathlib.Path, seed: int, limit: int | None, batch_size: int, lr: float, quiet: bool
 ) -> dict[str, Any]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -248,10 +159,11 @@ def _run(
     console = Console(stderr=False, quiet=quiet)
     t0 = time.perf_counter()
 
-    ops.seed(seed)
+    framework = backend.name
+    backend.seed(seed)
     x_train, y_train, x_test, y_test = _digits(seed, limit)
-    model = ops.model()
-    opt = ops.optimizer(model, lr)
+    model = _digits_cnn(backend)
+    opt = backend.adam(backend.parameters(model), lr)
 
     # hookkit, attached the way a user would
     acts = hookkit.ActivationStats(model, hist=True)  # layers with parameters, as fastai
@@ -259,7 +171,7 @@ def _run(
     watch = hookkit.watch_nonfinite(model)
     meters, handles = {}, []
     for layer, kind, p in DROPOUT:
-        meter = meters[layer] = _DropMeter(ops)
+        meter = meters[layer] = _DropMeter(backend)
         handles.append(hookkit.on_forward(model, layer, meter.before, priority=hookkit.INTERVENTION))
         handles.append(getattr(hookkit, kind)(model, layer, p=p))
         handles.append(hookkit.on_forward(model, layer, meter.after, priority=hookkit.OBSERVER))
@@ -283,14 +195,14 @@ def _run(
                 losses = []
                 for b in range(n_batches):
                     idx = order[b * batch_size : (b + 1) * batch_size]
-                    losses.append(ops.train_step(model, opt, ops.tensor(x_train[idx]), ops.tensor(y_train[idx])))
+                    losses.append(backend.train_step(model, opt, _tensor(backend, x_train[idx]), _tensor(backend, y_train[idx])))
                     progress.advance(task)
                 # one host sync per epoch, not per step
-                loss = float(np.mean([float(ops.numpy(v)) for v in losses]))
+                loss = float(np.mean([float(backend.to_numpy(v)) for v in losses]))
                 progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {loss:.3f}")
         model.eval()
-        with ops.no_grad():
-            logits = ops.numpy(model(ops.tensor(x_test)))
+        with backend.no_grad():
+            logits = backend.to_numpy(model(_tensor(backend, x_test)))
     finally:
         for h in handles:
             h.remove()
@@ -322,7 +234,7 @@ def _run(
         "held-out accuracy": f"{accuracy:.3f}",
         "NaN/Inf watch": "none found",  # watch_nonfinite would have raised, naming the layer
     }
-    figures = _figures(model, ops, x_test, y_test, predicted, out)
+    figures = _figures(model, backend, x_test, y_test, predicted, out)
     for name, data in (("summary.json", summary.to_dict()), ("dropout.json", dropout), ("meta.json", meta), ("figures.json", figures)):
         (out / name).write_text(json.dumps(data, indent=2), encoding="utf-8")
     path = hookkit.report(out, title="hookkit demo: a small CNN on handwritten digits")
@@ -346,7 +258,7 @@ def _run(
     }
 
 
-def _figures(model: Any, ops: Any, x_test: np.ndarray, y_test: np.ndarray, predicted: np.ndarray, out: pathlib.Path) -> list[dict]:
+def _figures(model: Any, backend: Backend, x_test: np.ndarray, y_test: np.ndarray, predicted: np.ndarray, out: pathlib.Path) -> list[dict]:
     """Feature maps and Grad-CAM as PNG files under ``out/figures``, listed for the report."""
     import hookkit
     from hookkit import viz
@@ -361,17 +273,17 @@ def _figures(model: Any, ops: Any, x_test: np.ndarray, y_test: np.ndarray, predi
         listed.append({"section": section, "caption": caption, "file": f"figures/{file}"})
 
     samples = list(range(min(2, len(x_test))))
-    with hookkit.capture(model, list(CONV_LAYERS)) as cap, ops.no_grad():
-        model(ops.tensor(x_test[samples]))
+    with hookkit.capture(model, list(CONV_LAYERS)) as cap, backend.no_grad():
+        model(_tensor(backend, x_test[samples]))
     for s in samples:
         for layer in CONV_LAYERS:
             fig = viz.feature_maps(
-                cap, layer, sample=s, title=f"{layer}: {ops.numpy(cap[layer]).shape[1]} channels, held-out digit {s} (true {y_test[s]})"
+                cap, layer, sample=s, title=f"{layer}: {backend.shape(cap[layer])[1]} channels, held-out digit {s} (true {y_test[s]})"
             )
             keep(fig, f"feature_maps_{layer}_{s}.png", "feature-maps", f"{layer}, held-out digit {s} (label {y_test[s]})")
 
     n = min(16, len(x_test))
-    x = ops.tensor(x_test[:n])
+    x = _tensor(backend, x_test[:n])
     cams = hookkit.gradcam(model, GRADCAM_LAYER, x)
     keep(
         viz.gradcam_overlay(

@@ -66,16 +66,21 @@ class Backend:
         return MultAddCounter()
 
     def opaque_layers(self, model: Any) -> dict[str, str]:
-        """Layers (by name) whose calls hooks cannot see (scripted, compiled), with the reason;
-        their sublayers are unreachable too."""
+        """Layers (by name) whose calls hooks cannot see (scripted, compiled), each with a reason
+        that starts with a short tag and a colon ("scripted: ..."); their sublayers are unreachable too."""
         return {}
+
+    def type_name(self, layer: Any) -> str:
+        """The layer's class name as users wrote it (a scripted ``Linear`` is still "Linear")."""
+        return type(layer).__name__
 
     def has_forward(self, layer: Any) -> bool:
         """False for pure containers (a list or dict of layers) that define no forward of their own."""
         return True
 
-    def named_buffers(self, layer: Any) -> list[tuple[str, Any]]:
-        """The layer's own buffers (running statistics...), not its sublayers'."""
+    def forward_state(self, layer: Any) -> list[tuple[str, Any]]:
+        """The layer's own (not its sublayers') tensors a forward may update in place: buffers
+        (running statistics, pruning masks, caches), by attribute name."""
         return []
 
     def copy_into(self, dst: Any, src: Any) -> None:

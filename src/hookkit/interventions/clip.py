@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.handles import Handle, HandleGroup
-from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
 
 __all__ = ["clip_grad"]
@@ -24,23 +24,13 @@ _EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_
 
 def _clipper(backend: Backend, value: float | None, norm: float | None) -> Callable[[Any], Any]:
     """``grad -> clipped grad``: clamp to [-value, value], then scale so that its L2 norm <= norm."""
-    if backend.name == "torch":
 
-        def clamp(g: Any) -> Any:
-            return g.clamp(-value, value)
+    def clamp(g: Any) -> Any:
+        return backend.clamp(g, -value, value)
 
-        def scale(g: Any) -> Any:
-            coef = (norm / (backend.l2_norm(g) + _EPS)).clamp(max=1.0)
-            return g * coef.to(g.dtype)
-    else:
-        import paddle
-
-        def clamp(g: Any) -> Any:
-            return paddle.clip(g, -value, value)
-
-        def scale(g: Any) -> Any:
-            coef = paddle.clip(norm / (backend.l2_norm(g) + _EPS), max=1.0)
-            return g * coef.astype(g.dtype)
+    def scale(g: Any) -> Any:
+        coef = backend.clamp(norm / (backend.l2_norm(g) + _EPS), hi=1.0)
+        return g * backend.cast(coef, backend.dtype_name(g))
 
     def clip(g: Any) -> Any:
         if g is None:
@@ -95,12 +85,18 @@ def clip_grad(
             group.add(attach(model, named, "grad", on_grad, INTERVENTION))
         if target in ("params", "both"):
             seen: set[int] = set()
-            for _, layer in named:
-                for p in backend.parameters(layer, recurse=True):
+            params = []
+            for name, layer in named:
+                for pname, p in backend.named_parameters(layer, recurse=True):
                     if id(p) in seen or not backend.requires_grad(p):
                         continue
                     seen.add(id(p))
-                    group.add(Handle(backend.hook_tensor(p, clip).remove))
+                    params.append((name, layer, pname, p))
+
+            def on_param_grad(ev: Event) -> Any:
+                return clip(ev.grad)
+
+            group.add(attach_params(model, params, on_param_grad, INTERVENTION))
     except BaseException:
         group.remove()
         raise

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hookkit.backends import backend_for
+from hookkit.backends import Backend, backend_for, backend_named, registered_backends
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import select
@@ -31,25 +31,35 @@ def _as_list(x: Any, arg: str) -> list[Any]:
     raise TypeError(f"DropHookModel: {arg} must be a list (one entry per hook); got {type(x).__name__}")
 
 
-def _pre_consumer(fn: Callable, is_training: Callable[[Any], bool]) -> Callable[[Event], Any]:
-    def consume(ev: Event) -> Any:
-        if not is_training(ev.layer):
+class _PreConsumer:
+    """Runs ``fn(layer, inputs)`` while the layer trains (a class, not a closure: it pickles)."""
+
+    __slots__ = ("fn", "is_training")
+
+    def __init__(self, fn: Callable, is_training: Callable[[Any], bool]):
+        self.fn, self.is_training = fn, is_training
+
+    def __call__(self, ev: Event) -> Any:
+        if not self.is_training(ev.layer):
             return None
-        r = fn(ev.layer, ev.args)
+        r = self.fn(ev.layer, ev.args)
         if r is None:
             return None
         return (r if isinstance(r, tuple) else (r,)), ev.kwargs
 
-    return consume
 
+class _PostConsumer(_PreConsumer):
+    """Runs ``fn(layer, inputs, output)`` while the layer trains."""
 
-def _post_consumer(fn: Callable, is_training: Callable[[Any], bool]) -> Callable[[Event], Any]:
-    def consume(ev: Event) -> Any:
-        if not is_training(ev.layer):
+    __slots__ = ()
+
+    def __call__(self, ev: Event) -> Any:
+        if not self.is_training(ev.layer):
             return None
-        return fn(ev.layer, ev.args, ev.output)
+        return self.fn(ev.layer, ev.args, ev.output)
 
-    return consume
+
+_CONSUMERS = {"forward_pre": _PreConsumer, "forward": _PostConsumer}
 
 
 class DropHookModel:
@@ -69,7 +79,7 @@ class DropHookModel:
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is DropHookModel:  # pick the subclass of the model's framework
             model = args[0] if args else kwargs.get("model")
-            cls = _class_for(backend_for(model).name)
+            cls = _class_for(backend_for(model))
         return super().__new__(cls)
 
     def __init__(
@@ -95,17 +105,34 @@ class DropHookModel:
         named = [select(model, layer) for layer in hook_layers]  # resolve all before placing any
         super().__init__()
         self.model = model
-        handles = HandleGroup()
+        # kept outside the framework's attribute registry: not a sublayer, parameter or buffer.
+        # Layers by name, so that a copy places the same hooks on its own layers.
+        spec = [([n for n, _ in targets], f, HOOK_TYPES[t]) for targets, f, t in zip(named, hook_funcs, hook_types)]
+        object.__setattr__(self, "_hookkit_spec", spec)
+        self._place_hooks()
+
+    def _place_hooks(self) -> None:
+        model, handles = self.model, HandleGroup()
+        is_training = backend_for(model).is_training
         try:
-            for targets, f, t in zip(named, hook_funcs, hook_types):
-                event = HOOK_TYPES[t]
-                make = _pre_consumer if event == "forward_pre" else _post_consumer
-                handles.add(attach(model, targets, event, make(f, backend.is_training), INTERVENTION))
+            for names, f, event in self._hookkit_spec:
+                targets = select(model, names)
+                handles.add(attach(model, targets, event, _CONSUMERS[event](f, is_training), INTERVENTION))
         except BaseException:
             handles.remove()
             raise
-        # kept outside the framework's attribute registry: not a sublayer, parameter or buffer
         object.__setattr__(self, "_hookkit_handles", handles)
+
+    # A copy (copy.deepcopy, pickle, torch.save of the whole wrapper) gets the model's layers without
+    # hookkit's hooks (the router's rule): the wrapper places its hooks again on the copy's layers.
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_hookkit_handles", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._place_hooks()
 
     @property
     def handles(self) -> HandleGroup:
@@ -120,44 +147,51 @@ class DropHookModel:
         # Call the model, not model.forward: its own hooks (hookkit's step clock) must run.
         return self.model(*args, **kwargs)
 
-    def parameters(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.parameters(*args, **kwargs)
 
-    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.named_parameters(*args, **kwargs)
-
-    def buffers(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.buffers(*args, **kwargs)
-
-    def named_buffers(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.named_buffers(*args, **kwargs)
-
-    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.state_dict(*args, **kwargs)
-
-    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
-        return self.model.load_state_dict(*args, **kwargs)
+#: the layer methods about parameters and state that the wrapper hands to the wrapped model,
+#: where the framework's layer class has them
+_DELEGATED = (
+    "parameters",
+    "named_parameters",
+    "buffers",
+    "named_buffers",
+    "state_dict",
+    "load_state_dict",
+    "set_state_dict",
+    "set_dict",
+    "load_dict",
+)
 
 
-def _class_for(framework: str) -> type:
-    """The DropHookModel subclass that is also the framework's Layer/Module class (built once)."""
-    cls = _classes.get(framework)
+def _delegate(method: str) -> Callable:
+    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.model, method)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = method
+    return call
+
+
+def _class_name(backend: Backend) -> str:
+    return f"{backend.name.capitalize()}DropHookModel"
+
+
+def _class_for(backend: Backend) -> type:
+    """The DropHookModel subclass that is also the framework's layer class (built once)."""
+    cls = _classes.get(backend.name)
     if cls is not None:
         return cls
-    if framework == "torch":
-        import torch
-
-        cls = type("DropHookModel", (DropHookModel, torch.nn.Module), {"__module__": __name__, "__doc__": DropHookModel.__doc__})
-    else:
-        import paddle
-
-        def set_state_dict(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return self.model.set_state_dict(*args, **kwargs)
-
-        methods = {"set_state_dict": set_state_dict, "set_dict": set_state_dict, "load_dict": set_state_dict}
-        cls = type("DropHookModel", (DropHookModel, paddle.nn.Layer), {"__module__": __name__, "__doc__": DropHookModel.__doc__, **methods})
+    base = backend.layer_base()
+    methods = {m: _delegate(m) for m in _DELEGATED if hasattr(base, m)}
+    cls = type(_class_name(backend), (DropHookModel, base), {"__module__": __name__, "__doc__": DropHookModel.__doc__, **methods})
     # a module-level name of its own, so that pickling a whole wrapper (torch.save(model)) finds the class
-    cls.__name__ = cls.__qualname__ = f"{framework.capitalize()}DropHookModel"
     globals()[cls.__name__] = cls
-    _classes[framework] = cls
+    _classes[backend.name] = cls
     return cls
+
+
+def __getattr__(name: str) -> Any:
+    # unpickling in a fresh process asks for e.g. TorchDropHookModel before any wrapper was built
+    for framework in registered_backends():
+        if name == f"{framework.capitalize()}DropHookModel":
+            return _class_for(backend_named(framework))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,14 @@ from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
-from hookkit.interventions.patch import Converted, edit_outputs, lib, shape_str
+from hookkit.core.validate import check_int, check_number
+from hookkit.interventions.patch import Converted, cast_like, edit_outputs, shape_str
+
+
+def _work(be: Any, t: Any) -> Any:
+    """``t``, or a float32 copy of a half or bool tensor: Paddle's CPU has no abs/where kernels for
+    those, and bool has no abs anywhere (the result is cast back; float16 -> float32 is exact)."""
+    return be.to_float(t) if be.dtype_name(t) in ("float16", "bfloat16", "bool") else t
 
 
 def mask_activations(
@@ -40,20 +47,17 @@ def mask_activations(
             "mask_activations: give exactly one of threshold=, top_k=, channels=" + (f"; got {', '.join(given)}" if given else "")
         )
     be = backend_for(model)
-    fw = lib(be)
 
     if threshold is not None:
-        thr = float(threshold)
-        if not thr >= 0:
-            raise ValueError(f"mask_activations: threshold must be >= 0; got {threshold!r}")
+        thr = check_number(threshold, fn="mask_activations", arg="threshold", low=0)
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
-            return fw.where(t.abs() >= thr, t, fw.zeros_like(t))
+            w = _work(be, t)
+            out = be.where(w.abs() >= thr, w, be.zeros_like(w))
+            return out if w is t else cast_like(be, out, t)
 
     elif top_k is not None:
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-            raise ValueError(f"mask_activations: top_k must be an int >= 1; got {top_k!r}")
-        k = top_k
+        k = check_int(top_k, fn="mask_activations", arg="top_k", low=1)
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
             shape = be.shape(t)
@@ -65,13 +69,11 @@ def mask_activations(
                 raise ValueError(
                     f"mask_activations: top_k={k} but layer {ev.name!r} has {per_sample} values per sample (output shape {shape_str(shape)})"
                 )
-            idx = flat.abs().topk(k, 1)[1]
-            zeros = fw.zeros_like(flat)
-            if be.name == "torch":
-                keep = zeros.scatter(1, idx, 1.0)
-            else:
-                keep = fw.put_along_axis(zeros, idx, 1.0, 1)
-            return fw.where(keep > 0, flat, zeros).reshape(list(shape))
+            w = _work(be, flat)
+            ranking = w.abs()  # real, also for complex outputs
+            keep = be.topk_mask(ranking, k)
+            out = be.where(keep > 0, w, be.zeros_like(w)).reshape(list(shape))
+            return out if w is flat else cast_like(be, out, t)
 
     else:
         mask = Converted(channels if be.is_tensor(channels) else np.asarray(channels, dtype=np.float32))

@@ -10,7 +10,7 @@ several times in one forward.
 
 from __future__ import annotations
 
-import importlib
+import numbers
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -21,16 +21,12 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.validate import ArgumentTypeError, check_callable, check_choice, check_number, check_tensor_like, fail, output_guard
 
 TensorFn = Callable[[Any, int, Event], Any]
 
 
-# -- small framework helpers (the core never imports torch or paddle at module level) ----------
-def lib(be: Backend) -> Any:
-    """The framework module itself (``torch`` or ``paddle``) for functions both spell alike."""
-    return importlib.import_module(be.name)
-
-
+# -- small helpers --------------------------------------------------------------------------------
 def shape_str(shape: Iterable[int]) -> str:
     return "[" + ", ".join(str(int(s)) for s in shape) + "]"
 
@@ -40,7 +36,7 @@ def cast_like(be: Backend, t: Any, like: Any) -> Any:
     if be.device_of(t) != be.device_of(like):
         t = be.to(t, be.device_of(like))
     if t.dtype != like.dtype:
-        t = t.to(like.dtype) if be.name == "torch" else t.astype(like.dtype)
+        t = be.cast(t, be.dtype_name(like))
     return t
 
 
@@ -76,23 +72,25 @@ class Converted:
 
 
 # -- the shared machinery -----------------------------------------------------------------------
-def check_calls(calls: Any) -> frozenset[int] | None:
+def check_calls(calls: Any, fn: str = "edit_outputs") -> frozenset[int] | None:
     if calls is None:
         return None
-    if isinstance(calls, int):
-        calls = [calls]
-    try:
-        out = frozenset(int(c) for c in calls)
-    except (TypeError, ValueError):
-        raise TypeError(f"calls must be None, an int or a list of ints (call indices within one forward); got {calls!r}") from None
-    if any(c < 0 for c in out):
-        raise ValueError(f"calls must be >= 0; got {sorted(out)}")
-    return out
+    valid = "None, an int >= 0 or a list of them (call indices within one forward)"
+    items = [calls] if isinstance(calls, int) and not isinstance(calls, bool) else calls
+    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
+        fail(fn, "calls", valid, calls, kind=ArgumentTypeError)
+    items = list(items)
+    for c in items:
+        if isinstance(c, bool) or not isinstance(c, numbers.Integral):
+            fail(fn, "calls", valid, calls, kind=ArgumentTypeError)
+        if c < 0:
+            fail(fn, "calls", valid, calls)
+    return frozenset(int(c) for c in items)
 
 
-def check_index(index: Any) -> None:
+def check_index(index: Any, fn: str = "edit_outputs") -> None:
     if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
-        raise TypeError(f"index must be None (every tensor) or an int >= 0 (position among the output's tensors); got {index!r}")
+        fail(fn, "index", "None (every tensor) or an int >= 0 (position among the output's tensors)", index, kind=ArgumentTypeError)
 
 
 def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn) -> Any:
@@ -116,12 +114,20 @@ def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn) -> Any:
     return map_tensors(output, visit, be.is_tensor)
 
 
-def edit_outputs(model: Any, layers: LayerSpec, fn: TensorFn, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def edit_outputs(
+    model: Any, layers: LayerSpec, fn: TensorFn, *, calls: Any = None, index: int | None = 0, name: str = "", kinds: Any = None
+) -> HandleGroup:
     """Attach one forward consumer applying ``fn(tensor, position, ev) -> new tensor`` to the
-    selected tensors of each selected layer's output, on the selected calls."""
-    check_index(index)
-    wanted = check_calls(calls)
+    selected tensors of each selected layer's output, on the selected calls. ``kinds``: the dtype
+    kinds ``fn`` works on (others are left alone with one warning; see ``output_guard``)."""
+    check_index(index, name or "edit_outputs")
+    wanted = check_calls(calls, name or "edit_outputs")
     be = backend_for(model)
+    if kinds is not None:
+        guarded = output_guard(be, fn, fn=name, kinds=kinds)
+
+        def fn(t: Any, pos: int, ev: Event) -> Any:  # noqa: F811 - the guarded op
+            return guarded(t, pos, ev, layer=ev.name)
 
     def consume(ev: Event) -> Any:
         if wanted is not None and ev.call not in wanted:
@@ -243,7 +249,7 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
             )
         return new
 
-    return edit_outputs(model, layers, replace, calls=calls, index=index)
+    return edit_outputs(model, layers, replace, calls=calls, index=index, name="patch")
 
 
 # -- ablation, steering, user edits -------------------------------------------------------------
@@ -257,17 +263,20 @@ def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = Non
 
     >>> h = hookkit.ablate(model, "h.0.mlp", mode="mean")   # doctest: +SKIP
     """
-    if mode not in ABLATIONS:
-        raise ValueError(f"ablate: unknown mode {mode!r}; valid modes: {', '.join(ABLATIONS)}")
+    check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
     if mean is not None and mode != "mean":
-        raise ValueError("ablate: mean= is only used with mode='mean'")
+        fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
     be = backend_for(model)
-    fw = lib(be)
     names = [n for n, _ in select(model, layers)]
-    means = {n: Converted(v) for n, v in per_layer(mean, names, "ablate mean=", be.is_tensor).items()} if mean is not None else None
+    means = None
+    if mean is not None:
+        means = {
+            n: Converted(check_tensor_like(v, be, fn="ablate", arg="mean" if v is mean else f"mean[{n!r}]"))
+            for n, v in per_layer(mean, names, "ablate mean=", be.is_tensor).items()
+        }
 
     def zero(t: Any, pos: int, ev: Event) -> Any:
-        return fw.zeros_like(t)
+        return be.zeros_like(t)
 
     def batch_mean(t: Any, pos: int, ev: Event) -> Any:
         if means is None:
@@ -279,9 +288,11 @@ def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = Non
                 f"ablate: the mean for layer {ev.name!r} has shape {shape_str(be.shape(m))}; expected {shape_str(want)} "
                 f"(the output's shape {shape_str(be.shape(t))} without the batch dim)"
             )
-        return fw.zeros_like(t) + m
+        return be.zeros_like(t) + m
 
-    return edit_outputs(model, layers, zero if mode == "zero" else batch_mean, calls=calls, index=index)
+    if mode == "zero":
+        return edit_outputs(model, layers, zero, calls=calls, index=index, name="ablate")
+    return edit_outputs(model, layers, batch_mean, calls=calls, index=index, name="ablate", kinds=("float", "complex"))
 
 
 def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
@@ -293,8 +304,11 @@ def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, cal
     """
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
-    vectors = {n: Converted(v) for n, v in per_layer(vector, names, "steer vector", be.is_tensor).items()}
-    scale = float(scale)
+    vectors = {
+        n: Converted(check_tensor_like(v, be, fn="steer", arg="vector" if v is vector else f"vector[{n!r}]"))
+        for n, v in per_layer(vector, names, "steer vector", be.is_tensor).items()
+    }
+    scale = check_number(scale, fn="steer", arg="scale")
 
     def add(t: Any, pos: int, ev: Event) -> Any:
         v = vectors[ev.name].like(be, t)
@@ -305,7 +319,7 @@ def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, cal
             )
         return t + v * scale if scale != 1.0 else t + v
 
-    return edit_outputs(model, layers, add, calls=calls, index=index)
+    return edit_outputs(model, layers, add, calls=calls, index=index, name="steer", kinds=("float", "complex"))
 
 
 def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, calls: Any = None, index: int | None = 0) -> HandleGroup:
@@ -314,11 +328,10 @@ def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, call
 
     >>> h = hookkit.edit(model, "fc", lambda out, ev: out * 2)   # doctest: +SKIP
     """
-    if not callable(fn):
-        raise TypeError(f"edit: fn must be callable fn(output, ev); got {type(fn).__name__}")
+    check_callable(fn, fn="edit", arg="fn", signature="fn(output, ev)")
 
     def apply(t: Any, pos: int, ev: Event) -> Any:
         new = fn(t, ev)
         return t if new is None else new
 
-    return edit_outputs(model, layers, apply, calls=calls, index=index)
+    return edit_outputs(model, layers, apply, calls=calls, index=index, name="edit")

@@ -25,8 +25,8 @@ import numpy as np
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.errors import HookkitError
-from hookkit.core.handles import Handle, HandleGroup
-from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
 from hookkit.interventions.patch import cast_like
 
@@ -64,20 +64,9 @@ def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, w
     return mask
 
 
-def _write(be: Backend, p: Any, value: Any) -> None:
-    """Overwrite a parameter's values around autograd (no version bump, no graph)."""
-    if be.name == "torch":
-        p.data.copy_(value)
-    else:
-        p.set_value(value)
-
-
 def _mask_in_place(be: Backend, p: Any, mask: Any) -> None:
-    if be.name == "torch":
-        p.data.mul_(mask)
-    else:
-        with be.no_grad():
-            p.set_value(p * mask)
+    with be.no_grad():
+        be.assign(p, p * mask)
 
 
 class Pruning(HandleGroup):
@@ -123,7 +112,7 @@ class Pruning(HandleGroup):
                 _mask_in_place(be, p, mask)
             else:  # give pruned entries back their values from pruning time
                 with be.no_grad():
-                    _write(be, p, p * mask + self._original[key] * (1 - mask))
+                    be.assign(p, p * mask + self._original[key] * (1 - mask))
         self._original.clear()
         super()._remove_all()
 
@@ -181,7 +170,11 @@ def prune(
         pruning._params[key] = p
         pruning._original[key] = be.clone(be.detach(p))
         _mask_in_place(be, p, mask)
-        pruning.add(Handle(be.hook_tensor(p, lambda g, m=mask: g * m).remove))
+
+        def zero_pruned(ev: Event, mask: Any = mask) -> Any:
+            return ev.grad * mask
+
+        pruning.add(attach_params(model, [(name, layer, param, p)], zero_pruned, INTERVENTION))
 
         def remask(ev: Event, p: Any = p, mask: Any = mask) -> None:
             if ev.call == 0:  # once per forward of the model

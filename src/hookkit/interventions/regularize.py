@@ -10,22 +10,24 @@ The op applies to the first tensor of the output (the hidden state of a ``(hidde
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
+
+import numpy as np
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import map_tensors
+from hookkit.core.validate import check_bool, check_number, check_probability, fail, output_guard
 
 __all__ = ["channel_dropout", "drop_block", "drop_block_2d", "drop_path", "dropout", "gaussian_noise"]
 
 
 # -- shared plumbing ----------------------------------------------------------------------------
 def _check_prob(p: float, arg: str, fn: str) -> float:
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{fn}(): {arg} must be a probability in [0, 1]; got {p!r}")
-    return float(p)
+    return check_probability(p, fn=fn, arg=arg)
 
 
 def _map_first(output: Any, op: Callable[[Any], Any], is_tensor: Callable[[Any], bool]) -> Any:
@@ -44,27 +46,19 @@ def _map_first(output: Any, op: Callable[[Any], Any], is_tensor: Callable[[Any],
     return new if done[0] else None
 
 
-def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any]) -> HandleGroup:
-    """Attach ``op`` to the outputs of the selected layers, acting only while a layer is training."""
+def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any], fn: str = "") -> HandleGroup:
+    """Attach ``op`` to the outputs of the selected layers, acting only while a layer is training.
+    Integer, bool and complex outputs are left alone (one warning); empty ones pass through."""
     backend = backend_for(model)
     is_training, is_tensor = backend.is_training, backend.is_tensor
+    guarded = output_guard(backend, op, fn=fn or "intervention")
 
     def consume(ev: Event) -> Any:
         if not is_training(ev.layer):
             return None
-        return _map_first(ev.output, op, is_tensor)
+        return _map_first(ev.output, partial(guarded, layer=ev.name), is_tensor)
 
     return attach(model, select(model, layers), "forward", consume, INTERVENTION)
-
-
-def _lib(backend: Backend) -> Any:
-    if backend.name == "torch":
-        import torch
-
-        return torch
-    import paddle
-
-    return paddle
 
 
 # -- the ops ------------------------------------------------------------------------------------
@@ -75,8 +69,7 @@ def dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     >>> h.remove()                                      # doctest: +SKIP
     """
     p = _check_prob(p, "p", "dropout")
-    F = _lib(backend_for(model)).nn.functional
-    return _train_only(model, layers, lambda t: F.dropout(t, p=p, training=True))
+    return _train_only(model, layers, partial(backend_for(model).dropout, p=p), "dropout")
 
 
 def channel_dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
@@ -87,25 +80,13 @@ def channel_dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGrou
     """
     p = _check_prob(p, "p", "channel_dropout")
     backend = backend_for(model)
-    F = _lib(backend).nn.functional
 
-    if backend.name == "torch":
+    def op(t: Any) -> Any:
+        if len(backend.shape(t)) < 2:
+            raise ValueError(f"channel_dropout needs an (N, C, ...) output; got shape {list(backend.shape(t))}")
+        return backend.channel_dropout(t, p)
 
-        def op(t: Any) -> Any:
-            if t.ndim == 4:
-                return F.dropout2d(t, p=p, training=True)
-            if t.ndim < 2:
-                raise ValueError(f"channel_dropout needs an (N, C, ...) output; got shape {list(t.shape)}")
-            mask = F.dropout(t.new_ones(t.shape[:2] + (1,) * (t.ndim - 2)), p=p, training=True)
-            return t * mask
-    else:
-
-        def op(t: Any) -> Any:
-            if t.ndim < 2:
-                raise ValueError(f"channel_dropout needs an (N, C, ...) output; got shape {list(t.shape)}")
-            return F.dropout(t, p=p, axis=[0, 1], training=True)
-
-    return _train_only(model, layers, op)
+    return _train_only(model, layers, op, "channel_dropout")
 
 
 def drop_path(model: Any, layers: LayerSpec, p: float, scale_by_keep: bool = True) -> HandleGroup:
@@ -116,21 +97,18 @@ def drop_path(model: Any, layers: LayerSpec, p: float, scale_by_keep: bool = Tru
     >>> h = hookkit.drop_path(model, "blocks.*.mlp", p=0.1)   # doctest: +SKIP
     """
     p = _check_prob(p, "p", "drop_path")
+    scale_by_keep = check_bool(scale_by_keep, fn="drop_path", arg="scale_by_keep")
     keep = 1.0 - p
     backend = backend_for(model)
-    lib = _lib(backend)
 
     def op(t: Any) -> Any:
-        shape = [int(t.shape[0])] + [1] * (t.ndim - 1)
-        if backend.name == "torch":
-            mask = t.new_empty(shape).bernoulli_(keep)
-        else:
-            mask = lib.bernoulli(lib.full(shape, keep, dtype=t.dtype))
+        dims = backend.shape(t)
+        mask = backend.bernoulli([dims[0]] + [1] * (len(dims) - 1), keep, like=t)
         if keep > 0.0 and scale_by_keep:
             mask = mask / keep
         return t * mask
 
-    return _train_only(model, layers, op)
+    return _train_only(model, layers, op, "drop_path")
 
 
 def gaussian_noise(model: Any, layers: LayerSpec, std: float) -> HandleGroup:
@@ -138,14 +116,9 @@ def gaussian_noise(model: Any, layers: LayerSpec, std: float) -> HandleGroup:
 
     >>> h = hookkit.gaussian_noise(model, "fc1", std=0.1)   # doctest: +SKIP
     """
-    if isinstance(std, bool) or not isinstance(std, (int, float)) or std < 0:
-        raise ValueError(f"gaussian_noise(): std must be a number >= 0; got {std!r}")
-    std = float(std)
-    backend = backend_for(model)
-    lib = _lib(backend)
-    if backend.name == "torch":
-        return _train_only(model, layers, lambda t: t + std * lib.randn_like(t))
-    return _train_only(model, layers, lambda t: t + std * lib.randn(t.shape, dtype=t.dtype))
+    std = check_number(std, fn="gaussian_noise", arg="std", low=0)
+    randn_like = backend_for(model).randn_like
+    return _train_only(model, layers, lambda t: t + std * randn_like(t), "gaussian_noise")
 
 
 def drop_block(
@@ -159,17 +132,13 @@ def drop_block(
     """
     p = _check_prob(p, "p", "drop_block")
     _block_hw(block_size, 1, 1)  # validate now, not at the first forward
-    backend = backend_for(model)
-    lib = _lib(backend)
+    gamma_scale = check_number(gamma_scale, fn="drop_block", arg="gamma_scale", low=0)
+    rand_like = backend_for(model).rand_like
 
     def op(t: Any) -> Any:
-        if backend.name == "torch":
-            noise = lib.rand_like(t)
-        else:
-            noise = lib.rand(t.shape, dtype=t.dtype)
-        return drop_block_2d(t, noise, p, block_size, gamma_scale)
+        return drop_block_2d(t, rand_like(t), p, block_size, gamma_scale)
 
-    return _train_only(model, layers, op)
+    return _train_only(model, layers, op, "drop_block")
 
 
 def _block_hw(block_size: int | tuple[int, int], h: int, w: int) -> tuple[int, int]:
@@ -183,7 +152,7 @@ def _block_hw(block_size: int | tuple[int, int], h: int, w: int) -> tuple[int, i
         and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in block_size)
     ):
         return min(block_size[0], h), min(block_size[1], w)
-    raise ValueError(f"drop_block(): block_size must be an int >= 1 or a (height, width) pair of them; got {block_size!r}")
+    fail("drop_block", "block_size", "an int >= 1 or a (height, width) pair of them", block_size)
 
 
 def drop_block_2d(x: Any, noise: Any, p: float, block_size: int | tuple[int, int] = 7, gamma_scale: float = 1.0) -> Any:
@@ -205,22 +174,16 @@ def drop_block_2d(x: Any, noise: Any, p: float, block_size: int | tuple[int, int
     # that block fits, and an output row r is dropped by seeds in r - (bh-1)//2 .. r + bh//2, hence
     # the asymmetric padding for even blocks (timm's symmetric padding assumes an odd block).
     top, bottom, left, right = (bh - 1) // 2, bh // 2, (bw - 1) // 2, bw // 2
-    lib = _lib(backend)
-    F = lib.nn.functional
-    if backend.name == "torch":
-        rows = lib.arange(h, device=x.device).view(h, 1)
-        cols = lib.arange(w, device=x.device).view(1, w)
-        valid = (rows >= bh // 2) & (rows < h - (bh - 1) // 2) & (cols >= bw // 2) & (cols < w - (bw - 1) // 2)
-        seeds = ((noise < gamma) & valid).to(x.dtype)
-        dropped = F.max_pool2d(F.pad(seeds, (left, right, top, bottom)), (bh, bw), stride=1)
-        keep = 1 - dropped
-        scale = (keep.numel() / keep.to(lib.float32).sum().add(1e-7)).to(x.dtype)
-    else:
-        rows = lib.arange(h).reshape([h, 1])
-        cols = lib.arange(w).reshape([1, w])
-        valid = (rows >= bh // 2) & (rows < h - (bh - 1) // 2) & (cols >= bw // 2) & (cols < w - (bw - 1) // 2)
-        seeds = lib.logical_and(noise < gamma, valid).astype(x.dtype)
-        dropped = F.max_pool2d(F.pad(seeds, [left, right, top, bottom]), [bh, bw], stride=1)
-        keep = 1 - dropped
-        scale = (float(n * c * h * w) / (keep.astype("float32").sum() + 1e-7)).astype(x.dtype)
+    dtype = backend.dtype_name(x)
+    seeds = backend.cast(noise < gamma, dtype) * backend.cast(_seed_area(backend, x, bh, bw), dtype)
+    keep = 1 - backend.max_pool2d(seeds, (bh, bw), (left, right, top, bottom))
+    scale = backend.cast(float(n * c * h * w) / (backend.cast(keep, "float32").sum() + 1e-7), dtype)
     return x * keep * scale
+
+
+def _seed_area(backend: Backend, x: Any, bh: int, bw: int) -> Any:
+    """1 where a (bh, bw) block seeded there fits in x's (H, W) map, 0 elsewhere; on x's device."""
+    h, w = backend.shape(x)[2:]
+    rows, cols = np.arange(h)[:, None], np.arange(w)[None, :]
+    area = (rows >= bh // 2) & (rows < h - (bh - 1) // 2) & (cols >= bw // 2) & (cols < w - (bw - 1) // 2)
+    return backend.from_numpy(area.astype(np.float32), like=x)

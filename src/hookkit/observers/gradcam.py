@@ -114,7 +114,7 @@ def _activations_and_grads(
                 raise ValueError(f"gradcam needs layer {name!r} to output [N, C, h, w]; it gave {got}")
             out = first_tensor(output, be.is_tensor)
             score = _score(be, out, target, shape[0])
-            _grad_only(be, score, act)  # fills cap.grads without touching the parameters' .grad
+            be.grads_of(score, [act])  # fills cap.grads without touching the parameters' .grad
             grad = first_tensor(cap.grads[name], be.is_tensor)
             acts, grads = be.to_numpy(act).astype(np.float32), be.to_numpy(grad).astype(np.float32)
     finally:
@@ -146,19 +146,4 @@ def _score(be: Any, out: Any, target: Target, n: int) -> Any:
 
 def _leaf_with_grad(be: Any, x: Any) -> Any:
     # a fresh leaf that takes gradients, so a frozen model still yields them at the layer
-    x = be.detach(x)
-    if be.name == "torch":
-        return x.requires_grad_(True)
-    x.stop_gradient = False
-    return x
-
-
-def _grad_only(be: Any, score: Any, act: Any) -> None:
-    if be.name == "torch":
-        import torch
-
-        torch.autograd.grad(score, [act])
-    else:
-        import paddle
-
-        paddle.grad([score], [act])
+    return be.set_requires_grad(be.detach(x))

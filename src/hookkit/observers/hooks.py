@@ -12,8 +12,21 @@ from typing import Any
 from hookkit.backends import backend_for
 from hookkit.core.errors import GradientNotTracked
 from hookkit.core.handles import Handle, HandleGroup
-from hookkit.core.router import INTERVENTION, Event, attach
+from hookkit.core.router import INTERVENTION, Event, attach, hook_tensor
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.validate import check_bool, check_callable, check_int
+
+
+def _check_hook_args(fn_name: str, fn: Any, priority: Any, with_kwargs: Any = False) -> None:
+    signatures = {
+        "on_forward_pre": "fn(layer, inputs)" if not with_kwargs else "fn(layer, inputs, kwargs)",
+        "on_forward": "fn(layer, inputs, output)" if not with_kwargs else "fn(layer, inputs, kwargs, output)",
+        "on_backward": "fn(layer, grad_inputs, grad_outputs)",
+        "on_output_grad": "fn(layer, grad)",
+    }
+    check_callable(fn, fn=fn_name, arg="fn", signature=signatures[fn_name])
+    check_bool(with_kwargs, fn=fn_name, arg="with_kwargs")
+    check_int(priority, fn=fn_name, arg="priority")
 
 
 def on_forward_pre(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION) -> HandleGroup:
@@ -23,6 +36,7 @@ def on_forward_pre(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: 
 
     >>> h = hookkit.on_forward_pre(model, "flatten", lambda layer, inputs: print(inputs))   # doctest: +SKIP
     """
+    _check_hook_args("on_forward_pre", fn, priority, with_kwargs)
     if with_kwargs:
 
         def consume(ev: Event) -> Any:
@@ -44,6 +58,7 @@ def on_forward(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool
 
     >>> h = hookkit.on_forward(model, "flatten", lambda layer, inputs, out: 2 * out)   # doctest: +SKIP
     """
+    _check_hook_args("on_forward", fn, priority, with_kwargs)
     if with_kwargs:
 
         def consume(ev: Event) -> Any:
@@ -68,6 +83,7 @@ def on_backward(model: Any, layers: LayerSpec, fn: Callable, *, priority: int = 
 
     >>> h = hookkit.on_backward(model, "conv1", lambda layer, gin, gout: print(gout[0].shape))   # doctest: +SKIP
     """
+    _check_hook_args("on_backward", fn, priority)
 
     def consume(ev: Event) -> Any:
         return fn(ev.layer, ev.grad_inputs, ev.grad_outputs)
@@ -81,6 +97,7 @@ def on_output_grad(model: Any, layers: LayerSpec, fn: Callable, *, priority: int
 
     >>> h = hookkit.on_output_grad(model, "conv1", lambda layer, g: g.clamp(-1, 1))   # doctest: +SKIP
     """
+    _check_hook_args("on_output_grad", fn, priority)
 
     def consume(ev: Event) -> Any:
         return fn(ev.layer, ev.grad)
@@ -94,15 +111,15 @@ def on_grad(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
 
     >>> h = hookkit.on_grad(a, saved.append)   # doctest: +SKIP
     """
+    check_callable(fn, fn="on_grad", arg="fn", signature="fn(grad)")
     backend = backend_for(tensor)
     if not backend.is_tensor(tensor):
         raise TypeError(f"on_grad() needs a tensor; got {type(tensor).__name__}")
     if not backend.requires_grad(tensor):
-        flag = "stop_gradient=True" if backend.name == "paddle" else "requires_grad=False"
-        fix = "tensor.stop_gradient = False" if backend.name == "paddle" else "tensor.requires_grad_()"
+        flag, fix = backend.grad_off_text, backend.grad_on_text
         name = backend.tensor_name(tensor)
         raise GradientNotTracked(
             f"cannot watch the gradient of tensor {name + ' ' if name else ''}with shape {list(backend.shape(tensor))}: "
             f"it has {flag}, so autograd computes no gradient for it; call {fix} before using it"
         )
-    return Handle(backend.hook_tensor(tensor, fn).remove)
+    return hook_tensor(tensor, fn)

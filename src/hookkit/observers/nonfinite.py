@@ -116,14 +116,13 @@ class watch_nonfinite(HandleGroup):
             self._norms.append(self._backend.l2_norm(g))
         if key == self._earliest:
             self._earliest = None
-            if self._backend.name == "paddle":
-                # Paddle turns an exception raised inside backward into an OSError: keep ours for later
+            if self._backend.raises_through_backward:
+                self.check()
+            else:  # the framework would turn our exception into its own: keep it for later
                 try:
                     self.check()
                 except NonFiniteError as exc:
                     self._error = exc
-            else:
-                self.check()
 
     def _on_root_start(self, ev: Event) -> None:
         self._earliest = None

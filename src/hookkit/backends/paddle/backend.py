@@ -91,8 +91,12 @@ class PaddleBackend(PaddleOps, Backend):
     def has_forward(self, layer: Any) -> bool:
         return type(layer).forward is not paddle.nn.Layer.forward
 
-    def named_buffers(self, layer: Any) -> list[tuple[str, Any]]:
-        return list(layer.named_buffers(include_sublayers=False))
+    def forward_state(self, layer: Any) -> list[tuple[str, Any]]:
+        # BatchNorm's running statistics are non-trainable parameters here, not buffers; RNN
+        # layers hold an uninitialized dropout-state buffer: nothing to read or restore
+        found = list(layer.named_buffers(include_sublayers=False))
+        found += [(n, p) for n, p in layer.named_parameters(include_sublayers=False) if p.stop_gradient]
+        return [(n, t) for n, t in found if t is not None and t._is_initialized()]
 
     def copy_into(self, dst: Any, src: Any) -> None:
         with paddle.no_grad():

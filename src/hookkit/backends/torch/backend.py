@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -91,15 +92,20 @@ class TorchBackend(TorchOps, Backend):
 
     def opaque_layers(self, model: Any) -> dict[str, str]:
         return {
-            name: "scripted: a torch.jit module takes no hooks; its operators are counted in the nearest hooked parent"
+            name: "scripted: a torch.jit module takes no hooks; its operators count in the row of its nearest hooked parent"
             for name, m in model.named_modules()
             if isinstance(m, torch.jit.ScriptModule)
         }
 
-    def has_forward(self, layer: Any) -> bool:
-        return type(layer).forward is not torch.nn.Module.forward
+    def type_name(self, layer: Any) -> str:
+        return getattr(layer, "original_name", None) or type(layer).__name__ if isinstance(layer, torch.jit.ScriptModule) else type(layer).__name__
 
-    def named_buffers(self, layer: Any) -> list[tuple[str, Any]]:
+    def has_forward(self, layer: Any) -> bool:
+        if isinstance(layer, torch.jit.ScriptModule):
+            return True  # scripting needs a forward; its class attribute is a descriptor that must not be read
+        return inspect.getattr_static(type(layer), "forward", None) is not torch.nn.Module.forward
+
+    def forward_state(self, layer: Any) -> list[tuple[str, Any]]:
         return list(layer.named_buffers(recurse=False))
 
     def copy_into(self, dst: Any, src: Any) -> None:

@@ -1,0 +1,97 @@
+"""PyTorch's side of the optional Backend methods: the ops of the interventions, Grad-CAM's
+gradients and the demo's training pieces (see ``hookkit.backends.base`` for what each does)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class TorchOps:
+    # -- gradients --------------------------------------------------------------------------------
+    def set_requires_grad(self, t: Any) -> Any:
+        return t.requires_grad_(True)
+
+    def grads_of(self, output: Any, inputs: Sequence[Any]) -> tuple:
+        return torch.autograd.grad(output, list(inputs))
+
+    # -- interventions ----------------------------------------------------------------------------
+    def clamp(self, t: Any, lo: float | None = None, hi: float | None = None) -> Any:
+        return t.clamp(min=lo, max=hi)
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        return torch.where(cond, a, b)
+
+    def zeros_like(self, t: Any) -> Any:
+        return torch.zeros_like(t)
+
+    def topk_mask(self, t: Any, k: int) -> Any:
+        return torch.zeros_like(t).scatter(1, t.topk(k, 1)[1], 1.0)
+
+    def assign(self, param: Any, value: Any) -> None:
+        param.data.copy_(value)
+
+    def dropout(self, t: Any, p: float) -> Any:
+        return F.dropout(t, p=p, training=True)
+
+    def channel_dropout(self, t: Any, p: float) -> Any:
+        if t.ndim == 4:
+            return F.dropout2d(t, p=p, training=True)
+        # dropout2d warns on other ranks: drop a (N, C, 1, ...) mask of ones instead
+        return t * F.dropout(t.new_ones(t.shape[:2] + (1,) * (t.ndim - 2)), p=p, training=True)
+
+    def bernoulli(self, shape: Sequence[int], p: float, like: Any) -> Any:
+        return like.new_empty(list(shape)).bernoulli_(p)
+
+    def rand_like(self, t: Any) -> Any:
+        return torch.rand_like(t)
+
+    def randn_like(self, t: Any) -> Any:
+        return torch.randn_like(t)
+
+    def max_pool2d(self, t: Any, kernel: tuple[int, int], padding: tuple[int, int, int, int]) -> Any:
+        return F.max_pool2d(F.pad(t, tuple(padding)), tuple(kernel), stride=1)
+
+    # -- the wrapper layer and the demo -----------------------------------------------------------
+    def layer_base(self) -> type:
+        return nn.Module
+
+    def layer_types(self) -> dict[str, type]:
+        return {
+            "Layer": nn.Module,
+            "Conv2d": nn.Conv2d,
+            "MaxPool2d": nn.MaxPool2d,
+            "ReLU": nn.ReLU,
+            "Flatten": nn.Flatten,
+            "Linear": nn.Linear,
+        }
+
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def adam(self, parameters: Any, lr: float) -> Any:
+        return torch.optim.Adam(parameters, lr=lr)
+
+    def train_step(self, model: Any, optimizer: Any, x: Any, labels: Any) -> Any:
+        loss = F.cross_entropy(model(x), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def count_nonzero(self, t: Any) -> Any:
+        return torch.count_nonzero(t)
+
+    @contextlib.contextmanager
+    def cpu_session(self) -> Iterator[None]:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # several threads spin on a busy machine for a model this small
+        try:
+            yield
+        finally:
+            torch.set_num_threads(threads)
