@@ -276,8 +276,11 @@ class FeatureArray:
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         parts = [self._part(k) for k in range(len(self._shards))]
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(self.shape, self.dtype)
-        return out.astype(dtype) if dtype is not None else out
+        if len(parts) == 1:  # the memory-mapped view itself, unless a copy is asked for
+            out = parts[0].copy() if copy else parts[0]
+        else:
+            out = np.concatenate(parts) if parts else np.empty(self.shape, self.dtype)
+        return out.astype(dtype, copy=False) if dtype is not None else out
 
     def numpy(self) -> np.ndarray:
         """All rows as one (writable) numpy array, in memory."""
