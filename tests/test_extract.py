@@ -188,7 +188,12 @@ def test_resume_after_exception_gives_the_same_files(fw, tmp_path):
             part = hookkit.load_features(out)
         assert part.count == index["count"]
         forwarded = []
-        resumed = hookkit.extract(model, batches, ["conv1", "fc"], out, forward=lambda x: (forwarded.append(1), model(x)), **kw)
+
+        def forward(x, forwarded=forwarded):
+            forwarded.append(1)
+            return model(x)
+
+        resumed = hookkit.extract(model, batches, ["conv1", "fc"], out, forward=forward, **kw)
         assert len(forwarded) == 9 - index["batches"]  # only the batches not on disk were run
         assert resumed.count == 36 and _files(out) == _files(tmp_path / "whole")
 
