@@ -1,17 +1,28 @@
-"""ONE native hook per (layer, event), whatever the number of hookkit consumers.
+"""ONE native hook per (layer or parameter, event), whatever the number of hookkit consumers.
 
-Each hooked layer gets a ``LayerHooks``: ordered consumer lists for four events (forward_pre,
-forward, grad = gradient w.r.t. one output tensor, backward = grad_inputs + grad_outputs) and at
-most one native pre-hook and one native post-hook. Consumers run in (priority, arrival) order:
+Each hooked layer gets a ``LayerHooks``: its consumers for four events (forward_pre, forward,
+grad = gradient w.r.t. one output tensor, backward = grad_inputs + grad_outputs) and at most one
+native pre-hook and one native post-hook. Each hooked parameter gets a ``ParamHooks`` with one
+native tensor hook for the ``param_grad`` event. Consumers run in (priority, arrival) order:
 interventions (``INTERVENTION``) before observers (``OBSERVER``), so observers see changed values.
-Gradients are taken with tensor hooks placed during the forward (DESIGN rule 2); ``backward``
-consumers also get their inputs' gradients through one identity node placed in the pre-hook.
 
-Nothing here holds the model: the registry is keyed weakly and native handles hold weak refs.
+Names and clocks belong to the root a consumer was attached through, not to the layer: a consumer
+holds a ``Scope`` (root clock + the layer's name under that root). ``step`` counts forwards of the
+root, ``call`` counts calls of the layer within one forward, both per thread (a ``Forward`` lives in
+the root clock's thread-local slot), so two threads serving one model never mix their indices.
+
+Activation checkpointing re-runs forwards during backward; such a call is recognized
+(``Backend.in_backward``) and numbered as the original call it recomputes: interventions run again
+(the recomputed values equal the edited ones), observers do not record it twice.
+
+Nothing here holds the model: registries are keyed weakly, native hooks hold weak references, and
+a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce__``), never ours.
 """
 
 from __future__ import annotations
 
+import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -24,7 +35,8 @@ from hookkit.core.tree import leaves
 
 INTERVENTION = 0
 OBSERVER = 100
-EVENTS = ("forward_pre", "forward", "grad", "backward")
+LAYER_EVENTS = ("forward_pre", "forward", "grad", "backward")
+EVENTS = (*LAYER_EVENTS, "param_grad")
 
 
 class Halt(BaseException):
@@ -36,45 +48,106 @@ class Halt(BaseException):
 
 class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
-    the current forward of the model it was registered on; ``step`` counts those forwards."""
+    the current forward of the root it was attached through; ``step`` counts those forwards.
+    ``param_grad`` events also carry ``param`` and ``param_name`` (the parameter's name in its layer)."""
 
-    __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output", "grad", "index", "grad_inputs", "grad_outputs")
+    __slots__ = (
+        "layer",
+        "name",
+        "call",
+        "step",
+        "args",
+        "kwargs",
+        "output",
+        "grad",
+        "index",
+        "grad_inputs",
+        "grad_outputs",
+        "param",
+        "param_name",
+        "recompute",
+    )
 
     def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
         self.layer, self.name, self.call, self.step = layer, name, call, step
         self.args, self.kwargs, self.output = args, kwargs, output
-        self.grad = self.index = self.grad_inputs = self.grad_outputs = None
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
+        self.recompute = False
 
     def __repr__(self) -> str:
         return f"<Event {self.name!r} call={self.call} step={self.step}>"
 
 
-class Consumer:
-    __slots__ = ("fn", "priority", "seq", "clock")
+# -- clocks: one per root model, per-thread forwards -----------------------------------------------
+class Forward:
+    """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, clock: Clock):
-        self.fn, self.priority, self.seq, self.clock = fn, priority, seq, clock
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed")
+
+    def __init__(self, step: int, transformed: bool = False):
+        self.step = step
+        self.calls: dict[Scope, int] = {}  # scope -> index of its last call in this forward
+        self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
+        self.pending: dict[Scope, _GradCall] = {}  # backward consumers: pre-hook -> post-hook
+        self.transformed = transformed
 
 
 class Clock:
-    """Counts forwards of one root model; ticked by the root's pre-hook while anyone uses it."""
+    """Counts forwards of one root model (ticked by the root's pre-hook while anyone uses it).
+    ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
+    thread has none: autograd's device threads run backward hooks)."""
 
-    __slots__ = ("step", "users", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "__weakref__")
 
     def __init__(self) -> None:
-        self.step = -1
+        self.count = 0  # forwards started, all threads
+        self.local = threading.local()
+        self.last: Forward | None = None
         self.users: set[int] = set()
+
+    def tick(self, transformed: bool = False) -> Forward:
+        fw = Forward(self.count, transformed)
+        self.count += 1
+        self.local.fw = self.last = fw
+        return fw
+
+    def current(self) -> Forward:
+        fw = getattr(self.local, "fw", None)
+        if fw is None:
+            fw = self.last
+            if fw is None:
+                fw = self.last = Forward(0)
+            self.local.fw = fw
+        return fw
+
+
+class Scope:
+    """Where a consumer was attached from: the root's clock and the layer's name under that root."""
+
+    __slots__ = ("clock", "name", "__weakref__")
+
+    def __init__(self, clock: Clock, name: str):
+        self.clock, self.name = clock, name
+
+
+class Consumer:
+    __slots__ = ("fn", "priority", "seq", "scope", "observer")
+
+    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, scope: Scope):
+        self.fn, self.priority, self.seq, self.scope = fn, priority, seq, scope
+        self.observer = priority >= OBSERVER
 
 
 class _GradCall:
     """One forward call's gradient bookkeeping, alive as long as its autograd graph."""
 
-    __slots__ = ("_layer", "call", "step", "grad_outputs", "n_args", "positions")
+    __slots__ = ("_layer", "calls", "grad_outputs", "n_args", "positions")
 
-    def __init__(self, layer: Any, call: int, step: int):
-        # weak: a forward that raised leaves its _GradCall in LayerHooks._pending, and a strong
-        # reference there would keep the layer (a weak key of the registry) alive for ever
-        self._layer, self.call, self.step = weakref.ref(layer), call, step
+    def __init__(self, layer: Any, calls: dict[Scope, tuple[int, int]]):
+        # weak: a forward that raised may leave its _GradCall behind, and a strong reference would
+        # keep the layer (a weak key of the registry) alive for ever
+        self._layer = weakref.ref(layer)
+        self.calls = calls  # scope -> (call, step)
         self.grad_outputs: list[Any] = []
         self.n_args = 0
         self.positions: list[int] = []
@@ -85,45 +158,65 @@ class _GradCall:
 
 
 _registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionary()
+# Keyed by id: tensors compare elementwise, so they cannot be WeakKeyDictionary keys. Each entry
+# holds a weak reference whose callback drops the entry when the parameter dies.
+_param_registry: dict[int, tuple[weakref.ref, ParamHooks]] = {}
 _clocks: weakref.WeakKeyDictionary[Any, Clock] = weakref.WeakKeyDictionary()
 _seq = [0]
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _inert(*args: Any, **kwargs: Any) -> None:
+    """What a copied or unpickled model gets in place of hookkit's native hooks: nothing to do."""
 
 
 class LayerHooks:
     """The consumers of one layer and the native hooks that serve them."""
 
     __slots__ = (
-        "name",
         "backend",
         "ticks",
         "consumers",
         "_native_pre",
         "_native_post",
-        "_step",
-        "_call",
-        "_pending",
         # hot-path caches, rebuilt by _sync_native after every change of consumers or ticks
-        "_pre_fns",
-        "_fwd_fns",
+        "_pre",
+        "_fwd",
+        "_scopes",
+        "_single",
         "_wants_grads",
-        "_clock_src",
+        "_has_backward",
+        "_in_backward",
         "__weakref__",
     )
 
-    def __init__(self, name: str, backend: Backend):
-        self.name = name
+    def __init__(self, backend: Backend):
         self.backend = backend
-        self.ticks: Clock | None = None
-        self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in EVENTS}
+        self.ticks: Clock | None = None  # set on a root: its pre-hook counts the root's forwards
+        self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
         self._native_pre: Any = None
         self._native_post: Any = None
-        self._step = -2
-        self._call = -1
-        self._pending: _GradCall | None = None
-        self._pre_fns: tuple[Callable[[Event], Any], ...] = ()
-        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
+        self._pre: tuple[Consumer, ...] = ()
+        self._fwd: tuple[Consumer, ...] = ()
+        self._scopes: tuple[Scope, ...] = ()
+        self._single: Scope | None = None
         self._wants_grads = False
-        self._clock_src: Clock | None = None
+        self._has_backward = False
+        self._in_backward = backend.in_backward
+
+    # A deep copy or pickle of the model copies its hook dicts, and with them these bound methods:
+    # the copy gets an inert object instead, so it never feeds this model's consumers.
+    def __reduce__(self) -> tuple:
+        return (_inert_layer_hooks, ())
+
+    def __deepcopy__(self, memo: dict) -> LayerHooks:
+        return _inert_layer_hooks()
 
     # -- bookkeeping ----------------------------------------------------------------------------
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
@@ -135,9 +228,10 @@ class LayerHooks:
         self._sync_native(layer)
 
     def clear(self, layer: Any) -> None:
-        for clock in {c.clock for cs in self.consumers.values() for c in cs}:
-            clock.users.difference_update(id(c) for cs in self.consumers.values() for c in cs)
-        self.consumers = {e: () for e in EVENTS}
+        for cs in self.consumers.values():
+            for c in cs:
+                c.scope.clock.users.discard(id(c))
+        self.consumers = {e: () for e in LAYER_EVENTS}
         self.ticks = None
         self._sync_native(layer)
 
@@ -148,10 +242,15 @@ class LayerHooks:
     def _sync_native(self, layer: Any) -> None:
         c = self.consumers
         # The dispatchers read these instead of the dict: no per-call lookups, no attribute hops.
-        self._pre_fns = tuple(x.fn for x in c["forward_pre"])
-        self._fwd_fns = tuple(x.fn for x in c["forward"])
+        self._pre, self._fwd = c["forward_pre"], c["forward"]
+        scopes: dict[Scope, None] = {}
+        for e in LAYER_EVENTS:
+            for x in c[e]:
+                scopes[x.scope] = None
+        self._scopes = tuple(scopes)
+        self._single = self._scopes[0] if len(self._scopes) == 1 else None
         self._wants_grads = bool(c["grad"] or c["backward"])
-        self._clock_src = next((c[e][0].clock for e in EVENTS if c[e]), self.ticks)
+        self._has_backward = bool(c["backward"])
         want_pre = bool(c["forward_pre"] or c["backward"]) or self.ticks is not None
         want_post = bool(c["forward"] or c["grad"] or c["backward"])
         if want_pre and self._native_pre is None:
@@ -165,130 +264,165 @@ class LayerHooks:
             self._native_post.remove()
             self._native_post = None
 
-    def _tick(self, clock_step: int) -> int:
-        if clock_step != self._step:
-            self._step = clock_step
-            self._call = 0
-        else:
-            self._call += 1
-        return self._call
-
-    def _clock_step(self) -> int:
-        # the clock of the first consumer (in EVENTS order), else the root's own ticks
-        src = self._clock_src
-        return src.step if src is not None else 0
+    # -- call numbering -------------------------------------------------------------------------
+    def _number(self, commit: bool) -> tuple[dict[Scope, tuple[int, int]], bool]:
+        """``{scope: (call, step)}`` of the running call, and whether it is a checkpoint recompute.
+        The pre-hook peeks (commit=False); the post-hook counts the call (commit=True)."""
+        recompute = self._in_backward()
+        out: dict[Scope, tuple[int, int]] = {}
+        for scope in self._scopes:
+            fw = scope.clock.current()
+            if recompute:
+                # a recompute re-runs the calls of the forward being differentiated, in order
+                done = fw.recomputed.get(scope, -1) + 1
+                if commit:
+                    fw.recomputed[scope] = done
+                n = fw.calls.get(scope, -1) + 1
+                out[scope] = (done % n if n else done, fw.step)
+            else:
+                call = fw.calls.get(scope, -1) + 1
+                if commit:
+                    fw.calls[scope] = call
+                out[scope] = (call, fw.step)
+        return out, recompute
 
     # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
-        if self.ticks is not None:
-            self.ticks.step += 1
-        src = self._clock_src
-        step = src.step if src is not None else 0
-        if step != self._step:
-            self._step, self._call = step, 0
-        else:
-            self._call += 1
-        call = self._call
+        if self.ticks is not None and not self._in_backward():
+            self.ticks.tick(self.backend.in_transform())
+        if not self._scopes:
+            return None
+        numbers, recompute = self._number(commit=False)
+        fw_transformed = self._transformed()
         changed = False
-        fns = self._pre_fns
-        if fns:
-            ev = Event(layer, self.name, call, step, args, kwargs)
-            for fn in fns:
+        if self._pre:
+            events: dict[Scope, Event] = {}
+            for c in self._pre:
+                if c.observer and (recompute or fw_transformed):
+                    continue
+                ev = events.get(c.scope)
+                if ev is None:
+                    call, step = numbers[c.scope]
+                    ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs)
+                    ev.recompute = recompute
+                ev.args, ev.kwargs = args, kwargs
                 try:
-                    r = fn(ev)
+                    r = c.fn(ev)
                 except Exception as exc:
-                    raise annotate(exc, self.name, call, "forward pre") from None
+                    raise annotate(exc, c.scope.name, ev.call, "forward pre") from None
                 if r is not None:
                     if not (isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], dict)):
                         raise TypeError(
-                            f"a forward pre hook on layer {self.name!r} must return None or (args, kwargs); got {type(r).__name__}"
+                            f"a forward pre hook on layer {c.scope.name!r} must return None or (args, kwargs); got {type(r).__name__}"
                         )
-                    ev.args, ev.kwargs = r
+                    args, kwargs = r
                     changed = True
-            args, kwargs = ev.args, ev.kwargs
-        if self.consumers["backward"] and self.backend.grad_enabled():
-            args, wrapped = self._wrap_inputs(layer, tuple(args), call, step)
+        if self._has_backward and not fw_transformed and self.backend.grad_enabled():
+            args, wrapped = self._wrap_inputs(layer, tuple(args), numbers)
             changed = changed or wrapped
         return (tuple(args), kwargs) if changed else None
 
+    def _transformed(self) -> bool:
+        for scope in self._scopes:
+            if scope.clock.current().transformed:
+                return True
+        return False
+
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        # The hot path: runs at every call of every hooked layer. _tick and _clock_step inlined.
-        if self._native_pre is not None:
-            call, step = self._call, self._step
+        # The hot path: runs at every call of every hooked layer.
+        single = self._single
+        if single is not None and not self._in_backward():
+            fw = single.clock.current()
+            call = fw.calls[single] = fw.calls.get(single, -1) + 1
+            numbers = {single: (call, fw.step)}
+            recompute, transformed = False, fw.transformed
         else:
-            src = self._clock_src
-            step = src.step if src is not None else 0
-            if step != self._step:
-                self._step = step
-                call = self._call = 0
-            else:
-                call = self._call = self._call + 1
+            numbers, recompute = self._number(commit=True)
+            transformed = self._transformed()
         changed = False
-        fns = self._fwd_fns
-        if fns:
-            ev = Event(layer, self.name, call, step, args, kwargs, output)
-            for fn in fns:
+        if self._fwd:
+            events: dict[Scope, Event] = {}
+            for c in self._fwd:
+                if c.observer and (recompute or transformed):
+                    if transformed:
+                        _warn_transformed(c.scope.name)
+                    continue
+                ev = events.get(c.scope)
+                if ev is None:
+                    call, step = numbers[c.scope]
+                    ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs, output)
+                    ev.recompute = recompute
+                ev.output = output
                 try:
-                    r = fn(ev)
+                    r = c.fn(ev)
                 except Halt:
-                    if self._wants_grads and self.backend.grad_enabled():
-                        self._plumb_outputs(layer, len(args), ev.output, call, step)
+                    if self._wants_grads and not transformed and self.backend.grad_enabled():
+                        self._plumb_outputs(layer, len(args), output, numbers)
                     raise
                 except Exception as exc:
-                    raise annotate(exc, self.name, call, "forward") from None
+                    raise annotate(exc, c.scope.name, ev.call, "forward") from None
                 if r is not None:
-                    ev.output = r
+                    output = r
                     changed = True
-            output = ev.output
         if self._wants_grads and self.backend.grad_enabled():
-            self._plumb_outputs(layer, len(args), output, call, step)
+            if transformed:
+                _warn_transformed(self._scopes[0].name)
+            else:
+                self._plumb_outputs(layer, len(args), output, numbers)
         return output if changed else None
 
     # -- gradients ------------------------------------------------------------------------------
-    def _wrap_inputs(self, layer: Any, args: tuple, call: int, step: int) -> tuple[tuple, bool]:
+    def _pending(self) -> dict[Scope, _GradCall]:
+        return self._scopes[0].clock.current().pending
+
+    def _wrap_inputs(self, layer: Any, args: tuple, numbers: dict[Scope, tuple[int, int]]) -> tuple[tuple, bool]:
         be = self.backend
         positions = [i for i, a in enumerate(args) if be.is_tensor(a) and be.requires_grad(a)]
-        self._pending = None
+        pending = self._pending()
+        pending.pop(self._scopes[0], None)
         if not positions:
             return args, False
-        g = _GradCall(layer, call, step)
+        g = _GradCall(layer, numbers)
         g.n_args, g.positions = len(args), positions
         copies = be.identity_with_backward([args[i] for i in positions], partial(self._on_input_grads, g))
         new = list(args)
         for i, t in zip(positions, copies):
             new[i] = t
-        self._pending = g
+        pending[self._scopes[0]] = g
         return tuple(new), True
 
-    def _plumb_outputs(self, layer: Any, n_args: int, output: Any, call: int, step: int) -> None:
+    def _plumb_outputs(self, layer: Any, n_args: int, output: Any, numbers: dict[Scope, tuple[int, int]]) -> None:
         be = self.backend
-        g = self._pending if self.consumers["backward"] else None
-        self._pending = None
-        if g is None or g.call != call:
-            g = _GradCall(layer, call, step)
+        g = self._pending().pop(self._scopes[0], None) if self._has_backward else None
+        if g is None or g.layer is not layer:
+            g = _GradCall(layer, numbers)
+        else:
+            g.calls = numbers
         outs = leaves(output, be.is_tensor)
         g.grad_outputs = [None] * len(outs)
         tracked = [i for i, t in enumerate(outs) if be.requires_grad(t)]
         for i in tracked:
             be.hook_tensor(outs[i], partial(self._on_output_grad, g, i))
-        if self.consumers["backward"] and not g.positions and tracked:
+        if self._has_backward and not g.positions and tracked:
             # No input takes a gradient: the backward event fires once all output grads are in.
             be.when_all_grads([outs[i] for i in tracked], lambda _: self._fire_backward(g, (None,) * n_args))
+
+    def _event(self, g: _GradCall, scope: Scope) -> Event:
+        call, step = g.calls.get(scope) or (0, scope.clock.current().step)
+        return Event(g.layer, scope.name, call, step)
 
     def _on_output_grad(self, g: _GradCall, index: int, grad: Any) -> Any:
         consumers = self.consumers["grad"]
         changed = False
-        if consumers:
-            ev = Event(g.layer, self.name, g.call, g.step)
-            ev.index = index
-            for c in consumers:
-                ev.grad = grad
-                try:
-                    r = c.fn(ev)
-                except Exception as exc:
-                    raise annotate(exc, self.name, g.call, "gradient") from None
-                if r is not None:
-                    grad, changed = r, True
+        for c in consumers:
+            ev = self._event(g, c.scope)
+            ev.index, ev.grad = index, grad
+            try:
+                r = c.fn(ev)
+            except Exception as exc:
+                raise annotate(exc, c.scope.name, ev.call, "gradient") from None
+            if r is not None:
+                grad, changed = r, True
         g.grad_outputs[index] = grad
         return grad if changed else None
 
@@ -305,63 +439,172 @@ class LayerHooks:
         consumers = self.consumers["backward"]
         if not consumers:
             return None
-        ev = Event(g.layer, self.name, g.call, g.step)
-        ev.grad_outputs = tuple(g.grad_outputs)
-        ev.grad_inputs = grad_inputs
         changed = False
         for c in consumers:
+            ev = self._event(g, c.scope)
+            ev.grad_outputs = tuple(g.grad_outputs)
+            ev.grad_inputs = grad_inputs
             try:
                 r = c.fn(ev)
             except Exception as exc:
-                raise annotate(exc, self.name, g.call, "backward") from None
+                raise annotate(exc, c.scope.name, ev.call, "backward") from None
             if r is not None:
                 r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
                 if len(r) != len(grad_inputs):
                     raise ValueError(
-                        f"a backward hook on layer {self.name!r} returned {len(r)} grad_inputs; the layer has {len(grad_inputs)} positional inputs"
+                        f"a backward hook on layer {c.scope.name!r} returned {len(r)} grad_inputs; the layer has {len(grad_inputs)} positional inputs"
                     )
-                ev.grad_inputs, changed = r, True
-        return ev.grad_inputs if changed else None
+                grad_inputs, changed = r, True
+        return grad_inputs if changed else None
 
 
-def _clock_for(root: Any, backend: Backend) -> tuple[Clock, LayerHooks]:
+def _no(*args: Any) -> bool:
+    return False
+
+
+def _inert_layer_hooks() -> LayerHooks:
+    """What a copied or unpickled model's hook dicts get instead of a ``LayerHooks``: one with no
+    consumers and no clock, so its hooks return at once and feed nothing of the original."""
+    hooks = LayerHooks.__new__(LayerHooks)
+    hooks.backend, hooks.ticks, hooks.consumers = None, None, {e: () for e in LAYER_EVENTS}
+    hooks._native_pre = hooks._native_post = hooks._single = None
+    hooks._pre = hooks._fwd = hooks._scopes = ()
+    hooks._wants_grads = hooks._has_backward = False
+    hooks._in_backward = _no
+    return hooks
+
+
+def _inert_param_hooks() -> ParamHooks:
+    hooks = ParamHooks.__new__(ParamHooks)
+    hooks.backend, hooks.consumers, hooks._native = None, (), None
+    return hooks
+
+
+def _warn_transformed(name: str) -> None:
+    _warn_once(
+        "transformed",
+        f"hookkit: layer {name!r} ran under a torch.func transform (grad, vmap, jacrev...): observers (capture, "
+        "statistics, non-finite checks) skip such calls and gradient hooks are not placed; interventions still run. "
+        "Run the model outside the transform to observe it.",
+    )
+
+
+class ParamHooks:
+    """The consumers of one parameter's gradient and the one native tensor hook serving them."""
+
+    __slots__ = ("backend", "consumers", "_native", "__weakref__")
+
+    def __init__(self, backend: Backend):
+        self.backend = backend
+        self.consumers: tuple[tuple[Consumer, Any, str], ...] = ()  # (consumer, layer ref, param name)
+        self._native: Any = None
+
+    def __reduce__(self) -> tuple:
+        return (_inert_param_hooks, ())
+
+    def __deepcopy__(self, memo: dict) -> ParamHooks:
+        return _inert_param_hooks()
+
+    def add(self, param: Any, consumer: Consumer, layer: Any, param_name: str) -> None:
+        entry = (consumer, weakref.ref(layer), param_name)
+        self.consumers = tuple(sorted((*self.consumers, entry), key=lambda e: (e[0].priority, e[0].seq)))
+        self._sync_native(param)
+
+    def discard(self, param: Any, consumer: Consumer) -> None:
+        self.consumers = tuple(e for e in self.consumers if e[0] is not consumer)
+        self._sync_native(param)
+
+    def clear(self, param: Any) -> None:
+        for c, _, _ in self.consumers:
+            c.scope.clock.users.discard(id(c))
+        self.consumers = ()
+        self._sync_native(param)
+
+    def _sync_native(self, param: Any) -> None:
+        if self.consumers and self._native is None:
+            self._native = self.backend.hook_tensor(param, partial(self._on_grad, weakref.ref(param)))
+        elif not self.consumers and self._native is not None:
+            self._native.remove()
+            self._native = None
+
+    def _on_grad(self, param_ref: Any, grad: Any) -> Any:
+        changed = False
+        param = param_ref()
+        for c, layer_ref, param_name in self.consumers:
+            scope = c.scope
+            ev = Event(layer_ref(), scope.name, 0, scope.clock.current().step)
+            ev.param, ev.param_name, ev.grad = param, param_name, grad
+            try:
+                r = c.fn(ev)
+            except Exception as exc:
+                raise annotate(exc, f"{scope.name}.{param_name}" if scope.name else param_name, 0, "parameter gradient") from None
+            if r is not None:
+                grad, changed = r, True
+        return grad if changed else None
+
+
+def _root_hooks(root: Any, backend: Backend) -> tuple[Clock, LayerHooks]:
     clock = _clocks.get(root)
     if clock is None:
         clock = _clocks[root] = Clock()
-    root_hooks = _hooks_for(root, "", backend)
-    return clock, root_hooks
+    return clock, _hooks_for(root, backend)
 
 
-def _hooks_for(layer: Any, name: str, backend: Backend) -> LayerHooks:
+def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
-        hooks = _registry[layer] = LayerHooks(name, backend)
+        hooks = _registry[layer] = LayerHooks(backend)
+    return hooks
+
+
+def _param_hooks(param: Any) -> ParamHooks | None:
+    entry = _param_registry.get(id(param))
+    return entry[1] if entry is not None and entry[0]() is param else None
+
+
+def _param_hooks_for(param: Any, backend: Backend) -> ParamHooks:
+    hooks = _param_hooks(param)
+    if hooks is None:
+        key = id(param)
+        hooks = ParamHooks(backend)
+        _param_registry[key] = (weakref.ref(param, lambda _, key=key: _param_registry.pop(key, None)), hooks)
     return hooks
 
 
 def attach(
     model: Any, named: Iterable[tuple[str, Any]], event: str, fn: Callable[[Event], Any], priority: int = INTERVENTION
 ) -> HandleGroup:
-    """Add consumer ``fn(event) -> None | replacement`` on ``event`` of each (name, layer).
+    """Add consumer ``fn(event) -> None | replacement`` on ``event`` of each (name, layer) of ``model``.
 
-    Internal entry point of every feature; returns one handle removing all it placed."""
+    ``event``: "forward_pre", "forward", "grad" (gradient w.r.t. an output tensor), "backward", or
+    "param_grad" (the gradient of each direct parameter of the layer that requires one; a parameter
+    shared by several layers gets one native hook, and ``fn`` runs once per (layer, parameter)).
+    Internal entry point of every feature; returns one handle removing all it placed.
+
+    >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call))   # doctest: +SKIP
+    """
     if event not in EVENTS:
         raise ValueError(f"unknown event {event!r}; valid events: {', '.join(EVENTS)}")
     backend = backend_for(model)
     named = list(named)
+    if event == "param_grad":
+        params = [
+            (name, layer, pname, p)
+            for name, layer in named
+            for pname, p in backend.named_parameters(layer, recurse=False)
+            if backend.requires_grad(p)
+        ]
+        return attach_params(model, params, fn, priority)
     backend.check_hookable(model, named)
-    clock, root_hooks = _clock_for(model, backend)
+    backend.check_not_compiled(model, [layer for _, layer in named])
+    clock, root_hooks = _root_hooks(model, backend)
     group = HandleGroup()
     try:
         for name, layer in named:
-            hooks = _hooks_for(layer, name, backend)
-            _seq[0] += 1
-            consumer = Consumer(fn, priority, _seq[0], clock)
-            clock.users.add(id(consumer))
+            hooks = _hooks_for(layer, backend)
+            consumer = _consumer(fn, priority, clock, name)
             group.add(Handle(partial(_detach, weakref.ref(layer), weakref.ref(model), hooks, root_hooks, event, consumer)))
-            if root_hooks.ticks is not clock:
-                root_hooks.ticks = clock
-                root_hooks._sync_native(model)
+            _start_clock(model, root_hooks, clock)
             hooks.add(layer, event, consumer)
     except BaseException:
         group.remove()
@@ -369,35 +612,97 @@ def attach(
     return group
 
 
-def _detach(layer_ref: Any, root_ref: Any, hooks: LayerHooks, root_hooks: LayerHooks, event: str, consumer: Consumer) -> None:
-    layer, root = layer_ref(), root_ref()
-    if layer is not None:
-        hooks.discard(layer, event, consumer)
-    clock = consumer.clock
+def attach_params(
+    model: Any, params: Iterable[tuple[str, Any, str, Any]], fn: Callable[[Event], Any], priority: int = INTERVENTION
+) -> HandleGroup:
+    """Add ``fn(event) -> None | new gradient`` on the gradient of each ``(layer name, layer,
+    parameter name, parameter)``: one native hook per parameter whatever the number of consumers;
+    ``event.step`` is the root's forward whose backward this is.
+
+    >>> attach_params(model, [("fc", model.fc, "weight", model.fc.weight)], clip)   # doctest: +SKIP
+    """
+    backend = backend_for(model)
+    clock, root_hooks = _root_hooks(model, backend)
+    group = HandleGroup()
+    try:
+        for name, layer, pname, p in params:
+            hooks = _param_hooks_for(p, backend)
+            consumer = _consumer(fn, priority, clock, name)
+            group.add(Handle(partial(_detach_param, weakref.ref(p), weakref.ref(model), hooks, root_hooks, consumer)))
+            _start_clock(model, root_hooks, clock)
+            hooks.add(p, consumer, layer, pname)
+    except BaseException:
+        group.remove()
+        raise
+    return group
+
+
+def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
+    """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
+    return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)
+
+
+def _consumer(fn: Callable[[Event], Any], priority: int, clock: Clock, name: str) -> Consumer:
+    _seq[0] += 1
+    consumer = Consumer(fn, priority, _seq[0], Scope(clock, name))
+    clock.users.add(id(consumer))
+    return consumer
+
+
+def _start_clock(model: Any, root_hooks: LayerHooks, clock: Clock) -> None:
+    if root_hooks.ticks is not clock:
+        root_hooks.ticks = clock
+        root_hooks._sync_native(model)
+
+
+def _stop_clock(root_ref: Any, root_hooks: LayerHooks, consumer: Consumer) -> None:
+    clock = consumer.scope.clock
     clock.users.discard(id(consumer))
+    root = root_ref()
     if not clock.users and root is not None and root_hooks.ticks is clock:
         root_hooks.ticks = None
         root_hooks._sync_native(root)
 
 
+def _detach(layer_ref: Any, root_ref: Any, hooks: LayerHooks, root_hooks: LayerHooks, event: str, consumer: Consumer) -> None:
+    layer = layer_ref()
+    if layer is not None:
+        hooks.discard(layer, event, consumer)
+    _stop_clock(root_ref, root_hooks, consumer)
+
+
+def _detach_param(param_ref: Any, root_ref: Any, hooks: ParamHooks, root_hooks: LayerHooks, consumer: Consumer) -> None:
+    param = param_ref()
+    if param is not None:
+        hooks.discard(param, consumer)
+    _stop_clock(root_ref, root_hooks, consumer)
+
+
 def forward_count(model: Any) -> int | None:
     """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
-    hookkit consumer is registered with ``model`` as root."""
+    hookkit consumer is registered with ``model`` as root.
+
+    >>> hookkit.core.router.forward_count(model)   # doctest: +SKIP
+    3
+    """
     clock = _clocks.get(model)
-    return None if clock is None else clock.step + 1
+    return None if clock is None else clock.count
 
 
 def advance(model: Any) -> None:
     """Count one more step for ``model``: for loops that never call the root model itself (a
-    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows."""
+    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
+
+    >>> hookkit.core.router.advance(pl_module)   # doctest: +SKIP
+    """
     clock = _clocks.get(model)
     if clock is not None:
-        clock.step += 1
+        clock.tick()
 
 
 def remove_all(model: Any) -> int:
-    """Remove every hook hookkit placed on ``model`` and its layers; returns how many layers had some.
-    Hooks placed by the user or other libraries stay.
+    """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
+    many layers had some. Hooks placed by the user or other libraries stay.
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
@@ -408,13 +713,24 @@ def remove_all(model: Any) -> int:
         if hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post):
             hooks.clear(layer)
             count += 1
+    for p in backend.parameters(model, recurse=True):
+        phooks = _param_hooks(p)
+        if phooks is not None and phooks.consumers:
+            phooks.clear(p)
     _clocks.pop(model, None)
     return count
 
 
 def attached(layer: Any) -> dict[str, int]:
-    """How many hookkit consumers each event of ``layer`` has (for tests and debugging)."""
+    """How many hookkit consumers each event of ``layer`` has (for tests and debugging); the
+    ``param_grad`` count sums the consumers of the layer's direct parameters."""
     hooks = _registry.get(layer)
-    if hooks is None:
-        return {e: 0 for e in EVENTS}
-    return {e: len(hooks.consumers[e]) for e in EVENTS}
+    out = {e: 0 for e in EVENTS}
+    if hooks is not None:
+        out.update({e: len(hooks.consumers[e]) for e in LAYER_EVENTS})
+    backend = backend_for(layer)
+    for p in backend.parameters(layer, recurse=False):
+        phooks = _param_hooks(p)
+        if phooks is not None:
+            out["param_grad"] += sum(1 for _, ref, _ in phooks.consumers if ref() is layer)
+    return out
