@@ -13,10 +13,10 @@ import weakref
 
 import numpy as np
 import pytest
-from models import hooks_left
 
 import hookkit
 from hookkit.core import router
+from models import hooks_left
 
 
 class Twice:
