@@ -7,7 +7,6 @@ Used by ``hookkit summary`` (and any subcommand that loads a model the same way)
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from typing import Any
 
 from hookkit.backends import backend_for
 from hookkit.core.errors import UnsupportedModel
+from hookkit.core.suggest import close_matches
 
 
 class TargetError(Exception):
@@ -55,7 +55,7 @@ def _check_keys(kw: dict[str, Any], valid: Sequence[str], owner: str) -> None:
     if not unknown:
         return
     key = unknown[0]
-    close = difflib.get_close_matches(key, list(valid), n=3, cutoff=0.6)
+    close = close_matches(key, valid, n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else f"; valid: {', '.join(sorted(valid))}"
     raise TargetError(f"--kw {key}={kw[key]!r}: {owner} takes no {key!r}{hint}")
 
@@ -101,7 +101,7 @@ def load_model(target: str, kw: dict[str, Any]) -> Any:
     for part in attr.split("."):
         if not hasattr(obj, part):
             names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=5, cutoff=0.5)
+            close = close_matches(part, names)
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise TargetError(f"{module_name!r} has no attribute {attr!r} ({part!r} is missing{hint})")
         obj = getattr(obj, part)

@@ -7,7 +7,6 @@ a layer object, a preset (``LEAVES``, ``WITH_PARAMS``), or a list of these.
 
 from __future__ import annotations
 
-import difflib
 import fnmatch
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -15,6 +14,7 @@ from typing import Any, Union
 
 from hookkit.backends import backend_for
 from hookkit.core.errors import LayerNotFound
+from hookkit.core.suggest import close_matches
 
 LEAVES = ":leaves"
 """Preset: layers without sublayers."""
@@ -52,15 +52,6 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def _closest(spec: str, names: list[str]) -> list[str]:
-    names = [n for n in names if n]
-    close = difflib.get_close_matches(spec, names, n=5, cutoff=0.5)
-    if not close:  # a wrong index or suffix: offer names sharing the last component
-        tail = spec.rsplit(".", 1)[-1].strip("*?")
-        close = [n for n in names if tail and n.rsplit(".", 1)[-1] == tail][:5]
-    return close
-
-
 def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
     if isinstance(spec, str):
         if spec == ALL:
@@ -77,12 +68,12 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
         rx = _glob_regex(spec)
         hits = [i for i, (n, _) in enumerate(named) if rx.fullmatch(n)]
         if not hits:
-            raise LayerNotFound(spec, _closest(spec, [n for n, _ in named]))
+            raise LayerNotFound(spec, close_matches(spec, [n for n, _ in named]))
         return hits
     if isinstance(spec, re.Pattern):
         hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
         if not hits:
-            raise LayerNotFound(spec.pattern, _closest(spec.pattern, [n for n, _ in named]), "regex, full match")
+            raise LayerNotFound(spec.pattern, close_matches(spec.pattern, [n for n, _ in named]), "regex, full match")
         return hits
     if isinstance(spec, type) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
         hits = [i for i, (_, m) in enumerate(named) if isinstance(m, spec)]
@@ -91,7 +82,7 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
             present = sorted({type(m).__name__ for _, m in named})
             raise LayerNotFound(
                 " | ".join(k.__name__ for k in kinds),
-                difflib.get_close_matches(kinds[0].__name__, present, n=5, cutoff=0.3) or present[:5],
+                close_matches(kinds[0].__name__, present, cutoff=0.3) or present[:5],
                 "no layer of this class",
             )
         return hits

@@ -272,9 +272,9 @@ class capture(HandleGroup):
     def _last(self, name: str) -> Record:
         recs = self._records.get(name)
         if recs is None:
-            from hookkit.core.select import _closest
+            from hookkit.core.suggest import close_matches
 
-            raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(_closest(name, self.names) or self.names[:8])}")
+            raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(close_matches(name, self.names) or self.names[:8])}")
         if not recs:
             raise KeyError(f"layer {name!r} has not run since the capture started")
         return recs[-1]

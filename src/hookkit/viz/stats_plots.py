@@ -7,13 +7,13 @@ matplotlib is imported inside the functions, so ``import hookkit`` never needs i
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from hookkit.core.errors import HookkitError, LayerNotFound
+from hookkit.core.suggest import close_matches
 
 GRAD_KINDS = ("norm", "mean", "std", "max_abs")
 
@@ -26,7 +26,7 @@ def _layer_name(stats: Any, name_or_index: str | int) -> str:
             raise IndexError(f"layer index {name_or_index} out of range: {len(names)} layers recorded ({', '.join(names)})")
         return names[name_or_index]
     if name_or_index not in names:
-        close = difflib.get_close_matches(str(name_or_index), names, n=3, cutoff=0.4) or names[:8]
+        close = close_matches(str(name_or_index), names, n=3) or names[:8]
         raise LayerNotFound(name_or_index, close, detail=f"not among the {len(names)} recorded layers")
     return name_or_index
 

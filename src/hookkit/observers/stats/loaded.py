@@ -1,0 +1,227 @@
+"""The reading API of statistics, and statistics read back from disk.
+
+``ActivationData`` / ``GradientData`` hold per-layer tables ``{key: array}`` and answer every
+read (``layer_stats``, ``to_numpy``, ``to_dict``, ``save``, ...). ``ActivationStats.load(dir)``
+returns them as they are; the live classes (live.py) subclass them and only say where their
+tables come from (``_tables``), reduced across ranks when training is distributed.
+
+Files: ``<kind>.safetensors`` (arrays ``"<layer index>/<key>"``) and ``<kind>.json`` (names and
+settings). No pickle: a file read here is data, never code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_files"]
+
+_TYPES = {"activation_stats": "ActivationStats", "gradient_stats": "GradientStats"}
+
+
+class StatsData:
+    """Per-layer statistics tables: ``names``, ``steps``, ``layer_stats(name)``, ``to_numpy()``,
+    ``to_dict()``, ``save(dir)``.
+
+    >>> data = hookkit.ActivationStats.load("runs/act"); data.layer_stats("conv1")["std"]   # doctest: +SKIP
+    """
+
+    kind: ClassVar[str] = ""  # file stem: "activation_stats" / "gradient_stats"
+    settings_keys: ClassVar[tuple[str, ...]] = ("every",)
+
+    def __init__(self, names: list[str], framework: str, settings: dict[str, Any], tables: dict[str, dict[str, np.ndarray]] | None = None):
+        self.names = list(names)
+        self.framework = framework
+        self.every = int(settings.get("every", 1))
+        self._saved = tables if tables is not None else {n: {} for n in self.names}
+
+    # -- where the tables come from: saved ones here; live statistics record and reduce them -------
+    def _tables(self) -> dict[str, dict[str, np.ndarray]]:
+        return self._saved
+
+    def _local_tables(self) -> dict[str, dict[str, np.ndarray]]:
+        """This rank's own tables (no cross-rank reduction)."""
+        return self._tables()
+
+    @property
+    def rank(self) -> int:
+        """This process's rank when the statistics are reduced across processes, else 0."""
+        return 0
+
+    def settings(self) -> dict[str, Any]:
+        """The settings the records were taken with (saved beside them)."""
+        return {"every": self.every}
+
+    # -- reading -------------------------------------------------------------------------------
+    def _check_name(self, name: str) -> None:
+        if name not in self.names:
+            from hookkit.core.suggest import close_matches
+
+            close = close_matches(name, self.names) or self.names[:8]
+            raise KeyError(f"layer {name!r} has no statistics; recorded layers: {', '.join(repr(n) for n in close)}")
+
+    @property
+    def steps(self) -> np.ndarray:
+        """The recorded step indices (forwards of the model), sorted, over all layers."""
+        tables = self._tables()
+        parts = [t["step"] for t in tables.values() if "step" in t]
+        return np.unique(np.concatenate(parts)).astype(np.int64) if parts else np.zeros(0, np.int64)
+
+    def layer_stats(self, name: str) -> dict[str, np.ndarray]:
+        """Per-record series of one layer: ``{"mean": [n], ..., "step": [n], "call": [n], "records": [n]}``
+        (``records``: how many records a row holds; more than 1 for old rows of a long run, merged)."""
+        self._check_name(name)
+        return {k: v for k, v in self._tables()[name].items() if not k.startswith("param_")}
+
+    def to_numpy(self) -> dict[str, dict[str, np.ndarray]]:
+        """``{layer name: {key: array}}`` for every layer (gradient statistics: parameter keys prefixed ``param_``)."""
+        return {n: dict(t) for n, t in self._tables().items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able: the metadata plus ``"layers": {name: {key: list}}``."""
+        out = self._meta()
+        out["layers"] = {n: {k: v.tolist() for k, v in t.items()} for n, t in self.to_numpy().items()}
+        return out
+
+    def _meta(self) -> dict[str, Any]:
+        return {"names": list(self.names), "framework": self.framework, **self.settings()}
+
+    def save(self, directory: str | os.PathLike, *, per_rank: bool = False) -> str:
+        """Write ``<kind>.safetensors`` (the arrays) and ``<kind>.json`` (names, settings) into
+        ``directory``; returns the safetensors path. No pickle.
+
+        Distributed training: every rank calls ``save`` (the statistics are reduced across ranks),
+        rank 0 writes. ``per_rank=True``: every rank writes its own records, unreduced, into
+        ``directory/rank<r>`` (no collective).
+
+        >>> stats.save("runs/stats")   # doctest: +SKIP
+        """
+        from safetensors.numpy import save_file
+
+        if per_rank:
+            tables, rank = self._local_tables(), self.rank
+            directory = os.path.join(directory, f"rank{rank}") if self._world() > 1 else directory
+        else:
+            tables, rank = self._tables(), self.rank
+        path = os.path.join(directory, f"{self.kind}.safetensors")
+        if rank != 0 and not per_rank:
+            return path  # rank 0 writes the reduced statistics
+        os.makedirs(directory, exist_ok=True)
+        arrays = {f"{i}/{key}": np.ascontiguousarray(value) for i, t in enumerate(tables.values()) for key, value in t.items()}
+        save_file(arrays, path)
+        meta = {**self._meta(), "type": _TYPES[self.kind]}
+        with open(os.path.join(directory, f"{self.kind}.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        return path
+
+    def _world(self) -> int:
+        return 1
+
+    def __repr__(self) -> str:
+        return f"<hookkit.{type(self).__name__} {len(self.names)} layers>"
+
+
+class ActivationData(StatsData):
+    """Activation statistics: per layer and record, ``mean``, ``std``, ``near_zero`` (and ``hist``)."""
+
+    kind = "activation_stats"
+
+    def __init__(self, names: list[str], framework: str, settings: dict[str, Any], tables: dict[str, dict[str, np.ndarray]] | None = None):
+        super().__init__(names, framework, settings, tables)
+        self.bins = int(settings.get("bins", 40))
+        self.hist_range = tuple(float(v) for v in settings.get("range", (0.0, 10.0)))
+        self.near_zero = float(settings.get("near_zero", 0.05))
+        self.hist = bool(settings.get("hist", False))
+        self.train_only = bool(settings.get("train_only", True))
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "bins": self.bins,
+            "range": list(self.hist_range),
+            "near_zero": self.near_zero,
+            "every": self.every,
+            "hist": self.hist,
+            "train_only": self.train_only,
+        }
+
+
+class GradientData(StatsData):
+    """Gradient statistics: per layer, of the gradient w.r.t. its output (``layer_stats``) and of its
+    direct parameters' gradients together (``param_stats``)."""
+
+    kind = "gradient_stats"
+
+    def layer_stats(self, name: str) -> dict[str, np.ndarray]:
+        """Gradient w.r.t. the layer's output: ``{"mean", "std", "norm", "max_abs", "step", "call", "records"}``."""
+        return super().layer_stats(name)
+
+    def param_stats(self, name: str) -> dict[str, np.ndarray]:
+        """The layer's direct parameter gradients, all together, one row per recorded backward:
+        ``{"mean", "std", "norm", "max_abs", "step", "records"}`` (empty arrays for a layer without parameters)."""
+        self._check_name(name)
+        return {k[6:]: v for k, v in self._tables()[name].items() if k.startswith("param_")}
+
+    def gradient_flow(self, params: bool = False) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """The gradient-flow view: ``(names, steps, norms[len(names), len(steps)])``, the norm of each
+        layer's output gradient (``params=True``: of its parameter gradients) per step; NaN where a
+        layer has no record. Several calls in one step are combined (root of the sum of squares).
+
+        >>> names, steps, norms = gstats.gradient_flow()   # doctest: +SKIP
+        """
+        per_layer = [self.param_stats(n) if params else self.layer_stats(n) for n in self.names]
+        all_steps = [a["step"] for a in per_layer if len(a.get("step", ()))]
+        steps = np.unique(np.concatenate(all_steps)) if all_steps else np.zeros(0, dtype=np.int64)
+        norms = np.full((len(per_layer), len(steps)), np.nan, dtype=np.float64)
+        for i, a in enumerate(per_layer):
+            if len(a.get("step", ())):
+                cols = np.searchsorted(steps, a["step"])
+                sq = np.zeros(len(steps))
+                np.add.at(sq, cols, a["norm"].astype(np.float64) ** 2)
+                seen = np.zeros(len(steps), dtype=bool)
+                seen[cols] = True
+                norms[i, seen] = np.sqrt(sq[seen])
+        return list(self.names), steps.astype(np.int64), norms
+
+
+_CLASSES: dict[str, type[StatsData]] = {"activation_stats": ActivationData, "gradient_stats": GradientData}
+
+
+def read_files(directory: str | os.PathLike, kind: str) -> StatsData:
+    """Statistics written by ``save(directory)``: ``kind`` is "activation_stats" or "gradient_stats"."""
+    from safetensors.numpy import load_file
+
+    json_path = os.path.join(directory, f"{kind}.json")
+    st_path = os.path.join(directory, f"{kind}.safetensors")
+    for p in (json_path, st_path):
+        if not os.path.exists(p):
+            raise FileNotFoundError(f"no {os.path.basename(p)} in {os.fspath(directory)!r}: save it with {_TYPES[kind]}.save(dir)")
+    with open(json_path) as f:
+        meta = json.load(f)
+    names = meta.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{json_path}: 'names' must be a list of layer names; got {type(names).__name__}")
+    tables: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
+    for key, value in load_file(st_path).items():
+        index, _, field = key.partition("/")
+        if not index.isdigit() or int(index) >= len(names) or not field:
+            raise ValueError(f"{st_path}: unexpected array {key!r} (expected '<layer index>/<key>' for {len(names)} layers)")
+        tables[names[int(index)]][field] = value
+    settings = {k: v for k, v in meta.items() if k not in ("names", "framework", "type")}
+    return _CLASSES[kind](names, str(meta.get("framework", "")), settings, tables)
+
+
+def load_stats(directory: str | os.PathLike) -> dict[str, StatsData]:
+    """Load whatever statistics ``directory`` holds: ``{"activation_stats": ..., "gradient_stats": ...}``.
+
+    >>> hookkit.load_stats("runs/stats")["activation_stats"].layer_stats("conv1")   # doctest: +SKIP
+    """
+    out: dict[str, StatsData] = {}
+    for kind in _TYPES:
+        if os.path.exists(os.path.join(directory, f"{kind}.json")):
+            out[kind] = read_files(directory, kind)
+    if not out:
+        raise FileNotFoundError(f"no activation_stats.json or gradient_stats.json in {os.fspath(directory)!r}")
+    return out
