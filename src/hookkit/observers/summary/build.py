@@ -65,7 +65,7 @@ def summarize(
 
     named = list(be.named_layers(model))
     opaque = be.opaque_layers(model)
-    notes = [f"layer {n!r} ({type(dict(named)[n]).__name__}) is {r}" if n else f"the model is {r}" for n, r in _top(opaque).items()]
+    notes = [f"layer {n!r} ({be.type_name(dict(named)[n])}) is {r}" if n else f"the model is {r}" for n, r in _top(opaque).items()]
     if input_size is None and input_data is None:
         return _static_summary(model, be, named, opaque, depth, columns, notes + ["no input given: parameters only, no forward"]), None
     if not be.has_forward(model):
@@ -108,7 +108,7 @@ def _static_rows(be: Backend, named: list, under: str, base_depth: int, opaque: 
         rel = name[len(under) :].lstrip(".") if under else name
         depth = base_depth + (rel.count(".") + 1 if rel else 0)
         tag = opaque.get(name, "").partition(":")[0]
-        rows.append(Row(name=name, type=type(layer).__name__, depth=depth, call=0, kernel_size=kernel_size(layer), static=True, note=tag))
+        rows.append(Row(name=name, type=be.type_name(layer), depth=depth, call=0, kernel_size=kernel_size(layer), static=True, note=tag))
         rows[-1].leaf = not be.children(layer)
     return rows
 
@@ -178,7 +178,7 @@ def _masked(be: Backend, named: list, unique: dict[int, Any]) -> int:
     masked, seen = 0, set()
     for _, layer in named:
         params = dict(be.named_parameters(layer, recurse=False))
-        for bname, mask in be.named_buffers(layer):
+        for bname, mask in be.forward_state(layer):
             orig = params.get(bname[: -len("_mask")] + "_orig") if bname.endswith("_mask") else None
             if orig is None or id(orig) in seen or id(orig) not in unique or be.shape(mask) != be.shape(orig):
                 continue
@@ -209,7 +209,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         row.calls = calls[row.name]
     params = list(unique.values())
     return Summary(
-        model_type=type(model).__name__,
+        model_type=be.type_name(model),
         framework=be.name,
         rows=[r for r in rows if r.depth <= depth],
         all_rows=rows,

@@ -49,7 +49,7 @@ class Recorder:
         be = self.be
         row = Row(
             name=ev.name,
-            type=type(ev.layer).__name__,
+            type=be.type_name(ev.layer),
             depth=len(self.stack),
             call=ev.call,
             input_shapes=[list(be.shape(t)) for t in tensors((ev.args, ev.kwargs), be.is_tensor)],
@@ -89,7 +89,7 @@ class ModelState:
     def __init__(self, be: Backend, model: Any, layers: list[Any]):
         self.be, self.model = be, model
         self.modes = [(m, be.is_training(m)) for m in layers]
-        self.buffers = [(m, n, b, be.clone(b)) for m in layers for n, b in be.named_buffers(m) if b is not None]
+        self.buffers = [(m, n, b, be.clone(b)) for m in layers for n, b in be.forward_state(m) if b is not None]
 
     def restore(self) -> None:
         be = self.be
@@ -120,7 +120,7 @@ def run_forward(
         with be.no_grad(), counter:
             root = None
             if not hooked:  # the model itself takes no hooks (scripted): one row from its inputs and output
-                root = Row(name="", type=type(model).__name__, depth=0, call=0, leaf=not be.children(model))
+                root = Row(name="", type=be.type_name(model), depth=0, call=0, leaf=not be.children(model))
                 root.input_shapes = [list(be.shape(t)) for t in tensors((args, kwargs), be.is_tensor)]
                 rec.rows.append(root)
                 rec.stack.append((root, 0))
