@@ -70,7 +70,8 @@ def test_activation_values_equal_fastai_formulas(fw):
     assert stats.names == ["conv1", "bn1", "conv2", "fc"]  # fastai's default: layers with parameters
     for name in stats.names:
         s = stats.layer_stats(name)
-        assert set(s) == {"mean", "std", "near_zero", "hist", "step", "call"}
+        assert set(s) == {"mean", "std", "near_zero", "hist", "step", "call", "records"}
+        np.testing.assert_array_equal(s["records"], [1, 1])
         assert s["hist"].shape == (2, 20)
         np.testing.assert_array_equal(s["step"], [0, 1])
         for row, rec in enumerate(cap.calls(name)):
@@ -142,7 +143,7 @@ def test_save_load_round_trip_without_pickle(fw, tmp_path):
         raw = (tmp_path / f"{stem}.safetensors").read_bytes()
         (header_len,) = struct.unpack("<Q", raw[:8])  # safetensors: u64 header length, then a JSON header
         header = json.loads(raw[8 : 8 + header_len])
-        assert all(v["dtype"] in ("F32", "I64") for k, v in header.items() if k != "__metadata__")
+        assert all(v["dtype"] in ("F32", "F64", "I64") for k, v in header.items() if k != "__metadata__")
         assert not raw.startswith(b"\x80")  # not a pickle
         meta = json.loads((tmp_path / f"{stem}.json").read_text())
         assert meta["framework"] == fw.name and meta["names"] == ["conv1", "bn1", "conv2", "fc"]
@@ -313,30 +314,54 @@ def test_hot_path_runs_on_meta_tensors(torch_fw):
     with hookkit.ActivationStats(model, hist=True) as stats, hookkit.GradientStats(model) as gstats:
         for _ in range(2):
             model(x).sum().backward()
-    assert len(stats._steps["conv1"]) == 2 and len(gstats._steps["fc"]) == 2
+    assert len(stats._pending[stats.names.index("conv1")]) == 2 and len(gstats._pending[gstats.names.index("fc")]) == 2
     with pytest.raises((NotImplementedError, RuntimeError)):
         torch.ones(1, device="meta").item()  # what a host read in the hot path would have done
 
 
-def test_long_runs_are_compacted(torch_fw, monkeypatch):
-    import hookkit.observers.stats as stats_mod
+def test_long_runs_keep_bounded_memory_with_exact_merges(fw, monkeypatch):
+    """Past LIMIT rows a layer's oldest rows are merged pairwise: memory stays bounded, the last
+    LIMIT // 2 records stay one row each, and a merged row holds the exact statistics of all the
+    values of the records it covers (as if they had been one tensor), histograms included."""
+    from hookkit.observers.stats import live, series
 
-    monkeypatch.setattr(stats_mod, "_CHUNK", 4)
-    model = torch_fw.mlp((3, 4, 2))
+    monkeypatch.setattr(live, "CHUNK", 4)  # device rows stacked every 4 records
+    monkeypatch.setattr(series, "LIMIT", 16)
+    model = fw.mlp((3, 4, 2))
     model.train()
-    x = torch_fw.randn(2, 3)
-    with hookkit.ActivationStats(model, hist=True, train_only=False) as stats, hookkit.capture(model, "0") as cap:
-        for _ in range(6):
-            model(x)
-        series = stats._values["0"]
-        assert len(series.chunks) == 1 and len(series) == 6  # 4 records stacked into one tensor, 2 pending
-        assert stats.layer_stats("0")["mean"].shape == (6,)  # a read in the middle moves rows to the host
-        assert not stats._values["0"].chunks and not stats._values["0"].pending
-        for _ in range(4):
-            model(x)
+    outputs = []
+    with hookkit.ActivationStats(model, hist=True, bins=8, range=(-2, 2), train_only=False) as stats, hookkit.capture(model, "0") as cap:
+        for step in range(100):
+            model(fw.randn(2 + step % 3, 3))  # records of different sizes
+            outputs.append(fw.numpy(cap["0"]).astype(np.float64).ravel())
+            if step % 7 == 0:
+                assert len(stats.layer_stats("0")["mean"]) <= 16  # reads in between: O(new rows)
     s = stats.layer_stats("0")
-    assert s["mean"].shape == (10,) and s["hist"].shape == (10, 40)
-    np.testing.assert_allclose(s["mean"], [r.output.mean().item() for r in cap.calls("0")], rtol=1e-5)
+    assert len(s["mean"]) <= 16 and s["records"].sum() == 100 and s["records"].max() > 2
+    np.testing.assert_array_equal(s["step"][-8:], np.arange(92, 100))  # the exact last window
+    assert (s["records"][-8:] == 1).all() and (np.diff(s["step"]) > 0).all()
+    for row, (first, count) in enumerate(zip(s["step"], s["records"])):
+        values = np.concatenate(outputs[first : first + count])
+        np.testing.assert_allclose(s["mean"][row], values.mean(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(s["std"][row], values.std(ddof=1), rtol=1e-4)
+        assert s["near_zero"][row] == pytest.approx((values <= 0.05).mean(), abs=1e-6)
+        np.testing.assert_array_equal(s["hist"][row], np.histogram(values, 8, (-2, 2))[0])
+    stats.clear()
+    assert len(stats.layer_stats("0")["mean"]) == 0
+
+
+def test_read_arrays_are_not_changed_by_later_records(torch_fw):
+    model = torch_fw.mlp((3, 4, 2)).train()
+    with hookkit.GradientStats(model) as gstats:
+        train_steps(torch_fw, model, 2, torch_fw.randn(2, 3))
+        first = gstats.param_stats("0")
+        kept = {k: v.copy() for k, v in first.items()}
+        train_steps(torch_fw, model, 2, torch_fw.randn(2, 3))
+    assert len(gstats.param_stats("0")["norm"]) == 4
+    for k, v in kept.items():
+        np.testing.assert_array_equal(first[k], v)
+    with pytest.raises(ValueError, match="read-only"):
+        first["norm"][0] = 1.0
 
 
 def test_gpt2_tuple_outputs(torch_fw):

@@ -1,0 +1,59 @@
+"""torch.distributed for the statistics: rank, a gather of host rows at read time, the end of a
+backward (after DDP's all-reduce), DTensor shards (FSDP2) and the wrappers whose names we drop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+_WRAPPERS = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+
+
+def unwrap(model: Any) -> Any:
+    while isinstance(model, _WRAPPERS):
+        model = model.module
+    return model
+
+
+def world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def all_gather_rows(rows: np.ndarray) -> list[np.ndarray]:
+    """Pads to the largest row count (gathered first), one ``all_gather``, trims."""
+    # NCCL moves CUDA tensors only; gloo and MPI take CPU ones
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    mine = torch.from_numpy(np.ascontiguousarray(rows, dtype=np.float64)).to(device)
+    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size())]
+    dist.all_gather(sizes, torch.tensor([mine.shape[0]], dtype=torch.int64, device=device))
+    counts = [int(s.item()) for s in sizes]
+    padded = torch.zeros((max(counts), mine.shape[1]), dtype=torch.float64, device=device)
+    padded[: mine.shape[0]] = mine
+    parts = [torch.empty_like(padded) for _ in counts]
+    dist.all_gather(parts, padded)
+    return [p[:k].cpu().numpy() for p, k in zip(parts, counts)]
+
+
+def after_backward(fn: Callable[[], None]) -> None:
+    # Final callbacks run in order once the graph is done; DDP queues the wait for its all-reduce
+    # (and the copy of the averaged buckets into .grad) during the backward, possibly after ours.
+    # A callback queued *by* a callback runs after all of them: queue twice.
+    engine = torch.autograd.Variable._execution_engine
+    engine.queue_callback(lambda: engine.queue_callback(fn))
+
+
+def grad_of(param: Any) -> Any:
+    grad = param.grad
+    to_local = getattr(grad, "to_local", None)  # a DTensor (FSDP2): this rank's shard
+    return grad if to_local is None else to_local()
+
+
+def is_sharded(param: Any) -> bool:
+    placements = getattr(param, "placements", None)  # DTensor parameters only
+    return bool(placements) and any(p.is_shard() for p in placements)

@@ -1,0 +1,65 @@
+"""Cross-rank reduction of statistics rows, once per read (torchmetrics' rule: never per step).
+
+Every rank packs the rows it recorded since its last read into one float64 matrix
+``[slot, step, call, records, state..., hist...]`` (a slot is one layer's rows of one kind); one
+``all_gather`` (the backend's, on the process group of the model's framework) brings every rank's
+matrix; rows with the same (slot, step, call) are merged exactly (``Kind.merge``: the statistics
+of all ranks' values together). Ranks therefore read identical figures.
+
+A read is a collective: every rank must read, at the same points of its program (as every rank
+must call ``compute()`` in torchmetrics). A rank takes part when it recorded something since its
+last read; in data-parallel training every rank records the same steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hookkit.observers.stats.series import Kind, merge_keys
+
+__all__ = ["Block", "gather_blocks", "merge_block"]
+
+Block = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]  # step, call, records, state, hist
+
+
+def merge_block(kind: Kind, block: Block) -> Block:
+    """Rows with equal (step, call) merged into one, sorted by (step, call)."""
+    step, call, records, state, hist = block
+    if not len(step):
+        return block
+    order, group, groups = merge_keys(step, call)
+    state = state[order]
+    merged = kind.merge(state, group, groups)
+    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    out_hist = None if hist is None else np.add.reduceat(hist[order], starts, axis=0)
+    return step[order][starts], call[order][starts], np.maximum.reduceat(records[order], starts), merged, out_hist
+
+
+def gather_blocks(backend: Any, kinds: list[Kind], blocks: list[Block], bins: int) -> list[Block]:
+    """Every rank's ``blocks`` (one per slot, same slots on every rank) merged slot by slot. A collective."""
+    width = 4 + max(k.width for k in kinds) + bins
+    parts = []
+    for slot, (step, call, records, state, hist) in enumerate(blocks):
+        m = np.zeros((len(step), width))
+        m[:, 0], m[:, 1], m[:, 2], m[:, 3] = slot, step, call, records
+        m[:, 4 : 4 + state.shape[1]] = state
+        if hist is not None and bins:
+            m[:, width - bins :] = hist
+        parts.append(m)
+    mine = np.concatenate(parts) if parts else np.zeros((0, width))
+    everyone = np.concatenate(backend.all_gather_rows(mine))
+    out = []
+    for slot, kind in enumerate(kinds):
+        rows = everyone[everyone[:, 0] == slot]
+        hist = rows[:, width - bins :] if bins and blocks[slot][4] is not None else None
+        block = (
+            rows[:, 1].astype(np.int64),
+            rows[:, 2].astype(np.int64),
+            rows[:, 3].astype(np.int64),
+            rows[:, 4 : 4 + kind.width],
+            hist,
+        )
+        out.append(merge_block(kind, block))
+    return out

@@ -1,0 +1,203 @@
+"""The per-layer row store: mergeable statistics rows on the host, bounded in memory, read in O(new rows).
+
+A row is the *mergeable state* of one record (one call of a layer, or one backward): enough to
+merge two records exactly, as if their values had been one tensor. Two kinds:
+
+- ``ACTIVATION``: ``[n, mean, m2, count <= near_zero]`` (m2: sum of squared deviations), merged
+  with Chan et al.'s parallel formulas; histogram counts add.
+- ``GRADIENT``: ``[n, sum, sum of squares, max |x|]``: sums add, the max is a max (NaN wins).
+
+``Rows`` keeps ``step``, ``call`` and ``records`` (how many records a row holds) beside the state,
+in buffers that double when full, and the finished columns (mean, std, ...) computed once per row:
+a read costs O(rows added since the last read). Long runs: past ``limit`` rows, the oldest rows
+outside the last ``limit // 2`` are merged pairwise (exact merges), so memory stays bounded and
+the recent window keeps one row per record; older history gets coarser, step by step.
+
+>>> rows = Rows(GRADIENT); rows.append(steps, calls, state); rows.columns()["norm"]   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ACTIVATION", "GRADIENT", "LIMIT", "Kind", "Rows"]
+
+LIMIT = 8192  # rows kept per layer before the oldest are merged pairwise (documented policy)
+
+
+class Kind:
+    """How rows of one kind merge and finish. ``width``: state columns; ``keys``: finished columns."""
+
+    def __init__(self, name: str, width: int, keys: tuple[str, ...]):
+        self.name, self.width, self.keys = name, width, keys
+
+    def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+        """Merge the rows of ``state`` with equal ``group`` (0 <= group < groups) into one row each."""
+        raise NotImplementedError
+
+    def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        """The user's columns (float32) of state rows."""
+        raise NotImplementedError
+
+
+class _Activation(Kind):
+    def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+        n, mean, m2, count = state.T
+        total = np.bincount(group, n, groups)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            weighted = np.where(n > 0, n * mean, 0.0)  # an empty record (n = 0) has a NaN mean
+            merged_mean = np.bincount(group, weighted, groups) / total
+            dev = np.where(n > 0, mean - merged_mean[group], 0.0)
+            # Chan et al.: M2 = sum of the parts' M2 + sum of n_i (mean_i - mean)^2
+            merged_m2 = np.bincount(group, np.where(n > 0, m2, 0.0) + n * dev * dev, groups)
+        return np.stack((total, merged_mean, merged_m2, np.bincount(group, count, groups)), axis=1)
+
+    def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        n, mean, m2, count = state.T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {
+                "mean": mean.astype(np.float32),
+                "std": np.sqrt(m2 / (n - 1)).astype(np.float32),
+                "near_zero": (count / n).astype(np.float32),
+            }
+
+
+class _Gradient(Kind):
+    def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+        n, total, sumsq, peak = state.T
+        largest = np.full(groups, -np.inf)
+        np.maximum.at(largest, group, peak)  # NaN propagates, as in the rows
+        return np.stack(
+            (np.bincount(group, n, groups), np.bincount(group, total, groups), np.bincount(group, sumsq, groups), largest), axis=1
+        )
+
+    def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        n, total, sumsq, peak = state.T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / n
+            # one-pass variance in float64: gradients have |mean| << std, where it keeps its digits
+            var = np.maximum(sumsq - n * mean * mean, 0.0) / (n - 1)
+            return {
+                "mean": mean.astype(np.float32),
+                "std": np.sqrt(var).astype(np.float32),
+                "norm": np.sqrt(sumsq).astype(np.float32),
+                "max_abs": peak.astype(np.float32),
+            }
+
+
+ACTIVATION = _Activation("activation", 4, ("mean", "std", "near_zero"))
+GRADIENT = _Gradient("gradient", 4, ("mean", "std", "norm", "max_abs"))
+
+
+def merge_keys(steps: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(order, group, groups)``: rows sorted by (step, call), and the group of equal keys of each
+    sorted row (for ``Kind.merge``)."""
+    order = np.lexsort((calls, steps))
+    s, c = steps[order], calls[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (s[1:] != s[:-1]) | (c[1:] != c[:-1])
+    group = np.cumsum(new) - 1
+    return order, group, int(group[-1]) + 1 if len(group) else 0
+
+
+class Rows:
+    """Rows of one layer (and one kind): append in blocks, read finished columns, merge when long.
+
+    ``columns()`` returns read-only arrays that later appends never change (appends write past
+    them; a merge builds new buffers)."""
+
+    __slots__ = ("kind", "bins", "limit", "n", "done", "step", "call", "records", "state", "hist", "cols", "_view")
+
+    def __init__(self, kind: Kind, bins: int = 0, limit: int | None = None):
+        self.kind, self.bins, self.limit = kind, bins, max(int(LIMIT if limit is None else limit), 4)
+        self._alloc(64)
+
+    def _alloc(self, capacity: int) -> None:
+        self.n = self.done = 0
+        self.step = np.zeros(capacity, np.int64)
+        self.call = np.zeros(capacity, np.int64)
+        self.records = np.zeros(capacity, np.int64)
+        self.state = np.zeros((capacity, self.kind.width))
+        self.hist = np.zeros((capacity, self.bins)) if self.bins else None  # float64: counts stay exact
+        self.cols = {k: np.zeros(capacity, np.float32) for k in self.kind.keys}
+        self._view: dict[str, np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def clear(self) -> None:
+        self._alloc(64)
+
+    def append(self, steps: Any, calls: Any, state: np.ndarray, hist: np.ndarray | None = None, records: Any = 1) -> None:
+        """Add ``len(state)`` rows (in record order)."""
+        k = len(state)
+        if not k:
+            return
+        n = self.n
+        if n + k > len(self.step):
+            self._grow(max(2 * len(self.step), n + k))
+        end = n + k
+        self.step[n:end] = steps
+        self.call[n:end] = calls
+        self.records[n:end] = records
+        self.state[n:end] = state
+        if self.hist is not None:
+            self.hist[n:end] = hist
+        self.n = end
+        self._view = None
+        if end > self.limit:
+            self._compact()
+
+    def _grow(self, capacity: int) -> None:
+        n = self.n
+        for name in ("step", "call", "records", "state", "hist"):
+            old = getattr(self, name)
+            if old is not None:
+                new = np.zeros((capacity, *old.shape[1:]), old.dtype)
+                new[:n] = old[:n]
+                setattr(self, name, new)
+        for key, old in self.cols.items():
+            new = np.zeros(capacity, np.float32)
+            new[: self.done] = old[: self.done]
+            self.cols[key] = new
+
+    def _compact(self) -> None:
+        """Merge the rows before the last ``limit // 2`` pairwise, into new buffers (amortized O(1) a row)."""
+        n, keep = self.n, self.limit // 2
+        old = (n - keep) // 2 * 2
+        group = np.arange(old) // 2
+        merged = self.kind.merge(self.state[:old], group, old // 2)
+        tail = slice(old, n)
+        step = np.concatenate((self.step[:old:2], self.step[tail]))  # a merged row: its first step and call
+        call = np.concatenate((self.call[:old:2], self.call[tail]))
+        records = np.concatenate((self.records[:old:2] + self.records[1:old:2], self.records[tail]))
+        state = np.concatenate((merged, self.state[tail]))
+        hist = None if self.hist is None else np.concatenate((self.hist[:old:2] + self.hist[1:old:2], self.hist[tail]))
+        self._alloc(max(64, 2 * len(step)))
+        self.append(step, call, state, hist, records)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """``{finished columns..., "hist"?, "step", "call", "records"}``, read-only, one entry per row."""
+        if self._view is not None:
+            return self._view
+        n, done = self.n, self.done
+        if done < n:
+            for key, values in self.kind.finish(self.state[done:n]).items():
+                self.cols[key][done:n] = values
+            self.done = n
+        view = {k: v[:n] for k, v in self.cols.items()}
+        if self.hist is not None:
+            view["hist"] = self.hist[:n]
+        view["step"], view["call"], view["records"] = self.step[:n], self.call[:n], self.records[:n]
+        for v in view.values():
+            v.flags.writeable = False
+        self._view = view
+        return view
+
+    def block(self, start: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(step, call, records, state, hist)`` of rows ``start:``."""
+        end = self.n
+        hist = None if self.hist is None else self.hist[start:end]
+        return self.step[start:end], self.call[start:end], self.records[start:end], self.state[start:end], hist
