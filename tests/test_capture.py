@@ -160,3 +160,95 @@ def test_capture_under_torch_compile_keeps_every_call_and_grads(torch_fw):
     expected = (torch.ones(3, 2) @ model[2].weight) * (model[0](x) > 0)
     torch.testing.assert_close(cap.grads["0"], expected.detach())
     assert cap.calls("0")[1].grad is None  # the second forward had no backward
+
+
+def test_capture_keep_bounds_what_is_held(fw):
+    model = fw.shared_block_model()  # "block" runs three times per forward
+    xs = [fw.randn(2, 4) for _ in range(5)]
+    with hookkit.capture(model, ["block", "out"], keep="last") as last, hookkit.capture(model, ["block", "out"], keep=2) as two:
+        with hookkit.capture(model, "out") as every:
+            for x in xs:
+                y = model(x)
+    assert [r.step for r in last.calls("block")] == [4, 4, 4] and [r.call for r in last.calls("block")] == [0, 1, 2]
+    np.testing.assert_allclose(fw.numpy(last["out"]), fw.numpy(y), rtol=1e-6)
+    assert [r.step for r in two.calls("block")] == [3, 3, 3, 4, 4, 4] and [r.step for r in two.calls("out")] == [3, 4]
+    assert len(every.calls("out")) == 5
+    with hookkit.capture(model, "out", keep=2) as cap:
+        model(xs[0])
+        model(xs[1])
+        cap.clear()
+        model(xs[2])
+        assert len(cap.calls("out")) == 1  # cleared: the steps held before count no more
+    with pytest.raises(ValueError, match="keep=.*'all', 'last' or a number"):
+        hookkit.capture(model, "out", keep=0)
+    with pytest.raises(ValueError, match="keep=.*got 'first'"):
+        hookkit.capture(model, "out", keep="first")
+
+
+def test_capture_keep_last_with_grads(fw):
+    model = fw.mlp((4, 6, 2))
+    with hookkit.capture(model, "0", grads=True, keep="last") as cap:
+        for _ in range(3):
+            model(fw.randn(3, 4, requires_grad=True)).sum().backward()
+    assert len(cap.calls("0")) == 1 and cap.calls("0")[0].step == 2
+    assert tuple(cap.grads["0"].shape) == (3, 6)
+
+
+def test_capture_detaches_model_outputs_and_caches(gpt2):
+    """HF ModelOutput holding a DynamicCache (past_key_values), caches passed as inputs too: no
+    tensor kept by a detached capture takes part in autograd."""
+    import dataclasses
+    from collections import namedtuple
+
+    import torch
+
+    def tensors(obj, seen):
+        if id(obj) in seen:
+            return []
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            return [obj]
+        if isinstance(obj, dict):
+            obj = list(obj.values())
+        elif dataclasses.is_dataclass(obj) or (hasattr(obj, "__dict__") and not isinstance(obj, type)):
+            obj = list(vars(obj).values())
+        if isinstance(obj, (list, tuple)):
+            return [t for o in obj for t in tensors(o, seen)]
+        return []
+
+    ids = torch.randint(0, 100, (2, 6))
+    with hookkit.capture(gpt2, hookkit.ALL, inputs=True) as cap:
+        out = gpt2(input_ids=ids, use_cache=True)
+        gpt2(input_ids=ids[:, -1:], past_key_values=out.past_key_values, use_cache=True)
+    roots = cap.calls("")
+    assert type(roots[0].output.past_key_values).__name__ == "DynamicCache"
+    kept = tensors([(r.output, r.inputs, r.kwargs) for name in cap for r in cap.calls(name)], set())
+    assert len(kept) > 50 and not any(t.requires_grad or t.grad_fn is not None for t in kept)
+    assert sum(t.requires_grad for t in tensors(out, set())) > 0  # the model's own output is untouched
+    cache = roots[0].output.past_key_values
+    keys = cache.layers[0].keys
+    torch.testing.assert_close(keys, out.past_key_values.layers[0].keys[:, :, :6].detach())
+
+    # plain containers of one's own: nested dicts, dataclasses, namedtuples
+    Pair = namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass
+    class Box:
+        x: torch.Tensor
+        extra: dict
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return Box(h, {"pair": Pair(h * 2, [h, {"deep": h + 1}])})
+
+    model = torch.nn.Sequential(Wrap())
+    with hookkit.capture(model, "0") as cap:
+        model(torch.randn(2, 3))
+    kept = tensors(cap["0"], set())
+    assert isinstance(cap["0"], Box) and isinstance(cap["0"].extra["pair"], Pair)
+    assert len(kept) == 4 and not any(t.requires_grad for t in kept)

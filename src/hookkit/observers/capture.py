@@ -7,6 +7,7 @@ import dataclasses
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from enum import Enum
 from functools import partial
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
@@ -25,9 +26,10 @@ _ATOMS = (str, bytes, int, float, bool, complex, type, FunctionType, MethodType,
 
 def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any], depth: int = 0) -> Any:
     """``map_tensors`` that also reaches into plain objects (cache objects such as transformers'
-    ``DynamicCache`` and its layers): such an object is shallow-copied with its tensors replaced, so
-    a detached capture holds no tensor of the graph, however the output is packed. Objects holding
-    no tensor are returned as they are (not copied); layers are never entered."""
+    ``DynamicCache`` and its layers): each is shallow-copied with its attributes mapped, so a
+    detached capture holds no tensor of the graph however the output is packed, and a cache the
+    model fills in place later (its empty layers included) does not change what was captured.
+    Layers, classes, functions and objects that cannot be copied are kept as they are."""
     if be.is_tensor(obj):
         return fn(obj)
     if obj is None or isinstance(obj, _ATOMS) or depth > 32:
@@ -56,9 +58,13 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
                 except TypeError:
                     new = type(obj)()
                     new.update(items)
-    elif be.is_layer(obj):
+    elif be.is_layer(obj) or isinstance(obj, Enum):
         return obj
     else:
+        try:
+            new = copy.copy(obj)
+        except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
+            return obj
         changes = {}
         fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
         names = fields or list(getattr(obj, "__dict__", {}))
@@ -73,8 +79,7 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
             mapped = _map_deep(value, fn, be, memo, depth + 1)
             if mapped is not value:
                 changes[n] = mapped
-        if changes:
-            new = copy.copy(obj)
+        if changes or new is not obj:
             for n, v in changes.items():
                 object.__setattr__(new, n, v)  # also frozen dataclasses
     memo[key] = new
@@ -199,11 +204,11 @@ class capture(HandleGroup):
         ):
             return partial(self._on_forward, name)
         # bound once: the layer's list is never replaced (clear() empties it in place)
-        append, is_tensor, keep = self._records[name].append, self._backend.is_tensor, self._keep
+        append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep
 
         def on_forward(ev: Event) -> None:
             out = ev.output
-            append(Record(name, ev.call, ev.step, out.detach() if is_tensor(out) else keep(out)))
+            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out)))
 
         return on_forward
 
@@ -211,7 +216,7 @@ class capture(HandleGroup):
         be = self._backend
         detach, to, clone = self._detach, self._to, self._clone
         if detach and not clone and to is None and be.is_tensor(value):
-            return value.detach()
+            return be.detach(value)
 
         def keep(t: Any) -> Any:
             if detach:
