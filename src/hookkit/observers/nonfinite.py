@@ -88,7 +88,7 @@ class watch_nonfinite(HandleGroup):
         root = [("", model)]
         self.add(attach(model, root, "forward_pre", self._on_root_start, OBSERVER))
         self.add(attach(model, root, "forward", self._on_root_end, OBSERVER))
-        self._is_tensor, self._probe, self._requires_grad = be.is_tensor, be.finite_probe, be.requires_grad
+        self._is_tensor, self._probe, self._requires_grad, self._detach = be.is_tensor, be.finite_probe, be.requires_grad, be.detach
 
     # -- hot path: one reduction per layer call, no sync ----------------------------------------
     def _on_forward(self, ev: Event) -> None:
@@ -99,7 +99,7 @@ class watch_nonfinite(HandleGroup):
                 return
         tracked = self._requires_grad(o)
         probes, start = self._fprobes, len(self._fprobes)
-        probes.extend(self._probe(o.detach() if tracked else o))
+        probes.extend(self._probe(self._detach(o) if tracked else o))
         self._entries.append(("forward", ev.name, ev.call, ev.step, start, len(probes)))
         if tracked and self._earliest is None and self.grads:
             self._earliest = (ev.name, ev.call, ev.step)
@@ -172,7 +172,10 @@ class watch_nonfinite(HandleGroup):
         for phase, name, call, step, start, stop in entries:
             values = (fv if phase == "forward" else gv)[start:stop]
             if not np.isfinite(values).all():
-                raise NonFiniteError(name, phase, call, step)
+                rank, world = be.world()  # data-parallel training: say which process saw it
+                error = NonFiniteError(name, phase, call, step, f"on rank {rank} of {world}" if world > 1 else "")
+                error.rank = rank
+                raise error
         grads = [e for e in entries if e[0] == "backward"]
         if self.explode is not None:
             peaks = [float(np.abs(gv[e[4] : e[5]]).max()) if e[5] > e[4] else 0.0 for e in grads]

@@ -271,7 +271,7 @@ class ActivationStats(_Recorder, ActivationData):
 
     def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
-        is_tensor, sums, sums_hist, numel = be.is_tensor, be.activation_sums, be.activation_sums_hist, be.numel
+        is_tensor, sums, sums_hist, numel, detach = be.is_tensor, be.activation_sums, be.activation_sums_hist, be.numel, be.detach
         pending = self._pending[slot]
         rows, hists, steps, calls, numels, stack = pending.rows, pending.hists, pending.steps, pending.calls, pending.numels, pending.stack
         want_hist = self.hist
@@ -285,7 +285,7 @@ class ActivationStats(_Recorder, ActivationData):
                 o = first_tensor(o, is_tensor)
                 if o is None:
                     return
-            o = o.detach()  # no autograd graph for the statistics
+            o = detach(o)  # no autograd graph for the statistics
             if want_hist:
                 row, hist = sums_hist(o, near_zero, bins, lo, hi)
                 rows.append(row)
@@ -379,7 +379,7 @@ class GradientStats(_Recorder, GradientData):
 
     def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
-        sums, numel = be.grad_sums, be.numel
+        sums, numel, detach = be.grad_sums, be.numel, be.detach
         pending = self._pending[slot]
         rows, steps, calls, numels, stack = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack
         due, after = self._due, self._after_backward
@@ -388,7 +388,7 @@ class GradientStats(_Recorder, GradientData):
             step = ev.step
             if ev.index != 0 or not record(step):
                 return
-            g = ev.grad.detach()
+            g = detach(ev.grad)
             rows.append(sums(g))
             steps.append(step)
             calls.append(ev.call)
@@ -403,7 +403,7 @@ class GradientStats(_Recorder, GradientData):
 
     def _param_consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
-        sums, numel = be.param_sums, be.numel
+        sums, numel, detach = be.param_sums, be.numel, be.detach
         by_name = self._param_pending[slot]
 
         def on_param_grad(ev: Event) -> None:
@@ -411,7 +411,7 @@ class GradientStats(_Recorder, GradientData):
             if not record(step):
                 return
             pending = by_name[ev.param_name]
-            g = ev.grad.detach()
+            g = detach(ev.grad)
             pending.rows.append(sums(g))
             pending.steps.append(step)
             pending.calls.append(0)
@@ -433,7 +433,7 @@ class GradientStats(_Recorder, GradientData):
                 if g is None or not numel(g):
                     continue
                 pending = by_name[pname]
-                pending.rows.append(sums(g.detach()))
+                pending.rows.append(sums(be.detach(g)))
                 pending.steps.append(step)
                 pending.calls.append(0)
                 pending.numels.append(numel(g))
