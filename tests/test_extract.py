@@ -489,3 +489,34 @@ def test_load_features_refuses_bad_indexes(saved, tmp_path):
         hookkit.load_features(out)
     with pytest.raises(hookkit.FeaturesError, match="no index.json"):
         hookkit.load_features(tmp_path)
+
+
+# -- command line -----------------------------------------------------------------------------------
+def test_cli_extract_digits(tmp_path, capsys):
+    from sklearn.datasets import load_digits
+
+    from hookkit.apps.cli import main
+
+    x = load_digits().data[:100]
+    np.save(tmp_path / "digits.npy", x)  # float64: --data-dtype float32 for the model
+    args = ["extract", "torch.nn:Linear", "--kw", "in_features=64", "--kw", "out_features=10", "--data", str(tmp_path / "digits.npy")]
+    args += ["--data-dtype", "float32", "--layers", "", "--batch-size", "32", "--out", str(tmp_path / "f"), "--dtype", "float16"]
+    assert main(args) == 0
+    assert "100 samples" in capsys.readouterr().out
+    feats = hookkit.load_features(tmp_path / "f")
+    assert feats[""].shape == (100, 10) and feats[""].dtype == np.float16
+    assert json.loads((tmp_path / "f" / "index.json").read_text())["shards"][0]["batch_sizes"] == [32, 32, 32, 4]
+    # same arguments: nothing to do; other arguments in the same folder: refused
+    assert main(args) == 0
+    assert main([*args, "--reduce", "max:1"]) == 2
+    assert "other arguments" in capsys.readouterr().err
+    for extra, match in [
+        (["--layers", "fc"], "no layer matches 'fc'"),
+        (["--reduce", "median"], "cannot read 'median'"),
+        (["--batch-size", "0"], "--batch-size"),
+    ]:
+        assert main([*args[:-4], *extra, "--out", str(tmp_path / "g")]) == 2
+        assert match in capsys.readouterr().err
+    bad = [*args]
+    bad[bad.index("--data") + 1] = str(tmp_path / "missing.npy")
+    assert main(bad) == 2 and "no such file" in capsys.readouterr().err

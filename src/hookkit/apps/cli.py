@@ -1,4 +1,4 @@
-"""``hookkit`` on the command line: ``demo``, ``summary``, ``report``.
+"""``hookkit`` on the command line: ``demo``, ``summary``, ``extract``, ``report``.
 
 Each subcommand's work lives in its feature module (``run_cli(args) -> int``); this file only parses.
 """
@@ -33,6 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--kw", action="append", default=[], help="keyword for the callable or its config, like n_layer=2 (repeatable)")
     summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    from hookkit.apps.extract_cli import add_parser as add_extract
+
+    add_extract(sub)
+
     report = sub.add_parser("report", help="render the HTML report from a folder of saved statistics")
     report.add_argument("stats_dir", help="folder with saved ActivationStats / GradientStats")
     report.add_argument("--out", default=None, help="report file (default: STATS_DIR/report.html)")
@@ -53,6 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.command == "demo":
         from hookkit.apps.demo import run_cli
+    elif args.command == "extract":
+        from hookkit.apps.extract_cli import run_cli
     elif args.command == "summary":
         from hookkit.apps.summary_cli import run_cli
     else:

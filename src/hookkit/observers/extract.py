@@ -184,8 +184,9 @@ def _default_forward(model: Any, be: Backend) -> Callable[[Any], Any]:
     device = be.device_of(like) if like is not None else None
 
     def prepare(x: Any) -> Any:
-        if isinstance(x, np.ndarray):
-            return be.from_numpy(np.ascontiguousarray(x), like=like)
+        if isinstance(x, np.ndarray):  # a writable copy when read-only (memory-mapped data)
+            x = np.ascontiguousarray(x) if x.flags.writeable else np.array(x)
+            return be.from_numpy(x, like=like)
         if device is not None and be.is_tensor(x) and be.device_of(x) != device:
             return be.to(x, device)
         if isinstance(x, Mapping):
