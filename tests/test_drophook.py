@@ -243,3 +243,68 @@ def test_bad_arguments_raise_clearly_and_attach_nothing(fw, layers, funcs, types
     for w in words:
         assert w in str(err.value)
     assert_nothing_attached(fw, model)
+
+
+# -- copies: pickle, torch.save, deepcopy ---------------------------------------------------------
+def double_output(layer, inputs, output):
+    """A module-level hook function: it pickles (a lambda does not, as with any framework hook)."""
+    return output * 2
+
+
+def quarter_inputs(layer, inputs):
+    return inputs[0] * 0.25
+
+
+def _round_trips(fw, dm):
+    import copy
+    import io
+    import pickle
+
+    yield "pickle", pickle.loads(pickle.dumps(dm))
+    yield "deepcopy", copy.deepcopy(dm)
+    if fw.name == "torch":
+        buf = io.BytesIO()
+        fw.lib.save(dm, buf)
+        buf.seek(0)
+        yield "torch.save", fw.lib.load(buf, weights_only=False)
+
+
+def test_a_copy_of_the_wrapper_has_its_own_hooks(fw):
+    model = fw.mlp((4, 6, 3))
+    dm = hookkit.DropHookModel(model, ["0", model[2]], [double_output, quarter_inputs], ["forward_post_hook", "forward_pre_hook"])
+    x = fw.randn(2, 4)
+    dm.train()
+    hooked = fw.numpy(dm(x))
+    dm.eval()
+    plain = fw.numpy(dm(x))
+    assert not np.allclose(hooked, plain)
+    for how, twin in _round_trips(fw, dm):
+        assert type(twin) is type(dm) and twin.model is not model, how
+        twin.train()
+        np.testing.assert_allclose(fw.numpy(twin(x)), hooked, rtol=1e-6, err_msg=how)  # placed once, not twice
+        twin.eval()
+        np.testing.assert_allclose(fw.numpy(twin(x)), plain, rtol=1e-6, err_msg=how)
+        twin.train()
+        twin.remove_hooks()  # the copy's hooks are its own: removing them leaves the original's
+        np.testing.assert_allclose(fw.numpy(twin(x)), plain, rtol=1e-6, err_msg=how)
+        dm.train()
+        np.testing.assert_allclose(fw.numpy(dm(x)), hooked, rtol=1e-6, err_msg=how)
+
+
+def test_unpickling_rebuilds_the_wrapper_class_in_a_fresh_process(fw, monkeypatch):
+    import pickle
+
+    from hookkit.interventions import drophook
+
+    dm = hookkit.DropHookModel(fw.mlp((4, 6, 3)), ["0"], [double_output])
+    data = pickle.dumps(dm)
+    name = type(dm).__name__
+    monkeypatch.delitem(drophook._classes, fw.name)  # as in a process that never built it
+    monkeypatch.delattr(drophook, name)
+    twin = pickle.loads(data)
+    assert type(twin).__name__ == name and type(twin) is not type(dm)
+    assert isinstance(twin, hookkit.DropHookModel) and isinstance(twin, backend_layer(fw))
+
+
+def backend_layer(fw):
+    return hookkit.backends.backend_for(fw.mlp()).layer_base()
