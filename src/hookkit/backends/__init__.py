@@ -19,7 +19,16 @@ from typing import Any
 from hookkit.backends.base import Backend
 from hookkit.core.errors import UnsupportedModel
 
-__all__ = ["Backend", "backend_for", "backend_named", "loaded_backends", "register_backend", "registered_backends", "unregister_backend"]
+__all__ = [
+    "Backend",
+    "backend_for",
+    "backend_named",
+    "framework_of",
+    "loaded_backends",
+    "register_backend",
+    "registered_backends",
+    "unregister_backend",
+]
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,17 @@ def backend_named(name: str) -> Backend:
 def registered_backends() -> list[str]:
     """Names of every registered backend, imported or not."""
     return list(_registry)
+
+
+def framework_of(obj: Any) -> str:
+    """The registered name of the framework defining ``obj``'s class ('' for none), from the class's
+    module alone: nothing is imported, so it also names a framework the backend of which is not loaded."""
+    roots = {reg.module.partition(".")[0]: reg.name for reg in _registry.values()}
+    for cls in type(obj).__mro__:
+        name = roots.get((cls.__module__ or "").partition(".")[0])
+        if name:
+            return name
+    return ""
 
 
 def loaded_backends() -> list[Backend]:

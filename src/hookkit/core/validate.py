@@ -21,11 +21,13 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
+from hookkit.backends import framework_of  # the registered framework of an object, importing nothing
 from hookkit.core.errors import HookkitError
 
 __all__ = [
     "ArgumentTypeError",
     "InvalidArgument",
+    "InvalidFile",
     "SkippedOutputWarning",
     "check_bool",
     "check_callable",
@@ -49,8 +51,14 @@ class InvalidArgument(HookkitError, ValueError):
     """A public argument has a value hookkit cannot use (out of range, NaN, wrong length...)."""
 
 
-class ArgumentTypeError(HookkitError, TypeError):
-    """A public argument has a type hookkit cannot use (a string for a number, a non-callable...)."""
+class InvalidFile(HookkitError, ValueError):
+    """A file hookkit was asked to read (saved statistics, a report folder) is not what it should
+    be: outside its folder, not valid JSON, a field of the wrong type or shape. Names file and field."""
+
+
+class ArgumentTypeError(HookkitError, TypeError, ValueError):
+    """A public argument has a type hookkit cannot use (a string for a number, a non-callable...).
+    Also a ValueError: code written when these checks raised ValueError keeps catching them."""
 
 
 _MAX_REPR = 80
@@ -77,15 +85,6 @@ def shown(value: Any) -> str:
 def fail(fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument) -> NoReturn:
     """Raise ``kind`` with hookkit's message: ``fn(): arg must be <valid>; got <value>``."""
     raise kind(f"{fn}(): {arg} must be {valid}; got {shown(value)}")
-
-
-def framework_of(obj: Any) -> str:
-    """'torch', 'paddle' or '' from the object's type (no import: works for either alone)."""
-    for cls in type(obj).__mro__:
-        root = (cls.__module__ or "").split(".")[0]
-        if root in ("torch", "paddle"):
-            return root
-    return ""
 
 
 # -- numbers --------------------------------------------------------------------------------------
@@ -233,12 +232,11 @@ def check_tensor_like(
     fn: str,
     arg: str,
     ndim: int | Sequence[int] | None = None,
-    numeric: bool = True,
     convert: bool = True,
 ) -> Any:
     """A tensor of ``backend``'s framework: a tensor of it is returned as is; with ``convert``, a
     numpy array, a number or a nested list of numbers is converted (float32 unless it is an integer
-    array); a tensor of the other framework is refused, naming both. ``ndim``: allowed ranks.
+    array; bool becomes float32 0/1); a tensor of the other framework is refused, naming both. ``ndim``: allowed ranks.
 
     >>> x = check_tensor_like(np.zeros((2, 3)), backend_for(model), fn="gradcam", arg="inputs")   # doctest: +SKIP
     """
@@ -255,7 +253,7 @@ def check_tensor_like(
             array = np.asarray(value)
         except (TypeError, ValueError):
             fail(fn, arg, what, value, kind=ArgumentTypeError)
-        if array.dtype == object or array.dtype.kind not in "biuf" or (numeric and array.dtype.kind == "b"):
+        if array.dtype == object or array.dtype.kind not in "biuf":
             fail(fn, arg, what + " of numbers", value, kind=ArgumentTypeError)
         if array.dtype.kind == "f" or array.dtype.kind == "b":
             array = array.astype(np.float32)
