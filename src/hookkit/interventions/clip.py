@@ -15,6 +15,7 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.validate import check_choice, check_number, output_guard
 
 __all__ = ["clip_grad"]
 
@@ -45,11 +46,7 @@ def _clipper(backend: Backend, value: float | None, norm: float | None) -> Calla
 
 
 def _check_positive(x: float | None, arg: str) -> float | None:
-    if x is None:
-        return None
-    if isinstance(x, bool) or not isinstance(x, (int, float)) or not x > 0:
-        raise ValueError(f"clip_grad(): {arg} must be a number > 0 or None; got {x!r}")
-    return float(x)
+    return check_number(x, fn="clip_grad", arg=arg, low=0, low_open=True, optional=True)
 
 
 def clip_grad(
@@ -70,17 +67,23 @@ def clip_grad(
     value, norm = _check_positive(value, "value"), _check_positive(norm, "norm")
     if value is None and norm is None:
         raise ValueError("clip_grad(): give value= (clip each element) and/or norm= (clip each tensor's L2 norm)")
-    if target not in TARGETS:
-        raise ValueError(f"clip_grad(): target must be one of {', '.join(map(repr, TARGETS))}; got {target!r}")
+    check_choice(target, TARGETS, fn="clip_grad", arg="target")
     backend = backend_for(model)
     named = select(model, layers)
-    clip = _clipper(backend, value, norm)
+    # complex gradients have a norm but no order: clamping them is skipped (one warning)
+    guarded = output_guard(
+        backend, _clipper(backend, value, norm), fn="clip_grad", kinds=("float",) if value is not None else ("float", "complex")
+    )
+
+    def clip(g: Any, name: str = "") -> Any:
+        return None if g is None else guarded(g, layer=name)
+
     group = HandleGroup()
     try:
         if target in ("output", "both"):
 
             def on_grad(ev: Event) -> Any:
-                return clip(ev.grad)
+                return clip(ev.grad, ev.name)
 
             group.add(attach(model, named, "grad", on_grad, INTERVENTION))
         if target in ("params", "both"):
@@ -94,7 +97,7 @@ def clip_grad(
                     params.append((name, layer, pname, p))
 
             def on_param_grad(ev: Event) -> Any:
-                return clip(ev.grad)
+                return clip(ev.grad, ev.name)
 
             group.add(attach_params(model, params, on_param_grad, INTERVENTION))
     except BaseException:

@@ -11,7 +11,7 @@ from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
-from hookkit.core.validate import check_int, check_number
+from hookkit.core.validate import InvalidArgument, check_int, check_number, check_tensor_like
 from hookkit.interventions.patch import Converted, cast_like, edit_outputs, shape_str
 
 
@@ -43,9 +43,7 @@ def mask_activations(
     """
     given = [k for k, v in (("threshold", threshold), ("top_k", top_k), ("channels", channels)) if v is not None]
     if len(given) != 1:
-        raise ValueError(
-            "mask_activations: give exactly one of threshold=, top_k=, channels=" + (f"; got {', '.join(given)}" if given else "")
-        )
+        raise InvalidArgument(f"mask_activations(): give exactly one of threshold=, top_k=, channels=; got {', '.join(given) or 'none'}")
     be = backend_for(model)
 
     if threshold is not None:
@@ -63,8 +61,8 @@ def mask_activations(
             shape = be.shape(t)
             if len(shape) < 1:
                 raise ValueError(f"mask_activations: layer {ev.name!r} returns a 0-d tensor; top_k needs a batch dim")
-            flat = t.reshape([shape[0], -1])
-            per_sample = be.shape(flat)[1]
+            per_sample = int(np.prod(shape[1:], dtype=np.int64))
+            flat = t.reshape([shape[0], per_sample])  # not -1: ambiguous for an empty batch
             if k > per_sample:
                 raise ValueError(
                     f"mask_activations: top_k={k} but layer {ev.name!r} has {per_sample} values per sample (output shape {shape_str(shape)})"
@@ -76,12 +74,8 @@ def mask_activations(
             return out if w is flat else cast_like(be, out, t)
 
     else:
-        mask = Converted(channels if be.is_tensor(channels) else np.asarray(channels, dtype=np.float32))
-        n = int(np.prod(be.shape(mask.value))) if be.is_tensor(channels) else int(mask.value.size)
-        if (be.shape(channels) if be.is_tensor(channels) else mask.value.shape) != (n,):
-            raise ValueError(
-                f"mask_activations: channels must be a 1-d mask (one entry per channel); got shape {shape_str(mask.value.shape)}"
-            )
+        mask = Converted(check_tensor_like(channels, be, fn="mask_activations", arg="channels", ndim=1))
+        n = be.shape(mask.value)[0]
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
             shape = be.shape(t)
@@ -94,4 +88,5 @@ def mask_activations(
             m = mask.like(be, t).reshape([1, n] + [1] * (len(shape) - 2))
             return t * m
 
-    return edit_outputs(model, layers, apply, calls=calls, index=index)
+    kinds = ("float", "complex", "int", "bool")  # every kind; the guard passes empty outputs and upcasts half on Paddle's CPU
+    return edit_outputs(model, layers, apply, calls=calls, index=index, name="mask_activations", kinds=kinds)

@@ -280,7 +280,7 @@ def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = Non
 
     def batch_mean(t: Any, pos: int, ev: Event) -> Any:
         if means is None:
-            return t.mean(0, True).expand_as(t)
+            return be.zeros_like(t) + t.mean(0, True)  # broadcast: Paddle has no complex expand_as
         m = means[ev.name].like(be, t)
         want = be.shape(t)[1:]
         if not broadcasts_into(be.shape(m), want):

@@ -8,7 +8,6 @@ The page shows the sections that the data supports.
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import sys
@@ -81,6 +80,12 @@ def report(
                 raise TypeError(f"report(): expected a folder, ActivationStats or GradientStats; got {type(obj).__name__}")
     if hasattr(summary, "to_dict"):
         summary = summary.to_dict()
+    live = [s for s in (acts, grads) if s is not None]
+    if any(getattr(s, "rank", 0) != 0 for s in live):
+        # distributed training: every rank reads (the cross-rank reduction is a collective), rank 0 writes
+        for s in live:
+            s.to_numpy()
+        return pathlib.Path(out) if out is not None else (folder / "report.html" if folder else pathlib.Path("hookkit-report.html"))
 
     sections: list[Section] = []
     if summary:
@@ -97,37 +102,19 @@ def report(
         raise HookkitError(f"nothing to report in {where}: save ActivationStats / GradientStats there first (stats.save(DIR))")
 
     path = pathlib.Path(out) if out is not None else (folder / "report.html" if folder else pathlib.Path("hookkit-report.html"))
+    if out is None and folder is not None:
+        from hookkit.apps.report.folder import safe_output
+
+        safe_output(path)  # a report.html planted in the folder as a link elsewhere is not written through
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(page(title, dict(meta or {}), sections), encoding="utf-8")
     return path
 
 
 def _load_folder(folder: pathlib.Path) -> dict[str, Any]:
-    if not folder.is_dir():
-        raise HookkitError(f"report(): {str(folder)!r} is not a folder of saved statistics")
-    from hookkit.observers.stats import load_stats
+    from hookkit.apps.report.folder import load_folder  # files from elsewhere: confined, checked
 
-    def read_json(name: str) -> Any:
-        p = folder / name
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None
-
-    try:
-        stats = load_stats(folder)
-    except FileNotFoundError:
-        stats = {}
-    out: dict[str, Any] = {
-        "activations": stats.get("activation_stats"),
-        "gradients": stats.get("gradient_stats"),
-        "summary": read_json("summary.json"),
-        "dropout": read_json("dropout.json"),
-        "meta": read_json("meta.json"),
-        "figures": [],
-    }
-    for f in read_json("figures.json") or []:
-        png = folder / f["file"]
-        if png.is_file():
-            out["figures"].append({**f, "png": png.read_bytes()})
-    return out
+    return load_folder(folder)
 
 
 def run_cli(args: Any) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +27,12 @@ class Section:
         body = "\n".join(self.items)
         if self.grid:
             body = f'<div class="grid">{body}</div>'
-        return f'<section id="{self.id}"><h2>{html.escape(self.title)}</h2>{intro}\n{body}</section>'
+        return f'<section id="{anchor(self.id)}"><h2>{html.escape(self.title)}</h2>{intro}\n{body}</section>'
+
+
+def anchor(text: str) -> str:
+    """An HTML id from any string (section names come from files): letters, digits, '-' and '_' only."""
+    return re.sub(r"[^A-Za-z0-9_-]", "-", str(text)) or "section"
 
 
 def png_bytes(fig: Any, dpi: int = 90) -> bytes:
@@ -65,7 +71,7 @@ def page(title: str, meta: dict[str, Any], sections: list[Section]) -> str:
     from hookkit import __version__
 
     meta_html = " &middot; ".join(f"{html.escape(str(k))}: <b>{html.escape(str(v))}</b>" for k, v in meta.items())
-    nav = "".join(f'<a href="#{s.id}">{html.escape(s.title)}</a>' for s in sections)
+    nav = "".join(f'<a href="#{anchor(s.id)}">{html.escape(s.title)}</a>' for s in sections)
     return PAGE.format(
         title=html.escape(title), css=CSS, meta=meta_html, nav=nav, sections="\n".join(s.html() for s in sections), version=__version__
     )

@@ -56,7 +56,7 @@ def activation_sums_host(t: torch.Tensor, near_zero: float, hist: tuple | None =
 
         row, counts = activation_sums_host(torch.randn(1000), 0.05, (40, 0.0, 10.0))
     """
-    flat = t.detach().float().reshape(-1)
+    flat = t.detach().float().reshape(-1).contiguous()  # an expanded (stride-0) tensor stays one after reshape
     n = flat.numel()
     if host_stats.applies(n, hist):
         row, counts = host_stats.activation_row(flat.numpy(), near_zero, hist, torch.get_num_threads())
@@ -92,7 +92,7 @@ def histc_host(t: torch.Tensor, bins: int, lo: float, hi: float) -> torch.Tensor
     n = t.numel()
     if n < 16384 or bins > 126:
         return None
-    flat = t.detach().float().reshape(-1)
+    flat = t.detach().float().reshape(-1).contiguous()  # an expanded (stride-0) tensor stays one after reshape
     values = flat.numpy()
     lo32, hi32 = np.float32(lo), np.float32(hi)
     width = float(hi32 - lo32)
@@ -128,6 +128,8 @@ def tensor_sums_device(t: torch.Tensor) -> torch.Tensor:
     """``[sum, ||t||, max |t|]`` (NaN when any value is): kernels only. Mergeable across tensors;
     mean and std follow when read (gradients have |mean| << std: the one-pass variance keeps its digits)."""
     flat = t.float().reshape(-1)
+    if flat.numel() == 0:  # the sums of nothing; no max |x| (aminmax refuses an empty tensor)
+        return torch.tensor((0.0, 0.0, float("nan")), device=flat.device)
     lo, hi = torch.aminmax(flat)  # one pass, no |t| temporary; NaN propagates
     return torch.stack((flat.sum(), sum_of_squares(flat).sqrt(), torch.maximum(-lo, hi)))
 
@@ -136,4 +138,5 @@ def tensor_sums_host(t: torch.Tensor) -> torch.Tensor:
     """The row of ``tensor_sums_device`` for a CPU tensor, in float64; one pass with the kernel."""
     if not host_stats.applies(t.numel()):
         return tensor_sums_device(t).double()
-    return torch.from_numpy(host_stats.tensor_row(t.detach().float().reshape(-1).numpy(), torch.get_num_threads()))
+    # contiguous: the gradient of a sum is an expanded tensor (stride 0) and stays one after reshape
+    return torch.from_numpy(host_stats.tensor_row(t.detach().float().reshape(-1).contiguous().numpy(), torch.get_num_threads()))

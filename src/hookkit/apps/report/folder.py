@@ -1,0 +1,191 @@
+"""Reading a report folder someone else may have written: its files are data, never instructions.
+
+Every file read is confined to the folder (paths resolved, symlinks included; absolute paths and
+``..`` refused), JSON is parsed with a size limit and checked against the schema the report needs,
+and anything else is refused with an error naming the file and the field (``InvalidFile``). The
+strings read here are escaped where the page is written (render.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from typing import Any
+
+from hookkit.core.validate import InvalidFile, shown
+
+__all__ = ["MAX_JSON_BYTES", "MAX_PNG_BYTES", "confined", "load_folder", "read_json"]
+
+MAX_JSON_BYTES = 64 << 20  # a summary of a 10k-layer model is ~5 MB
+MAX_PNG_BYTES = 32 << 20
+_PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def confined(folder: pathlib.Path, relative: Any, where: str) -> pathlib.Path:
+    """``folder / relative`` when it names a path inside ``folder`` once resolved (symlinks too)."""
+    if not isinstance(relative, str) or not relative:
+        raise InvalidFile(f"{where} must be a file name relative to the folder; got {shown(relative)}")
+    rel = pathlib.PurePath(relative)
+    if rel.is_absolute() or relative.startswith(("/", "\\")) or (len(relative) > 1 and relative[1] == ":"):
+        raise InvalidFile(f"{where} must be relative to the folder; got the absolute path {relative!r}")
+    if ".." in rel.parts or ".." in pathlib.PureWindowsPath(relative).parts:
+        raise InvalidFile(f"{where} must stay inside the folder; got {relative!r} (with '..')")
+    root = folder.resolve()
+    path = (folder / rel).resolve()
+    if path != root and root not in path.parents:
+        raise InvalidFile(f"{where}: {relative!r} leads outside the folder (to {str(path)!r}, through a symbolic link)")
+    return path
+
+
+def read_json(folder: pathlib.Path, name: str, expect: type | tuple[type, ...] = dict) -> Any:
+    """The parsed ``folder/name`` (None when absent), refused when it is outside the folder, too
+    large, not JSON, or not of type ``expect``."""
+    p = folder / name
+    if not p.exists() and not p.is_symlink():
+        return None
+    where = str(p)
+    path = confined(folder, name, where)
+    if not path.is_file():
+        raise InvalidFile(f"{where}: not a regular file")
+    size = path.stat().st_size
+    if size > MAX_JSON_BYTES:
+        raise InvalidFile(f"{where}: {size:,} bytes, more than the {MAX_JSON_BYTES:,} a report reads from one JSON file")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_constant)
+    except UnicodeDecodeError as e:
+        raise InvalidFile(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise InvalidFile(f"{where}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise InvalidFile(f"{where}: JSON nested too deeply") from None
+    if not isinstance(data, expect):
+        kinds = expect if isinstance(expect, tuple) else (expect,)
+        want = " or ".join({dict: "an object", list: "an array"}.get(k, k.__name__) for k in kinds)
+        raise InvalidFile(f"{where}: the top level must be {want}; got {_json_kind(data)}")
+    return data
+
+
+def _constant(name: str) -> float:
+    return float(name)  # NaN, Infinity: what json.dump writes for non-finite statistics
+
+
+def _json_kind(v: Any) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(v), "a number")
+
+
+# -- field checks: the error names the file and the field -------------------------------------------
+def _field(where: str, field: str, value: Any, ok: bool, valid: str) -> Any:
+    if not ok:
+        raise InvalidFile(f"{where}: field {field!r} must be {valid}; got {shown(value)}")
+    return value
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def check_summary(data: dict, where: str) -> dict:
+    """``summary.json``: ``Summary.to_dict()``'s fields the page reads."""
+    for key in ("model", "framework"):
+        if key in data:
+            _field(where, key, data[key], isinstance(data[key], str), "a string")
+    for key in ("total_params", "trainable_params", "total_mult_adds"):
+        if key in data:
+            _field(where, key, data[key], _is_int(data[key]), "an int")
+    rows = data.get("rows", [])
+    _field(where, "rows", rows, isinstance(rows, list), "an array of layer rows")
+    for i, r in enumerate(rows):
+        f = f"rows[{i}]"
+        _field(where, f, r, isinstance(r, dict), "an object")
+        _field(where, f + ".name", r.get("name"), isinstance(r.get("name"), str), "a string")
+        _field(where, f + ".type", r.get("type"), isinstance(r.get("type"), str), "a string")
+        for key in ("depth", "calls", "params", "mult_adds"):
+            if key in r:
+                _field(where, f"{f}.{key}", r[key], _is_int(r[key]) and r[key] >= 0, "an int >= 0")
+        shapes = r.get("output_shapes") or []
+        ok = isinstance(shapes, list) and all(isinstance(s, list) and all(_is_int(d) or isinstance(d, str) for d in s) for s in shapes)
+        _field(where, f + ".output_shapes", shapes, ok, "an array of shapes (arrays of ints)")
+    return data
+
+
+def check_dropout(data: dict, where: str) -> dict:
+    """``dropout.json``: ``{layer: {"kind", "p", "fraction", "calls", "eval_fraction"}}``."""
+    for name, d in data.items():
+        _field(where, name, d, isinstance(d, dict), "an object")
+        for key in ("p", "fraction"):
+            if key in d:
+                _field(where, f"{name}.{key}", d[key], _is_num(d[key]), "a number")
+        for key in ("kind", "calls", "eval_fraction"):
+            if key in d:
+                _field(where, f"{name}.{key}", d[key], _is_scalar(d[key]), "a string or a number")
+    return data
+
+
+def check_meta(data: dict, where: str) -> dict:
+    """``meta.json``: a flat object of strings and numbers (shown escaped in the page's header)."""
+    for key, value in data.items():
+        _field(where, key, value, _is_scalar(value), "a string, a number or a boolean")
+    return data
+
+
+def load_figures(folder: pathlib.Path, data: list, where: str) -> list[dict[str, Any]]:
+    """``figures.json``: ``[{"file": "x.png", "section": "gradcam", "caption": "..."}]``; each file a
+    PNG inside the folder."""
+    out = []
+    for i, f in enumerate(data):
+        field = f"[{i}]"
+        _field(where, field, f, isinstance(f, dict), 'an object {"file", "section", "caption"}')
+        _field(where, field + ".section", f.get("section"), isinstance(f.get("section"), str) and f.get("section"), "a non-empty string")
+        _field(where, field + ".caption", f.get("caption", ""), isinstance(f.get("caption", ""), str), "a string")
+        path = confined(folder, f.get("file"), f"{where}: field '{field}.file'")
+        if not path.is_file():
+            raise InvalidFile(f"{where}: field '{field}.file': {f['file']!r} is not a file in the folder")
+        if path.stat().st_size > MAX_PNG_BYTES:
+            raise InvalidFile(f"{where}: field '{field}.file': {f['file']!r} is larger than {MAX_PNG_BYTES:,} bytes")
+        png = path.read_bytes()
+        if not png.startswith(_PNG_MAGIC):
+            raise InvalidFile(f"{where}: field '{field}.file': {f['file']!r} is not a PNG image")
+        out.append({"section": f["section"], "caption": f.get("caption", ""), "file": f["file"], "png": png})
+    return out
+
+
+def load_folder(folder: pathlib.Path) -> dict[str, Any]:
+    """What ``report(folder)`` shows: statistics, summary, dropout table, meta and figures, checked."""
+    from hookkit.core.errors import HookkitError
+    from hookkit.observers.stats import load_stats
+
+    if not folder.is_dir():
+        raise HookkitError(f"report(): {str(folder)!r} is not a folder of saved statistics")
+    try:
+        stats = load_stats(folder)
+    except FileNotFoundError:
+        stats = {}
+    summary = read_json(folder, "summary.json")
+    dropout = read_json(folder, "dropout.json")
+    meta = read_json(folder, "meta.json")
+    figures = read_json(folder, "figures.json", list)
+    return {
+        "activations": stats.get("activation_stats"),
+        "gradients": stats.get("gradient_stats"),
+        "summary": None if summary is None else check_summary(summary, str(folder / "summary.json")),
+        "dropout": None if dropout is None else check_dropout(dropout, str(folder / "dropout.json")),
+        "meta": None if meta is None else check_meta(meta, str(folder / "meta.json")),
+        "figures": [] if figures is None else load_figures(folder, figures, str(folder / "figures.json")),
+    }
+
+
+def safe_output(path: pathlib.Path) -> pathlib.Path:
+    """Refuse to write the page through a symbolic link planted in the folder (it could point at any
+    file the user can write)."""
+    if os.path.islink(path):
+        raise InvalidFile(f"report(): {str(path)!r} is a symbolic link (to {os.readlink(path)!r}); refusing to write through it")
+    return path
