@@ -108,10 +108,15 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
     backend = backend_for(model)
     if not backend.is_layer(model):
         raise TypeError(f"select() needs a model (torch.nn.Module or paddle.nn.Layer); got {type(model).__name__}")
-    named = list(backend.named_layers(model))
+    # A data-parallel wrapper (DDP, DataParallel) is looked through: names are the inner model's,
+    # and names written with the wrapper's prefix ("module.fc") are accepted as well.
+    inner = backend.unwrap(model)
+    named = list(backend.named_layers(inner))
     specs: Iterable[Any] = layers if isinstance(layers, list) else [layers]
     if layers is None:
         specs = [LEAVES]
+    if inner is not model:
+        specs = [_without_prefix(spec, _wrapper_name(model, inner, backend)) for spec in specs]
     chosen: set[int] = set()
     for spec in specs:
         chosen.update(_match_one(spec, named, backend))
@@ -120,9 +125,24 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
     return [named[i] for i in sorted(chosen)]
 
 
+def _wrapper_name(model: Any, inner: Any, backend: Any) -> str:
+    return next((name for name, m in backend.named_layers(model) if m is inner), "")
+
+
+def _without_prefix(spec: Any, wrapped: str) -> Any:
+    if isinstance(spec, str) and wrapped and not spec.startswith(":"):
+        if spec == wrapped:
+            return ""
+        if spec.startswith(wrapped + "."):
+            return spec[len(wrapped) + 1 :]
+    return spec
+
+
 def name_of(model: Any, layer: Any) -> str:
-    """The dotted name of ``layer`` inside ``model`` ('' for the model itself)."""
-    for name, m in backend_for(model).named_layers(model):
+    """The dotted name of ``layer`` inside ``model`` ('' for the model itself; a data-parallel
+    wrapper is looked through, as in ``select``)."""
+    backend = backend_for(model)
+    for name, m in backend.named_layers(backend.unwrap(model)):
         if m is layer:
             return name
     raise LayerNotFound(type(layer).__name__, [], "this layer object is not part of the model")

@@ -99,7 +99,9 @@ class Monitor:
             stack.__exit__(type(exc), exc, exc.__traceback__)
 
     def scalars(self) -> dict[str, float]:
-        """``{"act/<layer>/mean": value, ...}``: per layer and statistic, the mean over the steps recorded since the last call."""
+        """``{"act/<layer>/mean": value, ...}``: per layer and statistic, the mean over the steps recorded since the last call.
+
+        In distributed training the figures are those of all ranks (a collective: every rank calls it)."""
         out: dict[str, float] = {}
         sources = []
         if self.activation_stats is not None:
@@ -109,18 +111,23 @@ class Monitor:
         for tags, table in sources:
             for name, series in table.items():
                 for prefix, key, suffix in tags:
-                    values = np.asarray(series.get(key, ()), dtype=np.float64)
+                    steps = series.get("param_step" if key.startswith("param_") else "step")
+                    if steps is None or not len(steps):
+                        continue
                     tag = f"{prefix}/{name}/{suffix}"
-                    seen = self._logged.get(tag, 0)
-                    if len(values) > seen:
-                        out[tag] = float(values[seen:].mean())
-                        self._logged[tag] = len(values)
+                    # rows of steps after the last one logged (old rows of long runs get merged: count by step)
+                    start = int(np.searchsorted(steps, self._logged.get(tag, -1), side="right"))
+                    if start < len(steps):
+                        out[tag] = float(np.asarray(series[key][start:], dtype=np.float64).mean())
+                        self._logged[tag] = int(steps[-1])
         return out
 
     def log(self, step: int) -> dict[str, float]:
-        """Read the new statistics once and write them to the writer (if any) at ``step``; returns them."""
+        """Read the new statistics once and write them to the writer (if any) at ``step``; returns
+        them. Distributed training: every rank reads (the figures of all ranks), rank 0 writes."""
         values = self.scalars()
-        if self.writer is not None:
+        rank = next((s.rank for s in (self.activation_stats, self.gradient_stats) if s is not None), 0)
+        if self.writer is not None and rank == 0:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
         return values

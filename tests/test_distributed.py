@@ -1,0 +1,182 @@
+"""Statistics under data-parallel training: 2 processes on 127.0.0.1 (gloo), each seeing half of
+every batch, read the same figures as one process over the whole batch.
+
+Each test runs one scenario of this file in a subprocess (``python tests/test_distributed.py
+SCENARIO OUT``) that starts the ranks itself, bounded by a timeout; the ranks write what they read
+into OUT (npz, no pickle) and the test compares it with a 1-process run made here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TIMEOUT = 120  # seconds per scenario; start-up costs 3-15 s a rank on a loaded machine
+STEPS = 3
+BATCH = 8
+
+
+# -- the shared training set-up ---------------------------------------------------------------------
+def torch_model():
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+def torch_batches():
+    import torch
+
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(BATCH, 6, generator=g), torch.randint(0, 3, (BATCH,), generator=g)) for _ in range(STEPS)]
+
+
+def torch_train(model, batches, rank=0, world=1, opt=None):
+    """SGD on the rank's share of each batch (DDP averages the gradients: the same updates as one process)."""
+    import torch
+
+    opt = opt or torch.optim.SGD(model.parameters(), lr=0.1)
+    share = BATCH // world
+    for x, y in batches:
+        opt.zero_grad()
+        xs, ys = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
+        torch.nn.functional.cross_entropy(model(xs), ys).backward()
+        opt.step()
+
+
+def stats_kwargs():
+    return {"hist": True, "bins": 12, "range": (-1.5, 1.5), "near_zero": 0.05}
+
+
+def flat(tables: dict) -> dict[str, np.ndarray]:
+    return {f"{name}|{key}": np.asarray(v) for name, t in tables.items() for key, v in t.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_scenario(name: str, out: str) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "test_distributed.py"), name, out],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env=env,
+    )
+    assert proc.returncode == 0, f"scenario {name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+
+
+def assert_tables_equal(got: dict, expected: dict, keys: tuple[str, ...], rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    for k, v in expected.items():
+        if k.split("|")[1].removeprefix("param_") not in keys:
+            continue
+        np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol, err_msg=k)
+
+
+# -- scenario: torch DDP ---------------------------------------------------------------------------
+def _ddp_rank(rank: int, world: int, port: int, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import hookkit
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch_model())
+        # names shown without DDP's "module." prefix, accepted with or without it
+        acts = hookkit.ActivationStats(ddp, ["module.0", "2", "module.3", "4"], **stats_kwargs())
+        grads = hookkit.GradientStats(ddp)
+        local = hookkit.ActivationStats(ddp, ["0"], sync=False, **stats_kwargs())
+        torch_train(ddp, torch_batches(), rank, world)
+        np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
+        np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
+        np.savez(os.path.join(out, f"local{rank}.npz"), **flat(local.to_numpy()))
+        import hookkit.viz
+
+        hookkit.viz.plot_layer_stats(acts, "2")  # plots read the reduced figures too
+        acts.save(out)
+        grads.save(out)
+        acts.save(out, per_rank=True)
+        info = {"names": acts.names, "grad_names": grads.names, "rank": acts.rank}
+        # a NaN on rank 1 only: the error names the layer and the rank
+        with hookkit.watch_nonfinite(ddp, grads=False):
+            x = torch.randn(2, 6)
+            if rank == 1:
+                x[0, 0] = float("nan")
+            try:
+                with torch.no_grad():
+                    ddp(x)
+            except hookkit.NonFiniteError as exc:
+                info["error"], info["error_rank"] = str(exc), exc.rank
+        with open(os.path.join(out, f"info{rank}.json"), "w") as f:
+            json.dump(info, f)
+        acts.remove()
+        grads.remove()
+    finally:
+        dist.destroy_process_group()
+
+
+def scenario_ddp(out: str) -> None:
+    import torch.multiprocessing as mp
+
+    mp.spawn(_ddp_rank, args=(2, free_port(), out), nprocs=2)
+
+
+def test_ddp_two_ranks_read_the_one_process_figures(tmp_path):
+    """DDP, 2 ranks x half batch: ActivationStats (with histograms) and GradientStats read on either
+    rank equal one process over the whole batch; parameter rows are the synchronized gradient's;
+    files are written once, by rank 0 (per-rank files on request); a NaN names its rank."""
+    pytest.importorskip("torch.distributed")
+    import hookkit
+
+    run_scenario("ddp", str(tmp_path))
+    model = torch_model()
+    with hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs()) as acts, hookkit.GradientStats(model) as grads:
+        torch_train(model, torch_batches())
+    expected_acts, expected_grads = flat(acts.to_numpy()), flat(grads.to_numpy())
+    for rank in (0, 1):
+        got = dict(np.load(tmp_path / f"acts{rank}.npz"))
+        assert set(got) == set(expected_acts)
+        assert_tables_equal(got, expected_acts, ("mean", "std", "near_zero", "step", "call", "records"))
+        for name in acts.names:  # histograms: the same counts
+            np.testing.assert_array_equal(got[f"{name}|hist"], expected_acts[f"{name}|hist"])
+            assert expected_acts[f"{name}|hist"].sum() > 0
+        got = dict(np.load(tmp_path / f"grads{rank}.npz"))
+        assert_tables_equal(got, expected_grads, ("mean", "std", "norm", "max_abs", "step", "call"), rtol=1e-4)
+    # each rank's own records (sync=False) are those of its half batch; together, the whole batch
+    own = [dict(np.load(tmp_path / f"local{r}.npz"))["0|hist"] for r in (0, 1)]
+    np.testing.assert_array_equal(own[0] + own[1], expected_acts["0|hist"])
+    assert (own[0] != expected_acts["0|hist"]).any()
+    g0, g1 = dict(np.load(tmp_path / "grads0.npz")), dict(np.load(tmp_path / "grads1.npz"))
+    for key in g0:
+        if key.split("|")[1].startswith("param_"):
+            np.testing.assert_array_equal(g0[key], g1[key])  # identical on every rank
+    info = [json.loads((tmp_path / f"info{r}.json").read_text()) for r in (0, 1)]
+    assert info[0]["names"] == ["0", "2", "3", "4"] and info[0]["grad_names"] == ["0", "2", "4"]
+    assert "error" not in info[0] and info[1]["error_rank"] == 1
+    assert "layer '0'" in info[1]["error"] and "rank 1 of 2" in info[1]["error"]
+    assert sorted(os.listdir(tmp_path / "rank1")) == ["activation_stats.json", "activation_stats.safetensors"]
+    loaded = hookkit.load_stats(tmp_path)  # rank 0's files: the reduced figures
+    np.testing.assert_allclose(loaded["activation_stats"].layer_stats("2")["std"], acts.layer_stats("2")["std"], rtol=1e-5)
+    np.testing.assert_allclose(loaded["gradient_stats"].param_stats("4")["norm"], grads.param_stats("4")["norm"], rtol=1e-4)
+    per_rank = hookkit.ActivationStats.load(tmp_path / "rank1")
+    np.testing.assert_array_equal(per_rank.layer_stats("0")["hist"], dict(np.load(tmp_path / "local1.npz"))["0|hist"])
+
+
+# -- command line: python tests/test_distributed.py SCENARIO OUT ----------------------------------------
+if __name__ == "__main__":
+    sys.path.insert(0, HERE)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    globals()[f"scenario_{sys.argv[1]}"](sys.argv[2])
