@@ -4,8 +4,8 @@ so observers on the same layer see the changed value; each returns a handle that
 from hookkit.interventions.clip import clip_grad
 from hookkit.interventions.drophook import DropHookModel
 from hookkit.interventions.mask import mask_activations
-from hookkit.interventions.patch import ablate, edit, patch, steer
-from hookkit.interventions.prune import Pruning, prune
+from hookkit.interventions.output_edits import ablate, edit, patch, steer
+from hookkit.interventions.pruning import Pruning, prune
 from hookkit.interventions.regularize import channel_dropout, drop_block, drop_path, dropout, gaussian_noise
 from hookkit.interventions.stop import Stop, StopForward, run_until, stop_after
 

@@ -12,7 +12,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.validate import InvalidArgument, check_int, check_number, check_tensor_like
-from hookkit.interventions.patch import Converted, cast_like, edit_outputs, shape_str
+from hookkit.interventions.output_edits import Converted, cast_like, edit_outputs, shape_str
 
 
 def _work(be: Any, t: Any) -> Any:

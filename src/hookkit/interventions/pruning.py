@@ -28,7 +28,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
-from hookkit.interventions.patch import cast_like
+from hookkit.interventions.output_edits import cast_like
 
 METHODS = ("l1_unstructured", "ln_structured")
 
