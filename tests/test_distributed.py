@@ -175,6 +175,64 @@ def test_ddp_two_ranks_read_the_one_process_figures(tmp_path):
     np.testing.assert_array_equal(per_rank.layer_stats("0")["hist"], dict(np.load(tmp_path / "local1.npz"))["0|hist"])
 
 
+# -- scenario: FSDP2 (fully_shard) -------------------------------------------------------------------
+def _fsdp_rank(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    import hookkit
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        mesh = init_device_mesh("cpu", (world,))
+        model = torch_model()
+        for layer in (model[0], model[2], model[4]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        acts = hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs())
+        grads = hookkit.GradientStats(model)
+        torch_train(model, torch_batches(), rank, world)
+        np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
+        np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
+        shards = {
+            n: [int(p.to_local().numel()) for p in layer.parameters(recurse=False)]
+            for n, layer in hookkit.select(model, hookkit.WITH_PARAMS)
+        }
+        with open(os.path.join(out, f"info{rank}.json"), "w") as f:
+            json.dump({"grad_names": grads.names, "shards": shards}, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def scenario_fsdp(out: str) -> None:
+    import torch.multiprocessing as mp
+
+    mp.spawn(_fsdp_rank, args=(2, free_port(), out), nprocs=2)
+
+
+def test_fsdp2_fully_shard_two_ranks_read_the_one_process_figures(tmp_path):
+    """FSDP2 (fully_shard, CPU mesh, gloo): GradientStats names the original parameters' layers;
+    each rank holds half of every parameter's gradient, and the merged rows equal one process's."""
+    pytest.importorskip("torch.distributed.fsdp")
+    import hookkit
+
+    run_scenario("fsdp", str(tmp_path))
+    model = torch_model()
+    with hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs()) as acts, hookkit.GradientStats(model) as grads:
+        torch_train(model, torch_batches())
+    expected_acts, expected_grads = flat(acts.to_numpy()), flat(grads.to_numpy())
+    for rank in (0, 1):
+        got = dict(np.load(tmp_path / f"acts{rank}.npz"))
+        assert_tables_equal(got, expected_acts, ("mean", "std", "near_zero", "hist", "step", "call"))
+        got = dict(np.load(tmp_path / f"grads{rank}.npz"))
+        assert_tables_equal(got, expected_grads, ("mean", "std", "norm", "max_abs", "step", "call"), rtol=1e-4)
+        info = json.loads((tmp_path / f"info{rank}.json").read_text())
+        assert info["grad_names"] == ["0", "2", "4"]
+        assert info["shards"]["0"] == [8 * 6, 8]  # half of the weight [16, 6] and of the bias [16]
+
+
 # -- command line: python tests/test_distributed.py SCENARIO OUT ----------------------------------------
 if __name__ == "__main__":
     sys.path.insert(0, HERE)
