@@ -55,9 +55,6 @@ class Backend:
     def set_training(self, layer: Any, training: bool) -> None:
         layer.train() if training else layer.eval()
 
-    def state_dict(self, layer: Any) -> dict:
-        return layer.state_dict()
-
     # -- what hookkit.summary needs -------------------------------------------------------------
     def mult_add_counter(self) -> Any:
         """A fresh ``hookkit.backends.counting.MultAddCounter`` for one forward; this one counts nothing."""
@@ -199,9 +196,6 @@ class Backend:
 
     # -- maths the statistics need, computed on the tensor's device -----------------------------
     def stack(self, ts: Sequence[Any]) -> Any:
-        raise NotImplementedError
-
-    def zeros(self, shape: Sequence[int], like: Any) -> Any:
         raise NotImplementedError
 
     def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:

@@ -172,9 +172,6 @@ class PaddleBackend(PaddleOps, Backend):
     def stack(self, ts: Sequence[Any]) -> Any:
         return paddle.stack(list(ts))
 
-    def zeros(self, shape: Sequence[int], like: Any) -> Any:
-        return self.to(paddle.zeros(list(shape), dtype="float32"), self.device_of(like))
-
     def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
         return paddle.histogram(t.astype("float32"), bins=bins, min=lo, max=hi).astype("float32")
 

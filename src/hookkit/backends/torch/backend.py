@@ -158,9 +158,6 @@ class TorchBackend(TorchOps, Backend):
     def stack(self, ts: Sequence[Any]) -> Any:
         return torch.stack(list(ts))
 
-    def zeros(self, shape: Sequence[int], like: Any) -> Any:
-        return torch.zeros(tuple(shape), dtype=torch.float32, device=like.device)
-
     def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
         return torch.histc(t.float(), bins, lo, hi)
 
