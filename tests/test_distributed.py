@@ -233,6 +233,77 @@ def test_fsdp2_fully_shard_two_ranks_read_the_one_process_figures(tmp_path):
         assert info["shards"]["0"] == [8 * 6, 8]  # half of the weight [16, 6] and of the bias [16]
 
 
+# -- scenario: Paddle DataParallel --------------------------------------------------------------------
+def paddle_model():
+    import paddle
+
+    paddle.seed(0)
+    return paddle.nn.Sequential(
+        paddle.nn.Linear(6, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 16), paddle.nn.Tanh(), paddle.nn.Linear(16, 3)
+    )
+
+
+def paddle_train(model, rank=0, world=1):
+    import paddle
+
+    opt = paddle.optimizer.SGD(learning_rate=0.1, parameters=model.parameters())
+    share = BATCH // world
+    for x, y in torch_free_batches():
+        xs, ys = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
+        loss = paddle.nn.functional.cross_entropy(model(paddle.to_tensor(xs)), paddle.to_tensor(ys))
+        loss.backward()
+        opt.step()
+        opt.clear_grad()
+
+
+def torch_free_batches():
+    g = np.random.default_rng(1)
+    return [(g.standard_normal((BATCH, 6)).astype(np.float32), g.integers(0, 3, BATCH)) for _ in range(STEPS)]
+
+
+def _paddle_rank(out: str) -> None:
+    import paddle
+    import paddle.distributed as dist
+
+    import hookkit
+
+    dist.init_parallel_env()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dp = paddle.DataParallel(paddle_model())
+    acts = hookkit.ActivationStats(dp, ["_layers.0", "2", "3", "4"], **stats_kwargs())
+    grads = hookkit.GradientStats(dp)
+    paddle_train(dp, rank, world)
+    np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
+    np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
+    with open(os.path.join(out, f"info{rank}.json"), "w") as f:
+        json.dump({"names": acts.names, "grad_names": grads.names}, f)
+
+
+def scenario_paddle(out: str) -> None:
+    import paddle.distributed as dist
+
+    dist.spawn(_paddle_rank, args=(out,), nprocs=2, backend="gloo")
+
+
+def test_paddle_data_parallel_two_ranks_read_the_one_process_figures(tmp_path):
+    """paddle.DataParallel, 2 CPU ranks (gloo, paddle.distributed.spawn): the same equality as DDP."""
+    pytest.importorskip("paddle")
+    import hookkit
+
+    run_scenario("paddle", str(tmp_path))
+    model = paddle_model()
+    with hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs()) as acts, hookkit.GradientStats(model) as grads:
+        paddle_train(model)
+    expected_acts, expected_grads = flat(acts.to_numpy()), flat(grads.to_numpy())
+    for rank in (0, 1):
+        got = dict(np.load(tmp_path / f"acts{rank}.npz"))
+        assert_tables_equal(got, expected_acts, ("mean", "std", "near_zero", "hist", "step", "call"))
+        got = dict(np.load(tmp_path / f"grads{rank}.npz"))
+        assert_tables_equal(got, expected_grads, ("mean", "std", "norm", "max_abs", "step", "call"), rtol=1e-4)
+        info = json.loads((tmp_path / f"info{rank}.json").read_text())
+        assert info["names"] == ["0", "2", "3", "4"] and info["grad_names"] == ["0", "2", "4"]
+
+
 # -- command line: python tests/test_distributed.py SCENARIO OUT ----------------------------------------
 if __name__ == "__main__":
     sys.path.insert(0, HERE)
