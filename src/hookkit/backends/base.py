@@ -2,14 +2,18 @@
 ``hookkit.backends`` imports a framework or asks which one it runs on; it calls these methods.
 
 Required for the core (``select``, the router, ``capture``, ``on_forward``): identity, layer tree,
-native hooks and the basic tensor methods. Required for the statistics (``ActivationStats``,
-``watch_nonfinite``): the reductions under "monitoring" and ``stack`` / ``to_numpy``.
-Optional, each raising ``NotImplementedError`` until a backend provides it (the feature named
-beside it then fails with that error): gradients (``hook_tensor``, ``identity_with_backward``,
-``when_all_grads``, ``grads_of``...), the intervention ops (dropout family, clipping, masks,
-pruning), the Grad-CAM helpers and the demo's training pieces. A backend for a framework without
-autograd implements the required part only: capture, on_forward and ActivationStats work on it
-(tests/test_seam.py proves it with a numpy "framework").
+the two forward hooks and the tensor basics (``requires_grad``, ``grad_enabled``, ``no_grad``,
+``to_numpy``, ``from_numpy``...). Required for the statistics (``ActivationStats``,
+``watch_nonfinite``): ``stack``, ``histc`` and the reductions under "monitoring".
+
+Optional, each raising ``NotImplementedError`` (or defaulting to "nothing to do") until a backend
+provides it, so that only the feature needing it fails: gradients (``hook_tensor``,
+``identity_with_backward``, ``when_all_grads``, ``grads_of``...: on_grad, on_backward, gradcam,
+GradientStats, clip_grad), the intervention ops (dropout family, masks, pruning), the summary's
+helpers (a mult-add counter, opaque layers), the wrapper class and the demo's training pieces,
+data-parallel training (defaults: one process). A backend for a framework without autograd
+implements the required part only: tests/test_seam.py registers such a numpy "framework" and runs
+capture, on_forward and ActivationStats on it.
 """
 
 from __future__ import annotations
@@ -159,7 +163,7 @@ class Backend:
         return str(t.dtype).rpartition(".")[2]
 
     def dtype_kind(self, t: Any) -> str:
-        """"float", "complex", "int" or "bool": what a feature can compute on ``t``."""
+        """ "float", "complex", "int" or "bool": what a feature can compute on ``t``."""
         name = self.dtype_name(t)
         if name == "bool":
             return "bool"
@@ -208,7 +212,7 @@ class Backend:
     def to_float(self, t: Any) -> Any:
         raise NotImplementedError
 
-    # -- monitoring (issue 5): a few fused reductions per call; the result stays on the device ----
+    # -- monitoring: a few fused reductions per call; the result stays on the device ------------
     # Each returns one row, a 1-d tensor (stacked later, in bulk); the reader finishes the formulas
     # on the host, knowing the element count n: std = sqrt(m2 / (n - 1)), fraction = count / n...
     def l2_norm(self, t: Any) -> Any:
