@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.backends import backend_for
 from hookkit.core.select import select
 from hookkit.core.tree import first_tensor
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_bool, check_model, check_tensor_like, fail, shown
 from hookkit.observers.capture import capture
 
 Target = int | Sequence[Any] | Callable[[Any], Any] | None
@@ -32,7 +32,7 @@ def gradcam(model: Any, layer: Any, inputs: Any, target: Target = None, *, eval:
     >>> cams = hookkit.gradcam(model, "features.3", x)           # doctest: +SKIP
     >>> cams = hookkit.gradcam(model, "features.3", x, target=7)  # doctest: +SKIP
     """
-    acts, grads, size = _activations_and_grads(model, layer, inputs, target, eval)
+    acts, grads, size = _activations_and_grads(model, layer, inputs, target, eval, "gradcam")
     weights = grads.mean(axis=(2, 3))
     return _finish(weights, acts, size)
 
@@ -42,7 +42,7 @@ def gradcam_plus_plus(model: Any, layer: Any, inputs: Any, target: Target = None
 
     >>> cams = hookkit.gradcam_plus_plus(model, "features.3", x)   # doctest: +SKIP
     """
-    acts, grads, size = _activations_and_grads(model, layer, inputs, target, eval)
+    acts, grads, size = _activations_and_grads(model, layer, inputs, target, eval, "gradcam_plus_plus")
     g2 = grads**2
     g3 = g2 * grads
     sum_acts = acts.sum(axis=(2, 3))
@@ -87,34 +87,42 @@ def resize_bilinear(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
 
 
 def _activations_and_grads(
-    model: Any, layer: Any, inputs: Any, target: Target, eval: bool
+    model: Any, layer: Any, inputs: Any, target: Target, eval: bool, fn: str = "gradcam"
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
-    be = backend_for(model)
+    be = check_model(model, fn=fn)
+    check_bool(eval, fn=fn, arg="eval")
     named = select(model, layer)
     if len(named) != 1:
-        names = ", ".join(n for n, _ in named[:6])
-        raise ValueError(f"gradcam needs exactly one layer; {layer!r} matched {len(named)}: {names}")
+        names = ", ".join(n or "(root)" for n, _ in named[:6]) + (", ..." if len(named) > 6 else "")
+        raise InvalidArgument(f"{fn}(): layer must match exactly one layer; {shown(layer)} matched {len(named)}: {names}")
     name = named[0][0]
+    inputs = check_tensor_like(inputs, be, fn=fn, arg="inputs")
     shape = be.shape(inputs)
     if len(shape) < 3:
-        raise ValueError(f"gradcam needs image inputs [N, C, H, W]; got shape {shape}")
+        fail(fn, "inputs", "images [N, C, H, W] (a tensor or numpy array)", inputs)
+    _check_target(target, shape[0], fn)
     size = (shape[-2], shape[-1])
     modes = [(m, be.is_training(m)) for _, m in be.named_layers(model)]
     if eval:
         be.set_training(model, False)
     try:
         x = _leaf_with_grad(be, inputs)
-        with capture(model, [named[0][1]], grads=True, detach=False) as cap:
+        # clone: the output as the layer returned it, before any in-place op after it (ReLU(inplace=True),
+        # a residual ``out += identity``) changes it; its gradient comes from the tensor hook placed on
+        # it then, which fires during a backward to the input even though the tensor was overwritten
+        with capture(model, [named[0][1]], grads=True, clone=True) as cap:
             output = model(x)
             if name not in cap:
-                raise ValueError(f"layer {name!r} did not run in the model's forward")
+                raise ValueError(f"{fn}(): layer {name or '(root)'!r} did not run in the model's forward")
             act = first_tensor(cap[name], be.is_tensor)
             if act is None or len(be.shape(act)) != 4:
-                got = None if act is None else be.shape(act)
-                raise ValueError(f"gradcam needs layer {name!r} to output [N, C, h, w]; it gave {got}")
+                got = None if act is None else list(be.shape(act))
+                raise ValueError(f"{fn}(): layer {name or '(root)'!r} must output [N, C, h, w] feature maps; it gave {got}")
             out = first_tensor(output, be.is_tensor)
-            score = _score(be, out, target, shape[0])
-            be.grads_of(score, [act])  # fills cap.grads without touching the parameters' .grad
+            score = _score(be, out, target, shape[0], fn)
+            be.grads_of(score, [x])  # the whole backward to the input; the parameters' .grad are left alone
+            if name not in cap.grads:
+                raise ValueError(f"{fn}(): no gradient reached layer {name or '(root)'!r}: the score does not depend on its output")
             grad = first_tensor(cap.grads[name], be.is_tensor)
             acts, grads = be.to_numpy(act).astype(np.float32), be.to_numpy(grad).astype(np.float32)
     finally:
@@ -124,19 +132,49 @@ def _activations_and_grads(
     return acts, grads, size
 
 
-def _score(be: Any, out: Any, target: Target, n: int) -> Any:
+_TARGETS = "None (the predicted class), an int class index, a list of one per sample, or a callable f(output) -> scores"
+
+
+def _check_target(target: Any, n: int, fn: str) -> None:
+    """What can be checked before the forward: the kind of target and, for a list, its length."""
+    if target is None or callable(target):
+        return
+    if isinstance(target, (bool, np.bool_)) or isinstance(target, (str, bytes, float, dict)):
+        fail(fn, "target", _TARGETS, target, kind=ArgumentTypeError)
+    if isinstance(target, (int, np.integer)):
+        if target < 0:
+            fail(fn, "target", "a class index >= 0", target)
+        return
+    try:
+        items = list(target)
+    except TypeError:
+        fail(fn, "target", _TARGETS, target, kind=ArgumentTypeError)
+    if len(items) != n:
+        fail(fn, "target", f"a list of {n} entries, one per sample (the inputs hold {n})", target)
+    for c in items:
+        if not (callable(c) or (isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) and c >= 0)):
+            fail(fn, "target", "a list of class indices >= 0 (or callables), one per sample", target, kind=ArgumentTypeError)
+
+
+def _score(be: Any, out: Any, target: Target, n: int, fn: str = "gradcam") -> Any:
     """The scalar whose gradient Grad-CAM explains: the sum over samples of each target's logit."""
     if callable(target):
         s = target(out)
         return s.sum() if len(be.shape(s)) else s
+    if out is None:
+        raise ValueError(f"{fn}(): the model returned no tensor to take a class score from; give target=f(output) -> scores")
+    out_shape = be.shape(out)
     if target is None:
         classes = be.to_numpy(out).reshape(n, -1).argmax(axis=1).tolist()
     elif isinstance(target, int | np.integer):
         classes = [int(target)] * n
     else:
         classes = list(target)
-        if len(classes) != n:
-            raise ValueError(f"target has {len(classes)} entries for {n} samples; give one per sample")
+    if len(out_shape) != 2 and any(not callable(c) for c in classes):
+        raise ValueError(f"{fn}(): a class target needs model outputs [N, classes]; got {list(out_shape)}: give target=f(output) -> scores")
+    for c in classes:
+        if not callable(c) and not 0 <= int(c) < out_shape[-1]:
+            fail(fn, "target", f"a class index in [0, {out_shape[-1] - 1}] (the model outputs {out_shape[-1]} classes)", target)
     total = None
     for i, c in enumerate(classes):
         s = c(out[i]) if callable(c) else out[i, int(c)]
