@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html as html_lib
 import io
 import json
 import os
@@ -139,9 +140,60 @@ def test_report_from_objects_with_a_summary(fw, tmp_path):
     assert path == out
     assert section_ids(html) == ["summary", "activations", "color-dim", "gradient-flow", "dropout"]
     assert "<title>my run</title>" in html and "lr: <b>0.001</b>" in html
-    for r in summary.rows:
-        assert f"{r.name} ({r.type})" in html
+    assert html_table(html, "summary") == text_table(str(summary))
     assert f"{summary.total_params:,}" in html and "0.490" in html
+
+
+def html_table(page: str, css_class: str) -> list[list[str]]:
+    """The header and body cells of ``<table class="css_class">``, as the browser shows their text."""
+    m = re.search(rf'<table class="{css_class}">(.*?)</table>', page, re.S)
+    assert m, f"no <table class={css_class!r}> in the page"
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", m.group(1), re.S)
+    return [[html_lib.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r, re.S)] for r in rows]
+
+
+def text_table(text: str) -> list[list[str]]:
+    """The header and rows of ``print(summary)``: the lines between the first and third rule, cut at runs of 2+ spaces."""
+    lines = text.splitlines()
+    rules = [i for i, line in enumerate(lines) if set(line) == {"="}]
+    return [re.split(r"\s{2,}", line.strip()) for line in lines[rules[0] + 1 : rules[2]] if set(line) != {"="}]
+
+
+def test_the_html_summary_table_is_the_text_table(fw, tmp_path):
+    """Same columns (Input Shape, Trainable), the same `--` and the same root row as print(summary),
+    read back from summary.json; a layer called three times gives three rows; a frozen layer says False."""
+    from hookkit.observers.summary import Summary
+
+    model = fw.shared_block_model()
+    for p in fw.params(model.out):  # frozen: Trainable False, the root Partial
+        if fw.name == "torch":
+            p.requires_grad_(False)
+        else:
+            p.stop_gradient = True
+    summary = hookkit.summary(
+        model, (2, 4), columns=("input_size", "output_size", "num_params", "params_percent", "trainable", "mult_adds")
+    )
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps(summary.to_dict()), encoding="utf-8")
+    html = hookkit.report(folder).read_text(encoding="utf-8")
+    text = text_table(str(summary))
+    assert html_table(html, "summary") == text
+    assert str(Summary.from_dict(json.loads((folder / "summary.json").read_text()))) == str(summary)
+    header, root, *rows = text
+    assert header == ["Layer (type)", "Input Shape", "Output Shape", "Param #", "Param %", "Trainable", "Mult-Adds"]
+    assert root[0] == "Repeat" and root[5] == "Partial"  # the model's class, not "(model) (Repeat)"
+    assert [r[0] for r in rows if r[0].startswith("block")] == [
+        "block (Linear) [call 0]",
+        "block (Linear) [call 1]",
+        "block (Linear) [call 2]",
+    ]
+    assert [r[3] for r in rows if r[0].startswith("block")][1:] == ["(recursive)", "(recursive)"]
+    assert next(r for r in rows if r[0].startswith("out"))[5] == "False"
+    lines = str(summary).splitlines()
+    rules = [i for i, line in enumerate(lines) if set(line) == {"="}]
+    footer = lines[rules[2] + 1 : rules[3]]  # totals, mult-adds method, memory
+    assert len(footer) >= 5 and [html_lib.unescape(li) for li in re.findall(r"<li>(.*?)</li>", html)] == footer
 
 
 def test_cli_report_and_its_errors(tmp_path, capsys):

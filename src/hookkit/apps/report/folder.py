@@ -98,9 +98,16 @@ def check_summary(data: dict, where: str) -> dict:
     for key in ("model", "framework"):
         if key in data:
             _field(where, key, data[key], isinstance(data[key], str), "a string")
-    for key in ("total_params", "trainable_params", "total_mult_adds"):
+    for key in ("total_params", "trainable_params", "total_mult_adds", "param_bytes", "input_bytes", "activation_bytes", "masked_params"):
         if key in data:
             _field(where, key, data[key], _is_int(data[key]), "an int")
+    for key in ("tied_parameters", "notes", "columns"):  # the table's footer and columns (render.py)
+        if key in data:
+            ok = isinstance(data[key], list) and all(isinstance(v, str) for v in data[key])
+            _field(where, key, data[key], ok, "an array of strings")
+    for key in ("mult_adds_method", "error"):
+        if data.get(key) is not None:
+            _field(where, key, data[key], isinstance(data[key], str), "a string")
     rows = data.get("rows", [])
     _field(where, "rows", rows, isinstance(rows, list), "an array of layer rows")
     for i, r in enumerate(rows):
@@ -108,12 +115,13 @@ def check_summary(data: dict, where: str) -> dict:
         _field(where, f, r, isinstance(r, dict), "an object")
         _field(where, f + ".name", r.get("name"), isinstance(r.get("name"), str), "a string")
         _field(where, f + ".type", r.get("type"), isinstance(r.get("type"), str), "a string")
-        for key in ("depth", "calls", "params", "mult_adds"):
+        for key in ("depth", "call", "calls", "params", "mult_adds"):
             if key in r:
                 _field(where, f"{f}.{key}", r[key], _is_int(r[key]) and r[key] >= 0, "an int >= 0")
-        shapes = r.get("output_shapes") or []
-        ok = isinstance(shapes, list) and all(isinstance(s, list) and all(_is_int(d) or isinstance(d, str) for d in s) for s in shapes)
-        _field(where, f + ".output_shapes", shapes, ok, "an array of shapes (arrays of ints)")
+        for key in ("input_shapes", "output_shapes"):
+            shapes = r.get(key) or []
+            ok = isinstance(shapes, list) and all(isinstance(s, list) and all(_is_int(d) or isinstance(d, str) for d in s) for s in shapes)
+            _field(where, f"{f}.{key}", shapes, ok, "an array of shapes (arrays of ints)")
     return data
 
 

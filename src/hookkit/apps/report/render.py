@@ -79,30 +79,22 @@ def page(title: str, meta: dict[str, Any], sections: list[Section]) -> str:
 
 # -- sections from data ---------------------------------------------------------------------------
 def summary_section(summary: dict[str, Any]) -> Section:
-    """The model's layer table from ``Summary.to_dict()``."""
+    """The model's layer table from ``Summary.to_dict()``: the same columns and cells as ``print(summary)``."""
+    from hookkit.observers.summary import Summary
+
+    s = Summary.from_dict(summary)
+    header, body, footer = s.table()
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     rows = []
-    for r in summary.get("rows", []):
-        shapes = r.get("output_shapes") or []
-        shape = ", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in shapes) or "-"
-        calls = f" x{r['calls']}" if r.get("calls", 1) > 1 else ""
-        rows.append(
-            [
-                ("  " * r.get("depth", 0)) + f"{r['name'] or '(model)'} ({r['type']}){calls}",
-                shape,
-                f"{r.get('params', 0):,}",
-                f"{r.get('mult_adds', 0):,}",
-            ]
-        )
-    sec = Section(
-        "summary", "Model summary", f"{summary.get('model', '')} ({summary.get('framework', '')}), from hookkit.observers.summary()."
-    )
-    sec.items.append(table(["Layer (type)", "Output shape", "Params", "Mult-adds"], rows, numeric={2, 3}))
-    totals = [
-        ["Total params", f"{summary.get('total_params', 0):,}"],
-        ["Trainable params", f"{summary.get('trainable_params', 0):,}"],
-        ["Mult-adds (one forward)", f"{summary.get('total_mult_adds', 0):,}"],
-    ]
-    sec.items.append("<p></p>" + table(["Total", ""], totals, numeric={1}))
+    for r, cells in zip(s.rows, body):
+        label = cells[0].lstrip(" ")  # the text table indents with spaces; HTML indents with padding
+        first = f'<td style="padding-left:{12 + 18 * r.depth}px">{html.escape(label)}</td>'
+        rest = "".join(f'<td class="num">{html.escape(c)}</td>' for c in cells[1:])
+        cls = ' class="failed"' if r.failed else (' class="static"' if r.static else "")
+        rows.append(f"<tr{cls}>{first}{rest}</tr>")
+    sec = Section("summary", "Model summary", f"{s.model_type} ({s.framework}), from hookkit.summary().")
+    sec.items.append(f'<table class="summary"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>')
+    sec.items.append('<ul class="totals">' + "".join(f"<li>{html.escape(line)}</li>" for line in footer) + "</ul>")
     return sec
 
 

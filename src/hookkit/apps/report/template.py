@@ -21,7 +21,13 @@ figcaption { color: var(--muted); font-size: 13px; }
 table { border-collapse: collapse; font-size: 13px; font-variant-numeric: tabular-nums; }
 th, td { padding: 4px 12px; border-bottom: 1px solid var(--line); text-align: left; }
 th { background: #eef1f5; }
-td.num { text-align: right; }
+td.num { text-align: right; white-space: nowrap; }
+table.summary td:first-child { white-space: nowrap; }
+tr.failed td { color: #b3261e; font-weight: 600; }
+tr.static td { color: var(--muted); }
+ul.totals { list-style: none; padding: 0; margin: 10px 0 0; color: var(--muted); font-size: 13px; }
+ul.totals li { margin: 1px 0; }
+figure.wide { width: 100%; }
 .grid { display: flex; flex-wrap: wrap; gap: 16px; }
 .grid figure { margin: 0; }
 footer { color: var(--muted); font-size: 12px; padding: 16px 40px; border-top: 1px solid var(--line); }

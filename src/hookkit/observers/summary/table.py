@@ -107,7 +107,43 @@ class Summary:
             "forward_ran": self.forward_ran,
             "notes": list(self.notes),
             "error": self.error,
+            "columns": list(self.columns),
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Summary:
+        """The summary a ``to_dict()`` describes (``summary.json``, ``--json``): the same table again.
+
+        >>> hookkit.observers.summary.Summary.from_dict(json.load(open("summary.json")))   # doctest: +SKIP
+        """
+        known = {f.name for f in dataclasses.fields(Row)}
+        rows = [Row(**{k: v for k, v in r.items() if k in known}) for r in data.get("rows", [])]
+        columns = tuple(c for c in data.get("columns", DEFAULT_COLUMNS) if c in HEADERS) or DEFAULT_COLUMNS
+        total = data.get("total_params", 0)
+        return cls(
+            model_type=data.get("model", ""),
+            framework=data.get("framework", ""),
+            rows=rows,
+            all_rows=rows,
+            total_params=total,
+            trainable_params=data.get("trainable_params", total),
+            param_bytes=data.get("param_bytes", 0),
+            input_bytes=data.get("input_bytes", 0),
+            activation_bytes=data.get("activation_bytes", 0),
+            total_mult_adds=data.get("total_mult_adds", 0),
+            mult_adds_method=data.get("mult_adds_method", ""),
+            tied=list(data.get("tied_parameters", [])),
+            columns=columns,
+            error=data.get("error"),
+            masked_params=data.get("masked_params", 0),
+            forward_ran=data.get("forward_ran", True),
+            notes=list(data.get("notes", [])),
+        )
+
+    def table(self) -> tuple[list[str], list[list[str]], list[str]]:
+        """``(header, rows, footer lines)``: the cells of the text table, for other renderers (the HTML report)."""
+        header, body = self._cells()
+        return header, body, self._footer()
 
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent)
