@@ -332,8 +332,12 @@ def test_failure_in_a_pre_hook_and_below_depth(fw, capsys):
 
 def test_argument_errors_are_clear(fw):
     model = fw.mlp()
-    with pytest.raises(ValueError, match="input_size=.*or input_data"):
-        hookkit.summary(model)
+    with pytest.raises(ValueError, match="give input_size or input_data, not both"):
+        hookkit.summary(model, (1, 5), input_data=fw.randn(1, 5))
+    with pytest.raises(ValueError, match="depth must be an int >= 0; got -1"):
+        hookkit.summary(model, (1, 5), depth=-1)
+    with pytest.raises(ValueError, match="every dimension must be positive"):
+        hookkit.summary(model, (0, 5))
     with pytest.raises(ValueError, match="valid: input_size"):
         hookkit.summary(model, (1, 5), columns=["shapes"])
     with pytest.raises(ValueError, match="unknown dtype 'complex7'"):
@@ -393,9 +397,21 @@ def test_cli_transformers_class_with_config_kw(capsys):
         (["test_summary:make_mpl", "--input-size", "1,5"], "has no attribute 'make_mpl' ('make_mpl' is missing; closest: make_mlp"),
         (["test_summary:make_nothing", "--input-size", "1,5"], "returned int, not a model"),
         (["test_summary:make_mlp", "--input-size", "1,4"], "in layer '0' (Linear, call 0"),
-        (["test_summary:make_mlp", "--input-size", "1,a"], "--input-size expects integers"),
-        (["test_summary:make_mlp"], "give at least one --input-size"),
-        (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "nope=1"], "calling test_summary:make_mlp failed: TypeError"),
+        (["test_summary:make_mlp", "--input-size", "1,a"], "--input-size '1,a' is not a shape: give positive integers separated"),
+        (["test_summary:make_mlp", "--input-size", "1,x"], "--input-size '1,x' is not a shape"),
+        (["test_summary:make_mlp", "--input-size", "1,,5"], "is not a shape"),
+        (["test_summary:make_mlp", "--input-size", "1,0"], "every dimension must be positive"),
+        (
+            ["test_summary:make_mlp", "--input-size", "1,5", "--kw", "widht=3"],
+            "--kw widht=3: test_summary:make_mlp takes no 'widht'; did you mean width?",
+        ),
+        (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "nope=1"], "takes no 'nope'; valid: framework, width"),
+        (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "width=3", "--kw", "width=4"], "--kw width is given twice"),
+        (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "width"], "--kw expects key=value"),
+        (["test_summary:make_mlp", "--input-size", "1,5", "--dtype", "complex7"], "--dtype: unknown dtype 'complex7'"),
+        (["test_summary:make_mlp", "--dtype", "long"], "--dtype needs an --input-size"),
+        (["test_summary:make_mlp", "--input-size", "1,5", "--depth", "-1"], "--depth must be >= 0"),
+        (["transformers:GPT2LMHeadModel", "--kw", "n_layr=1", "--input-size", "1,8"], "GPT2Config takes no 'n_layr'; did you mean n_layer"),
         (["make_mlp", "--input-size", "1,5"], "TARGET must look like package.module:callable"),
     ],
 )
@@ -413,3 +429,311 @@ def test_cli_subprocess():
     data = json.loads(done.stdout)
     assert data["total_mult_adds"] == 3 * (5 * 8 + 8 * 3) and data["model"] == "Sequential"
     assert "Traceback" not in done.stderr
+
+
+def test_cli_without_input_gives_the_parameter_table(capsys):
+    assert cli_main(["summary", "test_summary:make_mlp", "--kw", "width=7"]) == 0
+    out = capsys.readouterr().out
+    assert "Param #" in out and "Output Shape" not in out and "no input given: parameters only" in out
+    assert f"Total params: {5 * 7 + 7 + 7 * 3 + 3:,}" in out
+
+
+def test_cli_hints_dtype_long_for_embeddings(capsys):
+    pytest.importorskip("transformers")
+    argv = ["summary", "transformers:GPT2LMHeadModel", "--kw", "n_layer=1", "--kw", "n_embd=32", "--kw", "n_head=2"]
+    assert cli_main([*argv, "--kw", "vocab_size=100", "--input-size", "1,8"]) == 2
+    err = capsys.readouterr().err
+    assert "in layer 'transformer.wte' (Embedding" in err and "--dtype long" in err and "Traceback" not in err
+    # the hidden_size alias of n_embd is a valid config key
+    alias = [*argv[:4], "--kw", "hidden_size=32", "--kw", "n_head=2", "--kw", "vocab_size=100"]
+    assert cli_main([*alias, "--input-size", "1,8", "--dtype", "long", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["total_params"] > 0
+
+
+# -- recurrent layers and attention: textbook counts --------------------------------------------------
+def _rnn_textbook(gates: int, inp: int, hidden: int, layers: int, dirs: int, tokens: int, proj: int = 0) -> int:
+    out = proj or hidden
+    total = 0
+    for layer in range(layers):
+        i = inp if layer == 0 else out * dirs
+        per_dir = gates * hidden * (i + out) + (hidden * proj if proj else 0)
+        total += dirs * per_dir
+    return tokens * total
+
+
+@pytest.mark.parametrize("kind, gates", [("LSTM", 4), ("GRU", 3), ("RNN", 1)])
+@pytest.mark.parametrize("layers, bidirectional, batch_first", [(1, False, False), (2, True, True)])
+def test_torch_recurrent_layers_textbook(torch_fw, kind, gates, layers, bidirectional, batch_first):
+    nn = torch_fw.nn
+    layer = getattr(nn, kind)(6, 5, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first)
+    b, t = 3, 7
+    shape = (b, t, 6) if batch_first else (t, b, 6)
+    for mode in ("eval", "train"):  # train: the CPU LSTM kernel is mkldnn_rnn_layer either way
+        s = hookkit.summary(layer, shape, mode=mode)
+        assert s.total_mult_adds == _rnn_textbook(gates, 6, 5, layers, 2 if bidirectional else 1, b * t)
+
+
+def test_torch_lstm_projection_and_packed_sequence(torch_fw):
+    import torch
+
+    lstm = torch.nn.LSTM(6, 5, proj_size=3)
+    s = hookkit.summary(lstm, (7, 2, 6))
+    assert s.total_mult_adds == _rnn_textbook(4, 6, 5, 1, 1, 14, proj=3)
+
+    class Packed(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = torch.nn.LSTM(6, 5, num_layers=2, bidirectional=True)
+
+        def forward(self, x, lengths):
+            return self.lstm(torch.nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False))[1][0]
+
+    s = hookkit.summary(Packed(), input_data=[torch.randn(7, 3, 6), torch.tensor([7, 2, 4])])
+    assert s.total_mult_adds == _rnn_textbook(4, 6, 5, 2, 2, 7 + 2 + 4)  # padding is not computed
+
+
+def test_torch_rnn_and_attention_kernels_have_formulas(torch_fw):
+    """Kernels PyTorch picks on GPUs (cuDNN RNN, flash / efficient / cuDNN attention) counted on meta tensors."""
+    import torch
+
+    from hookkit.backends import backend_for
+
+    counter = backend_for(torch.nn.Linear(1, 1)).mult_add_counter()
+    meta = {"device": "meta"}
+    x, h = torch.empty(7, 2, 6, **meta), torch.empty(1, 2, 5, **meta)
+    weights = [torch.empty(20, 6, **meta), torch.empty(20, 5, **meta), torch.empty(20, **meta), torch.empty(20, **meta)]
+    q = torch.empty(2, 4, 9, 16, **meta, dtype=torch.float16)
+    k = torch.empty(2, 4, 11, 16, **meta, dtype=torch.float16)
+    aten = torch.ops.aten
+    with counter:
+        aten._cudnn_rnn(x, weights, 4, None, h, h, 2, 5, 0, 1, False, 0.0, False, False, [], None)
+        rnn = counter.total()
+        aten._scaled_dot_product_flash_attention(q, k, k)
+        aten._scaled_dot_product_efficient_attention(q, k, k, None, False)
+        aten._scaled_dot_product_cudnn_attention(q, k, k, None, False)
+        aten._scaled_dot_product_fused_attention_overrideable(q, k, k)
+    assert rnn == 14 * 20 * (6 + 5)
+    assert counter.total() - rnn == 4 * (2 * 2 * 4 * 9 * 11 * 16)
+
+
+def _vit_block(torch, e: int, heads: int, mlp: int):
+    class Block(torch.nn.Module):  # torchvision's EncoderBlock layout
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1, self.ln_2 = torch.nn.LayerNorm(e), torch.nn.LayerNorm(e)
+            self.self_attention = torch.nn.MultiheadAttention(e, heads, batch_first=True)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(e, mlp), torch.nn.GELU(), torch.nn.Linear(mlp, e))
+
+        def forward(self, x):
+            y = self.ln_1(x)
+            x = x + self.self_attention(y, y, y, need_weights=False)[0]
+            return x + self.mlp(self.ln_2(x))
+
+    return Block()
+
+
+def test_torch_attention_fast_path_eval_and_train(torch_fw):
+    import torch
+
+    b, t, e, heads, mlp = 2, 10, 16, 4, 32
+    attention = 4 * b * t * e * e + 2 * b * t * t * e  # q, k, v, out projections; q @ k^T and weights @ v
+    block = torch.nn.Sequential(torch.nn.Conv2d(3, e, 4, stride=4), torch.nn.Flatten(2))
+
+    class ViT(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = block
+            self.blocks = torch.nn.Sequential(*[_vit_block(torch, e, heads, mlp) for _ in range(2)])
+
+        def forward(self, x):
+            return self.blocks(self.patch(x).transpose(1, 2))
+
+    patches = b * t * e * 3 * 4 * 4  # 40x4 image -> 10 patches
+    per_block = attention + 2 * b * t * e * mlp
+    for mode in ("eval", "train"):  # eval takes aten._native_multi_head_attention
+        s = hookkit.summary(ViT(), (b, 3, 4, 40), mode=mode)
+        assert s.total_mult_adds == patches + 2 * per_block, mode
+        assert {r.name: r.mult_adds for r in s.all_rows}["blocks.0.self_attention"] == attention
+
+    layer = torch.nn.TransformerEncoderLayer(e, heads, mlp, batch_first=True)
+    for mode in ("eval", "train"):  # eval: aten._transformer_encoder_layer_fwd, the whole layer in one kernel
+        assert hookkit.summary(layer, (b, t, e), mode=mode).total_mult_adds == per_block
+
+    encoder = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(e, heads, mlp, batch_first=True), 2)
+    mask = torch.zeros(b, t, dtype=torch.bool)
+    mask[1, 6:] = True  # the second sequence has 6 real tokens: the nested-tensor fast path skips the padding
+    s = hookkit.summary(encoder.eval(), input_data={"src": torch.randn(b, t, e), "src_key_padding_mask": mask})
+    lengths = [10, 6]
+    per_layer = sum(4 * n * e * e + 2 * n * n * e + 2 * n * e * mlp for n in lengths)
+    assert s.total_mult_adds == 2 * per_layer
+
+
+@pytest.mark.parametrize("kind, gates", [("LSTM", 4), ("GRU", 3), ("SimpleRNN", 1)])
+def test_paddle_recurrent_layers_textbook(paddle_fw, kind, gates):
+    nn = paddle_fw.nn
+    b, t = 3, 7
+    for layers, direction in ((1, "forward"), (2, "bidirect")):
+        layer = getattr(nn, kind)(6, 5, num_layers=layers, direction=direction)
+        s = hookkit.summary(layer, (b, t, 6))
+        assert s.total_mult_adds == _rnn_textbook(gates, 6, 5, layers, 2 if direction == "bidirect" else 1, b * t)
+    cell_name = {"LSTM": "LSTMCell", "GRU": "GRUCell", "SimpleRNN": "SimpleRNNCell"}[kind]
+    wrapped = nn.RNN(getattr(nn, cell_name)(6, 5))  # the cell runs per step: counted once, by the cell
+    s = hookkit.summary(wrapped, (b, t, 6))
+    assert s.total_mult_adds == _rnn_textbook(gates, 6, 5, 1, 1, b * t)
+    assert [r.mult_adds for r in s.all_rows if r.name == "cell"] == [b * gates * 5 * 11] * t
+
+
+def test_paddle_attention_against_paddle_flops_rules(paddle_fw):
+    """paddle.flops (paddle 3.3.1) fails on any layer with sublayers (int() of a [1]-tensor), so its
+    per-layer rules (paddle.hapi.dynamic_flops.register_hooks) are compared directly. It has none for
+    MultiHeadAttention or the recurrent layers: hookkit's attention matmuls and RNN rules are extra."""
+    import paddle
+    from paddle.hapi import dynamic_flops
+
+    b, t, e = 2, 5, 16
+    layer = paddle.nn.TransformerEncoderLayer(e, 4, 32, dropout=0.0)
+    s = hookkit.summary(layer, (b, t, e), depth=5)
+    assert dynamic_flops.register_hooks.get(paddle.nn.MultiHeadAttention) is None
+    assert dynamic_flops.register_hooks.get(paddle.nn.LSTM) is None
+    linears = [(n, m) for n, m in layer.named_sublayers() if isinstance(m, paddle.nn.Linear)]
+    assert len(linears) == 6
+    with hookkit.capture(layer, [n for n, _ in linears], inputs=True) as cap:
+        layer(paddle.randn([b, t, e]))
+    for name, m in linears:
+        m.total_ops = paddle.zeros([1], dtype="int64")
+        rec = cap.calls(name)[0]
+        dynamic_flops.count_linear(m, (rec.inputs[0],), rec.output)
+        assert _row(s, name).mult_adds == int(m.total_ops.item()), name
+    matmuls = 2 * b * t * t * e
+    assert _row(s, "self_attn").mult_adds == 4 * b * t * e * e + matmuls
+    norms = 2 * b * t * e
+    assert s.total_mult_adds == 4 * b * t * e * e + matmuls + 2 * b * t * e * 32 + norms
+
+
+# -- the model comes back exactly as it was ---------------------------------------------------------
+def _state(fw, model):
+    return {k: fw.numpy(v).copy() for k, v in model.state_dict().items()}
+
+
+def _bn_model(fw):
+    bn1d = fw.nn.BatchNorm1d if fw.name == "torch" else fw.nn.BatchNorm1D
+    return fw.sequential(fw.linear(4, 6), bn1d(6), fw.relu(), fw.linear(6, 3))
+
+
+@pytest.mark.parametrize("mode", ["train", "eval", "same"])
+def test_summary_leaves_state_flags_and_hooks_unchanged(fw, mode):
+    model = _bn_model(fw)
+    model.train()
+    model[3].eval()
+    frozen = model[3].weight
+    if fw.name == "torch":
+        frozen.requires_grad_(False)
+    else:
+        frozen.stop_gradient = True
+    seen = []
+    user_hook = model[0].register_forward_post_hook if fw.name == "paddle" else model[0].register_forward_hook
+    handle = user_hook(lambda layer, args, out: seen.append(1))
+    before = _state(fw, model)
+    hookkit.summary(model, (8, 4), mode=mode)
+    after = _state(fw, model)
+    assert before.keys() == after.keys() and all((before[k] == after[k]).all() for k in before)  # BN statistics too
+    assert [m.training for m in (model, model[0], model[1], model[3])] == [True, True, True, False]
+    assert fw.requires_grad(model[3].weight) is False and fw.requires_grad(model[0].weight) is True
+    assert seen == [1] and not hooks_left(model)[1:] and hooks_left(model) in ([], ["0"])  # the user's hook stays
+    handle.remove()
+    assert not hooks_left(model)
+
+
+def test_summary_restores_state_when_the_forward_fails(fw):
+    class Breaks(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = _bn_model(fw)
+
+        def forward(self, x):
+            self.body(x)
+            raise ValueError("after the BatchNorm ran")
+
+    model = Breaks()
+    model.eval()
+    before = _state(fw, model)
+    with pytest.raises(ValueError):
+        hookkit.summary(model, (8, 4), mode="train")
+    after = _state(fw, model)
+    assert all((before[k] == after[k]).all() for k in before)
+    assert not model.training and not hooks_left(model)
+
+
+# -- no input, containers, layers hooks cannot reach ------------------------------------------------
+def test_no_input_gives_the_parameter_tree(fw):
+    model = fw.small_cnn()
+    s = hookkit.summary(model)
+    assert not s.forward_ran and s.total_params == sum(fw.numpy(p).size for p in model.parameters())
+    assert [r.name for r in s.rows][:3] == ["", "conv1", "bn1"] and all(r.static for r in s.all_rows)
+    assert s.columns == ("num_params", "trainable") and "Mult-Adds" not in str(s)
+    assert "no input given: parameters only" in str(s) and s.to_dict()["forward_ran"] is False
+    assert not hooks_left(model)
+
+
+def test_empty_containers(fw):
+    layer_list = fw.nn.ModuleList if fw.name == "torch" else fw.nn.LayerList
+
+    class WithEmpty(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.extra = layer_list()
+            self.fc = fw.linear(3, 2)
+
+        def forward(self, x):
+            for layer in self.extra:
+                x = layer(x)
+            return self.fc(x)
+
+    s = hookkit.summary(WithEmpty(), (1, 3))
+    assert s.total_params == 8 and s.total_mult_adds == 6 and [r.name for r in s.rows] == ["", "fc"]
+    for inputs in (None, (1, 3)):  # a bare container has no forward: its parameter tree
+        s = hookkit.summary(layer_list(), inputs)
+        assert s.total_params == 0 and not s.forward_ran
+    s = hookkit.summary(layer_list([fw.linear(2, 2)]), (1, 2))
+    assert s.total_params == 6 and "container without forward()" in str(s)
+
+
+def test_scripted_child_is_an_opaque_row_and_hooks_refuse_it_clearly(torch_fw):
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.jit.script(torch.nn.Sequential(torch.nn.Linear(5, 3), torch.nn.ReLU())))
+    s = hookkit.summary(model, (2, 4))
+    assert [(r.name, r.static, r.depth) for r in s.rows] == [
+        ("", False, 0),
+        ("0", False, 1),
+        ("1", True, 1),
+        ("1.0", True, 2),
+        ("1.1", True, 2),
+    ]
+    assert _row(s, "1").note == "scripted" and _row(s, "1.0").type == "Linear" and _row(s, "1").params == 18
+    assert s.total_mult_adds == _row(s, "").mult_adds == 2 * 4 * 5 + 2 * 5 * 3  # the scripted ops count in the parent
+    assert not hooks_left(model)
+    with pytest.raises(hookkit.HookkitError, match=r"cannot hook layer '1': it is a ScriptModule \(RecursiveScriptModule"):
+        hookkit.capture(model, "1")
+    with pytest.raises(hookkit.HookkitError, match="cannot hook layer '1.0'"):
+        hookkit.on_forward(model, "1.0", lambda *a: None)
+    assert not hooks_left(model)
+
+
+def test_to_static_child_is_an_opaque_row(paddle_fw):
+    import paddle
+
+    model = paddle.nn.Sequential(paddle.nn.Linear(4, 5), paddle.jit.to_static(paddle.nn.Linear(5, 3)))
+    s = hookkit.summary(model, (2, 4))
+    assert [(r.name, r.static) for r in s.rows] == [("", False), ("0", False), ("1", True)]
+    assert _row(s, "1").note == "to_static" and s.total_params == 25 + 18
+    assert s.total_mult_adds == 2 * 4 * 5  # Paddle counts per layer call: the converted layer's is not seen
+    assert "to_static" in str(s) and not hooks_left(model)
+
+
+def test_embedding_with_float_input_hints_dtype_long(fw, capsys):
+    model = fw.sequential(fw.nn.Embedding(10, 4), fw.linear(4, 2))
+    with pytest.raises(Exception) as info:
+        hookkit.summary(model, (2, 3))
+    assert "pass dtypes='long'" in "\n".join(info.value.__notes__)
+    assert hookkit.summary(model, (2, 3), dtypes="long").total_params == 10 * 4 + 4 * 2 + 2

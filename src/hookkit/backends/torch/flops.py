@@ -92,6 +92,19 @@ def _encoder_layer_flops(src: Any, embed_dim: int, *args: Any, out_val: Any = No
     return 2 * (_attention(src, src, int(embed_dim), with_projections=True) + tokens * _weights(ffn))
 
 
+@_raw
+def _linear_flops(input: Any, weight: Any, *args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    # registered so that linear is not decomposed: its decomposition fails on nested tensors, which
+    # an nn.TransformerEncoder hands its layers in eval when they cannot take their fast path
+    rows = sum(_lengths(input)) if input.is_nested else input.numel() // max(1, int(input.shape[-1]))
+    return 2 * rows * weight.numel()
+
+
+@_raw
+def _free(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+    return 0  # elementwise work; registered so that it is not decomposed (nested tensors, see above)
+
+
 def _sdpa_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
@@ -103,6 +116,9 @@ _EXTRA = {
     "_lstm_mps": _lstm_mps_flops,
     "_native_multi_head_attention": _native_mha_flops,
     "_transformer_encoder_layer_fwd": _encoder_layer_flops,
+    "linear": _linear_flops,
+    "native_layer_norm": _free,
+    "native_dropout": _free,
     "_scaled_dot_product_flash_attention_for_cpu": _sdpa_flops,
     "_scaled_dot_product_fused_attention_overrideable": _sdpa_flops,
 }
@@ -114,7 +130,9 @@ def extra_formulas() -> dict:
     for name, fn in _EXTRA.items():
         op = getattr(aten, name, None)
         if op is not None and op not in flop_counter.flop_registry:
-            formulas[op] = fn
+            formulas[op] = fn  # counting looks up the packet
+            for overload in op.overloads():  # the mode decomposes an overload absent from the registry
+                formulas[getattr(op, overload)] = fn
     return formulas
 
 

@@ -11,7 +11,7 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.errors import UnsupportedModel
 from hookkit.core.select import ALL, select
 from hookkit.observers.summary.inputs import build_inputs, is_float
-from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, tensors
+from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
 from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summary
 
 MODES = ("eval", "train", "same")
@@ -80,7 +80,7 @@ def summarize(
     result = _assemble(model, be, named, rows, depth, columns, notes)
     result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
     result.mult_adds_method = counter.label
-    result.input_bytes = sum(be.numel(t) * be.itemsize(t) for t in tensors((args, kwargs), be.is_tensor))
+    result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]
     if exc is not None:
         _attribute(exc, rec, result, made_dtypes)
     return result, exc

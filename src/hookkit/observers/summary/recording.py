@@ -37,6 +37,19 @@ def tensors(obj: Any, is_tensor: Any, depth: int = 0) -> list[Any]:
     return []
 
 
+def shapes_and_bytes(be: Backend, ts: list[Any]) -> tuple[list[list[int]], int]:
+    """Shapes and bytes of the tensors that have a plain shape (a nested tensor has none: skipped)."""
+    found, size = [], 0
+    for t in ts:
+        try:
+            shape = list(be.shape(t))
+            size += be.numel(t) * be.itemsize(t)
+        except RuntimeError:
+            continue
+        found.append(shape)
+    return found, size
+
+
 class Recorder:
     """The forward_pre / forward observers: one Row per call, a stack of open calls."""
 
@@ -52,7 +65,7 @@ class Recorder:
             type=be.type_name(ev.layer),
             depth=len(self.stack),
             call=ev.call,
-            input_shapes=[list(be.shape(t)) for t in tensors((ev.args, ev.kwargs), be.is_tensor)],
+            input_shapes=shapes_and_bytes(be, tensors((ev.args, ev.kwargs), be.is_tensor))[0],
             kernel_size=kernel_size(ev.layer),
             leaf=id(ev.layer) in self.leaf_ids,
         )
@@ -73,9 +86,7 @@ class Recorder:
         self.finish(row, ev.output, self.counter.total() - start)
 
     def finish(self, row: Row, output: Any, mult_adds: int) -> None:
-        outs = tensors(output, self.be.is_tensor)
-        row.output_shapes = [list(self.be.shape(t)) for t in outs]
-        row.output_bytes = sum(self.be.numel(t) * self.be.itemsize(t) for t in outs)
+        row.output_shapes, row.output_bytes = shapes_and_bytes(self.be, tensors(output, self.be.is_tensor))
         row.mult_adds = mult_adds
         row.finished = True
 
@@ -121,7 +132,7 @@ def run_forward(
             root = None
             if not hooked:  # the model itself takes no hooks (scripted): one row from its inputs and output
                 root = Row(name="", type=be.type_name(model), depth=0, call=0, leaf=not be.children(model))
-                root.input_shapes = [list(be.shape(t)) for t in tensors((args, kwargs), be.is_tensor)]
+                root.input_shapes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[0]
                 rec.rows.append(root)
                 rec.stack.append((root, 0))
             output = model(*args, **kwargs)
