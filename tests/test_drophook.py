@@ -308,3 +308,35 @@ def test_unpickling_rebuilds_the_wrapper_class_in_a_fresh_process(fw, monkeypatc
 
 def backend_layer(fw):
     return hookkit.backends.backend_for(fw.mlp()).layer_base()
+
+
+def test_a_model_with_every_intervention_attached_pickles(fw):
+    import copy
+    import pickle
+
+    model = fw.sequential(fw.conv2d(1, 4, 3, padding=1), fw.relu(), fw.linear(6, 3))
+    x = fw.randn(2, 1, 6, 6)
+    handles = [
+        hookkit.dropout(model, "1", p=0.2),
+        hookkit.channel_dropout(model, "0", p=0.2),
+        hookkit.drop_block(model, "1", p=0.2, block_size=2),
+        hookkit.drop_path(model, "1", p=0.1),
+        hookkit.gaussian_noise(model, "2", std=0.1),
+        hookkit.clip_grad(model, "0", value=1.0),
+        hookkit.prune(model, "2", amount=0.5),
+        hookkit.mask_activations(model, "1", threshold=0.1),
+        hookkit.steer(model, "2", np.ones(3, np.float32)),
+        hookkit.edit(model, "2", lambda out, ev: out * 2),  # a lambda: the copies do not carry it
+    ]
+    model(x)
+    model.eval()
+    hooked = fw.numpy(model(x))
+    for twin in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+        twin.eval()
+        out = fw.numpy(twin(x))  # the copy runs without hookkit's hooks: no steer, no edit
+        plain_w = fw.numpy(twin[2].weight)
+        assert (plain_w == 0).mean() == pytest.approx(0.5, abs=0.02)  # pruned values are data: they stay
+        assert not np.allclose(out, hooked)
+    np.testing.assert_array_equal(fw.numpy(model(x)), hooked)  # the original keeps its hooks
+    for h in handles:
+        h.remove()
