@@ -83,10 +83,11 @@ def test_attention_counts_its_two_matmuls(torch_fw, sdpa):
     assert sum(_row(s, n).mult_adds for n in "qkv") == projections
 
 
-def test_paddle_multihead_attention_rule(paddle_fw):
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_paddle_multihead_attention_rule(paddle_fw, mode):
     b, t, e = 2, 5, 16
-    mha = paddle_fw.nn.MultiHeadAttention(e, 4)
-    s = hookkit.summary(mha, (b, t, e))
+    mha = paddle_fw.nn.MultiHeadAttention(e, 4, dropout=0.1)
+    s = hookkit.summary(mha, (b, t, e), mode=mode)
     assert s.total_mult_adds == 4 * b * t * e * e + 2 * b * t * t * e
     assert _row(s, "q_proj").mult_adds == b * t * e * e
 
@@ -737,3 +738,11 @@ def test_embedding_with_float_input_hints_dtype_long(fw, capsys):
         hookkit.summary(model, (2, 3))
     assert "pass dtypes='long'" in "\n".join(info.value.__notes__)
     assert hookkit.summary(model, (2, 3), dtypes="long").total_params == 10 * 4 + 4 * 2 + 2
+
+
+def test_lazy_layers_count_once_initialized(torch_fw):
+    nn = torch_fw.nn
+    model = nn.Sequential(nn.LazyLinear(4), nn.Linear(4, 2))
+    s = hookkit.summary(model)
+    assert s.total_params == 4 * 2 + 2 and "2 parameters of lazy layers are not initialized yet" in str(s)
+    assert hookkit.summary(model, (1, 3)).total_params == 3 * 4 + 4 + 4 * 2 + 2  # the forward initializes them

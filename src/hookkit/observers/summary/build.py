@@ -162,8 +162,17 @@ def _param_info(be: Backend, named: list) -> tuple[dict[int, list[str]], dict[in
     return owners, unique
 
 
+def _initialized(be: Backend, p: Any) -> bool:
+    """False for a lazy layer's parameter before its first forward (it has no shape yet)."""
+    try:
+        be.numel(p)
+    except ValueError:
+        return False
+    return True
+
+
 def _layer_params(layer: Any, be: Backend) -> tuple[int, bool | str | None]:
-    seen = {id(p): p for p in be.parameters(layer)}
+    seen = {id(p): p for p in be.parameters(layer) if _initialized(be, p)}
     if not seen:
         return 0, None
     n = sum(be.numel(p) for p in seen.values())
@@ -180,7 +189,7 @@ def _masked(be: Backend, named: list, unique: dict[int, Any]) -> int:
         params = dict(be.named_parameters(layer, recurse=False))
         for bname, mask in be.forward_state(layer):
             orig = params.get(bname[: -len("_mask")] + "_orig") if bname.endswith("_mask") else None
-            if orig is None or id(orig) in seen or id(orig) not in unique or be.shape(mask) != be.shape(orig):
+            if orig is None or id(orig) in seen or not _initialized(be, orig) or be.shape(mask) != be.shape(orig):
                 continue
             seen.add(id(orig))
             masked += int(np.count_nonzero(be.to_numpy(mask) == 0))
@@ -207,7 +216,9 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
             info[row.name] = (n, trainable, tied)
         row.params, row.trainable, row.tied = info[row.name]
         row.calls = calls[row.name]
-    params = list(unique.values())
+    params = [p for p in unique.values() if _initialized(be, p)]
+    if len(params) < len(unique):
+        notes = [*notes, f"{len(unique) - len(params)} parameters of lazy layers are not initialized yet: not counted (give an input)"]
     return Summary(
         model_type=be.type_name(model),
         framework=be.name,
