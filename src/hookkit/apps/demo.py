@@ -24,6 +24,12 @@ CONV_LAYERS = ("conv1", "conv2", "conv3")
 #: plug-in dropout: (layer, kind, p). Channel dropout after the second conv block, dropout on fc1.
 DROPOUT = (("act2", "channel_dropout", 0.1), ("act4", "dropout", 0.3))
 GRADCAM_LAYER = "conv3"
+#: histograms of the recorded layers (conv and linear: pre-activations, negative and positive), so a
+#: range symmetric around 0; wide enough for this model's outputs (fc2 reaches mean -2.5, std 6);
+#: the report shows the part that holds data (hookkit.viz.color_dim(extent="auto")).
+HIST_RANGE, HIST_BINS = (-16.0, 16.0), 128
+FEATURE_MAP_SAMPLES = 3  # held-out digits of different classes, one per row
+GRADCAM_SAMPLES = 12
 
 
 class DemoError(Exception):
@@ -166,7 +172,7 @@ def _run(
     opt = backend.adam(backend.parameters(model), lr)
 
     # hookkit, attached the way a user would
-    acts = hookkit.ActivationStats(model, hist=True)  # layers with parameters, as fastai
+    acts = hookkit.ActivationStats(model, hist=True, bins=HIST_BINS, range=HIST_RANGE)  # layers with parameters, as fastai
     grads = hookkit.GradientStats(model)
     watch = hookkit.watch_nonfinite(model)
     meters, handles = {}, []
@@ -195,11 +201,15 @@ def _run(
                 losses = []
                 for b in range(n_batches):
                     idx = order[b * batch_size : (b + 1) * batch_size]
-                    losses.append(backend.train_step(model, opt, _tensor(backend, x_train[idx]), _tensor(backend, y_train[idx])))
+                    loss = backend.cross_entropy(model(_tensor(backend, x_train[idx])), _tensor(backend, y_train[idx]))
+                    loss.backward()
+                    opt.step()
+                    backend.clear_grads(opt)
+                    losses.append(backend.detach(loss))
                     progress.advance(task)
                 # one host sync per epoch, not per step
-                loss = float(np.mean([float(backend.to_numpy(v)) for v in losses]))
-                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {loss:.3f}")
+                mean_loss = float(np.mean([float(backend.to_numpy(v)) for v in losses]))
+                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f}")
         model.eval()
         with backend.no_grad():
             logits = backend.to_numpy(model(_tensor(backend, x_test)))
@@ -258,8 +268,19 @@ def _run(
     }
 
 
+def _distinct_classes(labels: np.ndarray, n: int) -> list[int]:
+    """Indices of the first ``n`` samples whose labels differ from each other's."""
+    seen: dict[int, int] = {}
+    for i, y in enumerate(labels.tolist()):
+        if y not in seen:
+            seen[y] = i
+        if len(seen) == n:
+            break
+    return sorted(seen.values())
+
+
 def _figures(model: Any, backend: Backend, x_test: np.ndarray, y_test: np.ndarray, predicted: np.ndarray, out: pathlib.Path) -> list[dict]:
-    """Feature maps and Grad-CAM as PNG files under ``out/figures``, listed for the report."""
+    """Feature maps and Grad-CAM as PNG files under ``out/figures``, listed (with their captions) for the report."""
     import hookkit
     from hookkit import viz
     from hookkit.apps.report.render import png_bytes
@@ -268,38 +289,37 @@ def _figures(model: Any, backend: Backend, x_test: np.ndarray, y_test: np.ndarra
     folder.mkdir(exist_ok=True)
     listed: list[dict] = []
 
-    def keep(fig: Any, file: str, section: str, caption: str) -> None:
+    def keep(fig: Any, file: str, section: str, caption: str, **more: str) -> None:
         (folder / file).write_bytes(png_bytes(fig))
-        listed.append({"section": section, "caption": caption, "file": f"figures/{file}"})
+        listed.append({"section": section, "caption": caption, "file": f"figures/{file}", **more})
 
-    samples = list(range(min(2, len(x_test))))
+    samples = _distinct_classes(y_test, FEATURE_MAP_SAMPLES)
     with hookkit.capture(model, list(CONV_LAYERS)) as cap, backend.no_grad():
         model(_tensor(backend, x_test[samples]))
-    for s in samples:
-        for layer in CONV_LAYERS:
-            fig = viz.feature_maps(
-                cap, layer, sample=s, title=f"{layer}: {backend.shape(cap[layer])[1]} channels, held-out digit {s} (true {y_test[s]})"
-            )
-            keep(fig, f"feature_maps_{layer}_{s}.png", "feature-maps", f"{layer}, held-out digit {s} (label {y_test[s]})")
+    intro = (
+        f"One held-out digit per row ({len(samples)} digits of different classes): the 8x8 input, then every channel of "
+        f"{', '.join(CONV_LAYERS)} (hookkit.capture, drawn by hookkit.viz.feature_maps_by_layer; each channel on its own color scale)."
+    )
+    for row, s in enumerate(samples):
+        label = f"held-out digit #{s}: label {y_test[s]}, predicted {predicted[s]}"
+        fig = viz.feature_maps_by_layer(
+            cap, CONV_LAYERS, sample=row, image=x_test[s, 0], ncols=(4, 8, 8), image_title=f"input (label {y_test[s]})"
+        )
+        keep(fig, f"feature_maps_{row}.png", "feature-maps", label, section_intro=intro)
 
-    n = min(16, len(x_test))
+    n = min(GRADCAM_SAMPLES, len(x_test))
     x = _tensor(backend, x_test[:n])
-    cams = hookkit.gradcam(model, GRADCAM_LAYER, x)
-    keep(
-        viz.gradcam_overlay(
-            x_test[:n], cams, predicted=predicted[:n], labels=y_test[:n], title=f"Grad-CAM on {GRADCAM_LAYER} (predicted class)"
-        ),
-        "gradcam.png",
-        "gradcam",
-        f"Grad-CAM at {GRADCAM_LAYER}, target = predicted class",
+    intro = (
+        f"Where the network looked: heatmaps over the first {n} held-out digits at {GRADCAM_LAYER} for the predicted class "
+        "(hookkit.gradcam and hookkit.gradcam_plus_plus), with the digit's outline in white; titles give the predicted and true labels (red: wrong)."
     )
-    cams_pp = hookkit.gradcam_plus_plus(model, GRADCAM_LAYER, x)
-    keep(
-        viz.gradcam_overlay(x_test[:n], cams_pp, predicted=predicted[:n], labels=y_test[:n], title=f"Grad-CAM++ on {GRADCAM_LAYER}"),
-        "gradcam_plus_plus.png",
-        "gradcam",
-        f"Grad-CAM++ at {GRADCAM_LAYER}",
-    )
+    for fn, name, file in (
+        (hookkit.gradcam, "Grad-CAM", "gradcam.png"),
+        (hookkit.gradcam_plus_plus, "Grad-CAM++", "gradcam_plus_plus.png"),
+    ):
+        cams = fn(model, GRADCAM_LAYER, x)
+        fig = viz.gradcam_overlay(x_test[:n], cams, predicted=predicted[:n], labels=y_test[:n], ncols=6, title=f"{name} at {GRADCAM_LAYER}")
+        keep(fig, file, "gradcam", f"{name} at {GRADCAM_LAYER}, target: the predicted class", section_intro=intro)
     return listed
 
 

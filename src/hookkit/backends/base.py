@@ -318,9 +318,12 @@ class Backend:
         """An Adam optimizer over ``parameters``."""
         raise NotImplementedError
 
-    def train_step(self, model: Any, optimizer: Any, x: Any, labels: Any) -> Any:
-        """One classification step (cross-entropy, backward, optimizer step, gradients cleared);
-        returns the loss as a detached 0-d tensor (no host read)."""
+    def cross_entropy(self, logits: Any, labels: Any) -> Any:
+        """The mean cross-entropy loss of ``logits`` [N, classes] for integer ``labels`` [N]."""
+        raise NotImplementedError
+
+    def clear_grads(self, optimizer: Any) -> None:
+        """Reset the gradients of the parameters ``optimizer`` updates."""
         raise NotImplementedError
 
     def count_nonzero(self, t: Any) -> Any:

@@ -62,14 +62,7 @@ class TorchOps:
         return nn.Module
 
     def layer_types(self) -> dict[str, type]:
-        return {
-            "Layer": nn.Module,
-            "Conv2d": nn.Conv2d,
-            "MaxPool2d": nn.MaxPool2d,
-            "ReLU": nn.ReLU,
-            "Flatten": nn.Flatten,
-            "Linear": nn.Linear,
-        }
+        return {"Layer": nn.Module, **{name: getattr(nn, name) for name in ("Conv2d", "MaxPool2d", "ReLU", "Flatten", "Linear")}}
 
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
@@ -77,12 +70,11 @@ class TorchOps:
     def adam(self, parameters: Any, lr: float) -> Any:
         return torch.optim.Adam(parameters, lr=lr)
 
-    def train_step(self, model: Any, optimizer: Any, x: Any, labels: Any) -> Any:
-        loss = F.cross_entropy(model(x), labels)
+    def cross_entropy(self, logits: Any, labels: Any) -> Any:
+        return F.cross_entropy(logits, labels)
+
+    def clear_grads(self, optimizer: Any) -> None:
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
 
     def count_nonzero(self, t: Any) -> Any:
         return torch.count_nonzero(t)
