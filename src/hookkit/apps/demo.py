@@ -196,7 +196,7 @@ def _run(
         ) as progress:
             task = progress.add_task(f"training ({framework})", total=epochs * n_batches, info="")
             for epoch in range(epochs):
-                model.train()
+                backend.set_training(model, True)
                 order = rng.permutation(len(x_train))
                 losses = []
                 for b in range(n_batches):
@@ -210,7 +210,7 @@ def _run(
                 # one host sync per epoch, not per step
                 mean_loss = float(np.mean([float(backend.to_numpy(v)) for v in losses]))
                 progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f}")
-        model.eval()
+        backend.set_training(model, False)
         with backend.no_grad():
             logits = backend.to_numpy(model(_tensor(backend, x_test)))
     finally:
