@@ -305,3 +305,14 @@ def test_run_until_keeps_gradients(fw):
     expected = np.ones((3, 5), dtype="float32") @ (wb if fw.name == "torch" else wb.T)
     np.testing.assert_allclose(fw.numpy(run.capture.grads["a"]), expected, rtol=1e-5)
     assert model.boom.calls == 0 and not hooks_left(model)
+
+
+def test_a_stored_value_of_another_dtype_is_cast_to_the_outputs(fw):
+    model = _mlp(fw)
+    x = fw.randn(2, 5)
+    stored = fw.tensor(np.linspace(-1, 1, 20).reshape(2, 10), dtype="float64")
+    with hookkit.patch(model, "0", stored), hookkit.capture(model, "0") as cap:
+        out = model(x)
+    be = hookkit.backends.backend_for(model)
+    assert be.dtype_name(cap["0"]) == be.dtype_name(out) == "float32"
+    np.testing.assert_array_equal(fw.numpy(cap["0"]), np.linspace(-1, 1, 20).reshape(2, 10).astype(np.float32))
