@@ -42,6 +42,7 @@ __all__ = [
     "fail",
     "framework_of",
     "output_guard",
+    "real_values",
     "shown",
     "warn_skip",
 ]
@@ -319,3 +320,20 @@ def output_guard(backend: Any, op: Callable[..., Any], *, fn: str, kinds: Sequen
         return cast(op(cast(t, work), *args), dtype_name(t))
 
     return guarded
+
+
+def real_values(backend: Any, fn: str) -> Callable[[Any, str], bool]:
+    """``ok(t, layer) -> bool`` for statistics: False (and one warning) for complex tensors, whose
+    mean and histogram are not defined the way ``fn`` reports them. One dict lookup per call."""
+    known: dict[Any, bool] = {}
+    kind_of, dtype_name = backend.dtype_kind, backend.dtype_name
+
+    def ok(t: Any, layer: str) -> bool:
+        r = known.get(t.dtype)
+        if r is None:
+            r = known[t.dtype] = kind_of(t) != "complex"
+        if not r:
+            warn_skip(fn, layer, dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
+        return r
+
+    return ok

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair, real_values
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
 from hookkit.observers.stats.reduce import Block, gather_blocks, merge_block
 from hookkit.observers.stats.series import ACTIVATION, GRADIENT, Kind, Rows
@@ -106,9 +106,10 @@ class _Recorder(HandleGroup):
 
     def _setup(self, model: Any, layers: LayerSpec, every: int, sync: bool) -> list[tuple[str, Any]]:
         HandleGroup.__init__(self)
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ValueError(f"every= must be an integer >= 1 (record one step in N); got {every!r}")
-        self._backend = backend_for(model)
+        fn = type(self).__name__
+        check_int(every, fn=fn, arg="every", low=1)
+        check_bool(sync, fn=fn, arg="sync")
+        self._backend = check_model(model, fn=fn)
         self._model = weakref.ref(model)
         self._sync = bool(sync)
         self._reduced: list[Rows] | None = None  # all ranks' rows, merged (distributed training)
@@ -247,18 +248,14 @@ class ActivationStats(_Recorder, ActivationData):
         train_only: bool = True,
         sync: bool = True,
     ):
-        if not isinstance(bins, int) or isinstance(bins, bool) or bins < 1:
-            raise ValueError(f"bins= must be a positive integer; got {bins!r}")
-        lo, hi = (float(v) for v in range)
-        if not lo < hi:
-            raise ValueError(f"range= must be (low, high) with low < high; got {range!r}")
+        fn = "ActivationStats"
         settings = {
-            "bins": bins,
-            "range": (lo, hi),
-            "near_zero": float(near_zero),
+            "bins": check_int(bins, fn=fn, arg="bins", low=1, high=1 << 20),
+            "range": check_range_pair(range, fn=fn, arg="range"),
+            "near_zero": check_number(near_zero, fn=fn, arg="near_zero"),
             "every": every,
-            "hist": bool(hist),
-            "train_only": bool(train_only),
+            "hist": check_bool(hist, fn=fn, arg="hist"),
+            "train_only": check_bool(train_only, fn=fn, arg="train_only"),
         }
         named = self._setup(model, layers, every, sync)
         ActivationData.__init__(self, [n for n, _ in named], self._backend.name, settings)
@@ -276,6 +273,7 @@ class ActivationStats(_Recorder, ActivationData):
         rows, hists, steps, calls, numels, stack = pending.rows, pending.hists, pending.steps, pending.calls, pending.numels, pending.stack
         want_hist = self.hist
         near_zero, bins, (lo, hi) = self.near_zero, self.bins, self.hist_range
+        real = real_values(be, "ActivationStats")  # complex outputs: skipped, one warning
 
         def on_forward(ev: Event) -> None:
             if not record(ev.step):
@@ -286,6 +284,8 @@ class ActivationStats(_Recorder, ActivationData):
                 if o is None:
                     return
             o = detach(o)  # no autograd graph for the statistics
+            if not real(o, ev.name):
+                return
             if want_hist:
                 row, hist = sums_hist(o, near_zero, bins, lo, hi)
                 rows.append(row)
@@ -380,6 +380,7 @@ class GradientStats(_Recorder, GradientData):
     def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
         sums, numel, detach = be.grad_sums, be.numel, be.detach
+        real = real_values(be, "GradientStats")  # complex gradients: skipped, one warning
         pending = self._pending[slot]
         rows, steps, calls, numels, stack = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack
         due, after = self._due, self._after_backward
@@ -389,6 +390,8 @@ class GradientStats(_Recorder, GradientData):
             if ev.index != 0 or not record(step):
                 return
             g = detach(ev.grad)
+            if not real(g, ev.name):
+                return
             rows.append(sums(g))
             steps.append(step)
             calls.append(ev.call)

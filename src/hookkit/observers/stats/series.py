@@ -57,10 +57,12 @@ class _Activation(Kind):
     def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
         n, mean, m2, count = state.T
         with np.errstate(invalid="ignore", divide="ignore"):
+            # torch's conventions on both frameworks: no values -> NaN mean; fewer than two -> NaN
+            # (unbiased) std, not sqrt(0 / -1) = -0.0
             return {
-                "mean": mean.astype(np.float32),
-                "std": np.sqrt(m2 / (n - 1)).astype(np.float32),
-                "near_zero": (count / n).astype(np.float32),
+                "mean": np.where(n > 0, mean, np.nan).astype(np.float32),
+                "std": np.where(n > 1, np.sqrt(np.maximum(m2, 0.0) / (n - 1)), np.nan).astype(np.float32),
+                "near_zero": np.where(n > 0, count / n, np.nan).astype(np.float32),
             }
 
 
@@ -68,7 +70,8 @@ class _Gradient(Kind):
     def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
         n, total, sumsq, peak = state.T
         largest = np.full(groups, -np.inf)
-        np.maximum.at(largest, group, peak)  # NaN propagates, as in the rows
+        with np.errstate(invalid="ignore"):  # NaN compares invalid; it still propagates
+            np.maximum.at(largest, group, peak)  # NaN propagates, as in the rows
         return np.stack(
             (np.bincount(group, n, groups), np.bincount(group, total, groups), np.bincount(group, sumsq, groups), largest), axis=1
         )
@@ -76,9 +79,9 @@ class _Gradient(Kind):
     def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
         n, total, sumsq, peak = state.T
         with np.errstate(invalid="ignore", divide="ignore"):
-            mean = total / n
+            mean = np.where(n > 0, total / n, np.nan)
             # one-pass variance in float64: gradients have |mean| << std, where it keeps its digits
-            var = np.maximum(sumsq - n * mean * mean, 0.0) / (n - 1)
+            var = np.where(n > 1, np.maximum(sumsq - n * mean * mean, 0.0) / (n - 1), np.nan)
             return {
                 "mean": mean.astype(np.float32),
                 "std": np.sqrt(var).astype(np.float32),
