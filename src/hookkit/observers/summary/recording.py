@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from hookkit.backends import Backend
 from hookkit.core import router
 from hookkit.observers.summary.table import Row
@@ -110,7 +112,10 @@ class ModelState:
         for m, name, buf, saved in self.buffers:
             if getattr(m, name, None) is not buf:
                 setattr(m, name, buf)
-            be.copy_into(buf, saved)
+            before, now = be.to_numpy(saved), be.to_numpy(buf)
+            # only what changed is written back: some buffers take no in-place write (inference tensors)
+            if before.shape != now.shape or not np.array_equal(before, now, equal_nan=before.dtype.kind in "fc"):
+                be.copy_into(buf, saved)
 
 
 def run_forward(
