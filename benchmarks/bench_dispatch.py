@@ -22,6 +22,11 @@ p.add_argument("--rounds", type=int, default=20)
 p.add_argument("--reps", type=int, default=50)
 p.add_argument("--profile", action="store_true")
 p.add_argument("--gc", action="store_true", help="keep the garbage collector on while timing")
+p.add_argument(
+    "--baseline",
+    metavar="COMMIT",
+    help="also time hookkit.capture of this git commit, imported side by side as package hookkit_base",
+)
 ARGS = p.parse_args()
 H.set_threads(1)
 H.block_torchvision()
@@ -113,6 +118,36 @@ if ARGS.profile:
     pstats.Stats(pr).sort_stats("tottime").print_stats(15)
     sys.exit()
 
+
+def baseline_package(commit: str) -> object:
+    """The tree of ``commit`` as an importable package ``hookkit_base`` (a temp dir on sys.path)."""
+    import importlib
+    import re
+    import subprocess
+    import tempfile
+
+    root = Path(tempfile.mkdtemp())
+    repo = Path(__file__).resolve().parents[1]
+    tar = subprocess.run(["git", "archive", commit, "src/hookkit"], cwd=repo, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=tar, check=True)
+    pkg = root / "src" / "hookkit"
+    for f in pkg.rglob("*.py"):
+        f.write_text(re.sub(r"\bhookkit\.", "hookkit_base.", f.read_text()).replace("from hookkit import", "from hookkit_base import"))
+    pkg.rename(root / "hookkit_base")
+    sys.path.insert(0, str(root))
+    return importlib.import_module("hookkit_base")
+
+
+def base_caps() -> tuple:
+    c = BASE.capture(model, BASE.LEAVES)
+
+    def step() -> None:
+        fwd()
+        c.clear()
+
+    return step, c.remove
+
+
 variants = [
     ("bare", bare),
     ("plain hook", plain(1)),
@@ -122,6 +157,15 @@ variants = [
     ("hookkit capture + 2 no-op observers", cap_obs),
     ("plain hook x3", plain(3)),
 ]
+if ARGS.baseline:
+    BASE = baseline_package(ARGS.baseline)
+    variants.insert(3, (f"hookkit.capture at {ARGS.baseline}", base_caps))
+
+    def base_observer() -> tuple:
+        h = BASE.on_forward(model, BASE.LEAVES, lambda m, i, o: None, priority=BASE.OBSERVER)
+        return fwd, h.remove
+
+    variants.insert(5, (f"hookkit on_forward no-op at {ARGS.baseline}", base_observer))
 res = H.run_interleaved(variants, ARGS.rounds, ARGS.reps, warmup=5, gc_on=ARGS.gc)
 base = res["bare"].median_ms
 rows = [[n, f"{r.median_ms * 1e3 / ARGS.layers:.2f}", f"{(r.median_ms - base) * 1e3 / ARGS.layers:.2f}"] for n, r in res.items()]

@@ -65,14 +65,12 @@ class Event:
         "grad_outputs",
         "param",
         "param_name",
-        "recompute",
     )
 
     def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
         self.layer, self.name, self.call, self.step = layer, name, call, step
         self.args, self.kwargs, self.output = args, kwargs, output
-        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
-        self.recompute = False
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = None  # param and param_name: param_grad only
 
     def __repr__(self) -> str:
         return f"<Event {self.name!r} call={self.call} step={self.step}>"
@@ -82,10 +80,13 @@ class Event:
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "slow")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
+        # The dispatchers' general path: inside a transform, or once the root's forward returned
+        # (a later call is a checkpoint recompute, or a direct call of a layer).
+        self.slow = transformed
         self.calls: dict[Scope, int] = {}  # scope -> index of its last call in this forward
         self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
         self.pending: dict[Scope, _GradCall] = {}  # backward consumers: pre-hook -> post-hook
@@ -117,6 +118,7 @@ class Clock:
             fw = self.last
             if fw is None:
                 fw = self.last = Forward(0)
+                fw.slow = True
             self.local.fw = fw
         return fw
 
@@ -188,8 +190,10 @@ class LayerHooks:
         # hot-path caches, rebuilt by _sync_native after every change of consumers or ticks
         "_pre",
         "_fwd",
+        "_fwd_fns",
         "_scopes",
         "_single",
+        "_local",
         "_wants_grads",
         "_has_backward",
         "_in_backward",
@@ -204,8 +208,10 @@ class LayerHooks:
         self._native_post: Any = None
         self._pre: tuple[Consumer, ...] = ()
         self._fwd: tuple[Consumer, ...] = ()
+        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
         self._scopes: tuple[Scope, ...] = ()
         self._single: Scope | None = None
+        self._local: Any = None
         self._wants_grads = False
         self._has_backward = False
         self._in_backward = backend.in_backward
@@ -247,12 +253,15 @@ class LayerHooks:
         for e in LAYER_EVENTS:
             for x in c[e]:
                 scopes[x.scope] = None
+        self._fwd_fns = tuple(x.fn for x in c["forward"])
         self._scopes = tuple(scopes)
         self._single = self._scopes[0] if len(self._scopes) == 1 else None
+        self._local = self._single.clock.local if self._single is not None else None
         self._wants_grads = bool(c["grad"] or c["backward"])
         self._has_backward = bool(c["backward"])
+        # a root's post-hook marks its forward finished (see Forward.slow)
         want_pre = bool(c["forward_pre"] or c["backward"]) or self.ticks is not None
-        want_post = bool(c["forward"] or c["grad"] or c["backward"])
+        want_post = bool(c["forward"] or c["grad"] or c["backward"]) or self.ticks is not None
         if want_pre and self._native_pre is None:
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre)
         elif not want_pre and self._native_pre is not None:
@@ -268,7 +277,7 @@ class LayerHooks:
     def _number(self, commit: bool) -> tuple[dict[Scope, tuple[int, int]], bool]:
         """``{scope: (call, step)}`` of the running call, and whether it is a checkpoint recompute.
         The pre-hook peeks (commit=False); the post-hook counts the call (commit=True)."""
-        recompute = self._in_backward()
+        recompute = bool(self._in_backward())
         out: dict[Scope, tuple[int, int]] = {}
         for scope in self._scopes:
             fw = scope.clock.current()
@@ -304,7 +313,6 @@ class LayerHooks:
                 if ev is None:
                     call, step = numbers[c.scope]
                     ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs)
-                    ev.recompute = recompute
                 ev.args, ev.kwargs = args, kwargs
                 try:
                     r = c.fn(ev)
@@ -323,22 +331,47 @@ class LayerHooks:
         return (tuple(args), kwargs) if changed else None
 
     def _transformed(self) -> bool:
-        for scope in self._scopes:
-            if scope.clock.current().transformed:
-                return True
-        return False
+        return any(scope.clock.current().transformed for scope in self._scopes)
 
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        # The hot path: runs at every call of every hooked layer.
+        # The hot path: runs at every call of every hooked layer. One root, in its forward: the
+        # call is counted inline; anything else (several roots, a recompute, a transform) is slow.
         single = self._single
-        if single is not None and not self._in_backward():
-            fw = single.clock.current()
-            call = fw.calls[single] = fw.calls.get(single, -1) + 1
-            numbers = {single: (call, fw.step)}
-            recompute, transformed = False, fw.transformed
-        else:
-            numbers, recompute = self._number(commit=True)
-            transformed = self._transformed()
+        if single is not None:
+            try:
+                fw = self._local.fw
+            except AttributeError:
+                fw = single.clock.current()
+            if not fw.slow:
+                calls = fw.calls
+                call = calls[single] = calls.get(single, -1) + 1
+                changed = False
+                fns = self._fwd_fns
+                if fns:
+                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output)
+                    for fn in fns:
+                        try:
+                            r = fn(ev)
+                        except Halt:
+                            if self._wants_grads and self.backend.grad_enabled():
+                                self._plumb_outputs(layer, len(args), ev.output, {single: (call, fw.step)})
+                            raise
+                        except Exception as exc:
+                            raise annotate(exc, single.name, call, "forward") from None
+                        if r is not None:
+                            ev.output = r
+                            changed = True
+                    output = ev.output
+                if self._wants_grads and self.backend.grad_enabled():
+                    self._plumb_outputs(layer, len(args), output, {single: (call, fw.step)})
+                if self.ticks is not None:
+                    _finish(self.ticks)
+                return output if changed else None
+        return self._on_post_general(layer, args, kwargs, output)
+
+    def _on_post_general(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        numbers, recompute = self._number(commit=True) if self._scopes else ({}, False)
+        transformed = self._transformed()
         changed = False
         if self._fwd:
             events: dict[Scope, Event] = {}
@@ -351,7 +384,6 @@ class LayerHooks:
                 if ev is None:
                     call, step = numbers[c.scope]
                     ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs, output)
-                    ev.recompute = recompute
                 ev.output = output
                 try:
                     r = c.fn(ev)
@@ -369,6 +401,8 @@ class LayerHooks:
                 _warn_transformed(self._scopes[0].name)
             else:
                 self._plumb_outputs(layer, len(args), output, numbers)
+        if self.ticks is not None and not recompute:
+            _finish(self.ticks)
         return output if changed else None
 
     # -- gradients ------------------------------------------------------------------------------
@@ -458,6 +492,12 @@ class LayerHooks:
         return grad_inputs if changed else None
 
 
+def _finish(clock: Clock) -> None:
+    """The root's forward returned."""
+    fw = clock.current()
+    fw.slow = True
+
+
 def _no(*args: Any) -> bool:
     return False
 
@@ -467,8 +507,8 @@ def _inert_layer_hooks() -> LayerHooks:
     consumers and no clock, so its hooks return at once and feed nothing of the original."""
     hooks = LayerHooks.__new__(LayerHooks)
     hooks.backend, hooks.ticks, hooks.consumers = None, None, {e: () for e in LAYER_EVENTS}
-    hooks._native_pre = hooks._native_post = hooks._single = None
-    hooks._pre = hooks._fwd = hooks._scopes = ()
+    hooks._native_pre = hooks._native_post = hooks._single = hooks._local = None
+    hooks._pre = hooks._fwd = hooks._fwd_fns = hooks._scopes = ()
     hooks._wants_grads = hooks._has_backward = False
     hooks._in_backward = _no
     return hooks
