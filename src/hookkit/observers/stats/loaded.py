@@ -12,10 +12,13 @@ settings). No pickle: a file read here is data, never code.
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any, ClassVar
 
 import numpy as np
+
+from hookkit.core.validate import InvalidFile, shown
 
 __all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_files"]
 
@@ -190,7 +193,10 @@ _CLASSES: dict[str, type[StatsData]] = {"activation_stats": ActivationData, "gra
 
 
 def read_files(directory: str | os.PathLike, kind: str) -> StatsData:
-    """Statistics written by ``save(directory)``: ``kind`` is "activation_stats" or "gradient_stats"."""
+    """Statistics written by ``save(directory)``: ``kind`` is "activation_stats" or "gradient_stats".
+
+    The files may come from elsewhere: the JSON and the arrays are checked (schema, dtypes, shapes)
+    and anything wrong raises ``InvalidFile`` naming the file and the field."""
     from safetensors.numpy import load_file
 
     json_path = os.path.join(directory, f"{kind}.json")
@@ -198,19 +204,96 @@ def read_files(directory: str | os.PathLike, kind: str) -> StatsData:
     for p in (json_path, st_path):
         if not os.path.exists(p):
             raise FileNotFoundError(f"no {os.path.basename(p)} in {os.fspath(directory)!r}: save it with {_TYPES[kind]}.save(dir)")
-    with open(json_path) as f:
-        meta = json.load(f)
-    names = meta.get("names")
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{json_path}: 'names' must be a list of layer names; got {type(names).__name__}")
+    meta = _read_meta(json_path, kind)
+    names = meta["names"]
+    try:
+        flat = load_file(st_path)
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types for corrupt files
+        raise InvalidFile(f"{st_path}: not a readable safetensors file ({type(e).__name__}: {e})") from None
     tables: dict[str, dict[str, np.ndarray]] = {n: {} for n in names}
-    for key, value in load_file(st_path).items():
+    for key, value in flat.items():
         index, _, field = key.partition("/")
         if not index.isdigit() or int(index) >= len(names) or not field:
-            raise ValueError(f"{st_path}: unexpected array {key!r} (expected '<layer index>/<key>' for {len(names)} layers)")
+            raise InvalidFile(f"{st_path}: unexpected array {key!r} (expected '<layer index>/<key>' for {len(names)} layers)")
         tables[names[int(index)]][field] = value
+    _check_tables(tables, st_path, meta, kind)
     settings = {k: v for k, v in meta.items() if k not in ("names", "framework", "type")}
     return _CLASSES[kind](names, str(meta.get("framework", "")), settings, tables)
+
+
+_MAX_JSON_BYTES = 64 << 20
+
+
+def _read_meta(path: str, kind: str) -> dict[str, Any]:
+    size = os.path.getsize(path)
+    if size > _MAX_JSON_BYTES:
+        raise InvalidFile(f"{path}: {size:,} bytes, more than the {_MAX_JSON_BYTES:,} a statistics file may hold")
+    try:
+        with open(path, "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InvalidFile(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise InvalidFile(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise InvalidFile(f"{path}: JSON nested too deeply") from None
+
+    def bad(field: str, valid: str, value: Any) -> None:
+        raise InvalidFile(f"{path}: field {field!r} must be {valid}; got {shown(value)}")
+
+    if not isinstance(meta, dict):
+        bad("(top level)", "an object", meta)
+    if meta.get("type", _TYPES[kind]) != _TYPES[kind]:
+        bad("type", repr(_TYPES[kind]), meta.get("type"))
+    names = meta.get("names")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        bad("names", "a list of layer names (strings)", names)
+    if len(set(names)) != len(names):
+        bad("names", "a list of distinct layer names", names)
+    if not isinstance(meta.get("framework", ""), str):
+        bad("framework", "a string", meta.get("framework"))
+    every = meta.get("every", 1)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        bad("every", "an int >= 1", every)
+    if kind == "activation_stats":
+        bins = meta.get("bins", 40)
+        if not isinstance(bins, int) or isinstance(bins, bool) or not 1 <= bins <= 1 << 20:
+            bad("bins", "an int >= 1", bins)
+        rng = meta.get("range", [0.0, 10.0])
+        ok = isinstance(rng, list) and len(rng) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
+        if not ok or not (math.isfinite(rng[0]) and math.isfinite(rng[1]) and rng[0] < rng[1]):
+            bad("range", "a [low, high] pair of finite numbers with low < high", rng)
+        nz = meta.get("near_zero", 0.05)
+        if not isinstance(nz, (int, float)) or isinstance(nz, bool) or not math.isfinite(nz):
+            bad("near_zero", "a finite number", nz)
+        for key in ("hist", "train_only"):
+            if not isinstance(meta.get(key, False), bool):
+                bad(key, "true or false", meta.get(key))
+    return meta
+
+
+def _check_tables(tables: dict[str, dict[str, np.ndarray]], path: str, meta: dict[str, Any], kind: str) -> None:
+    """Every layer's arrays: 1-d numeric columns of one length per group (output keys, ``param_``
+    keys), integer ``step``/``call``/``records``, and ``hist`` of shape [rows, bins]."""
+    bins = meta.get("bins", 40)
+    for name, table in tables.items():
+        lengths: dict[bool, int] = {}
+        for key, a in table.items():
+            field = f"{name}/{key}"
+            if a.dtype.kind not in "fiu":
+                raise InvalidFile(f"{path}: array {field!r} must hold numbers; got dtype {a.dtype}")
+            base = key[6:] if key.startswith("param_") else key
+            if base in ("step", "call", "records") and a.dtype.kind not in "iu":
+                raise InvalidFile(f"{path}: array {field!r} must hold integers; got dtype {a.dtype}")
+            if base == "hist":
+                if kind != "activation_stats" or a.ndim != 2 or a.shape[1] != bins:
+                    raise InvalidFile(f"{path}: array {field!r} must have shape [records, {bins}] (bins); got {list(a.shape)}")
+            elif a.ndim != 1:
+                raise InvalidFile(f"{path}: array {field!r} must be 1-d (one value per record); got shape {list(a.shape)}")
+            group = key.startswith("param_")
+            n = lengths.setdefault(group, a.shape[0])
+            if a.shape[0] != n:
+                raise InvalidFile(f"{path}: array {field!r} has {a.shape[0]} records; the other arrays of layer {name!r} have {n}")
 
 
 def load_stats(directory: str | os.PathLike) -> dict[str, StatsData]:
