@@ -304,6 +304,157 @@ def test_paddle_data_parallel_two_ranks_read_the_one_process_figures(tmp_path):
         assert info["names"] == ["0", "2", "3", "4"] and info["grad_names"] == ["0", "2", "4"]
 
 
+# -- scenarios: Lightning strategy="ddp",  # rank 1 runs this script again (Lightning's subprocess launcher) Hugging Face Trainer under torchrun ----------------------
+class RankWriter:
+    """A scalar writer (``add_scalar``) that appends to ``scalars<rank>.jsonl``."""
+
+    def __init__(self, out: str):
+        self.out = out
+
+    def add_scalar(self, tag: str, value: float, step: int) -> None:
+        import torch.distributed as dist
+
+        with open(os.path.join(self.out, f"scalars{dist.get_rank()}.jsonl"), "a") as f:
+            f.write(json.dumps([tag, value, step]) + "\n")
+
+
+def dump_callback_results(cb, out: str, rank: int) -> None:
+    np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(cb.activation_stats.to_numpy()))
+    np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(cb.gradient_stats.to_numpy()))
+    cb.activation_stats.save(out)
+
+
+def scenario_lightning(out: str) -> None:
+    import pytorch_lightning as pl
+    import torch
+
+    from hookkit.integrations.lightning import HookkitCallback
+
+    class Module(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch_model()
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            return torch.nn.functional.cross_entropy(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class Dump(pl.Callback):  # after HookkitCallback: read on every rank, as a user would
+        def on_fit_end(self, trainer, pl_module):
+            dump_callback_results(cb, out, trainer.global_rank)
+
+    cb = HookkitCallback(hist=True, writer=RankWriter(out))
+    x, y = torch_batches()[0]
+    # one step per epoch over the BATCH samples, shared by the two ranks however they are split
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=BATCH // 2)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",  # rank 1 runs this script again (Lightning's subprocess launcher)
+        max_epochs=STEPS,
+        callbacks=[cb, Dump()],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Module(), loader)
+
+
+def scenario_hf(out: str) -> None:
+    """Run by torchrun (2 processes): one Trainer step per epoch, over the whole 8-sample set."""
+    import torch
+    from transformers import Trainer, TrainingArguments
+
+    from hookkit.integrations.huggingface import HookkitTrainerCallback
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch_model()
+
+        def forward(self, x, labels):
+            logits = self.net(x)
+            return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+    x, y = torch_batches()[0]
+    data = [{"x": x[i], "labels": y[i]} for i in range(BATCH)]
+    model = Model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    args = TrainingArguments(
+        output_dir=os.path.join(out, "hf"),
+        use_cpu=True,
+        per_device_train_batch_size=BATCH // 2,
+        num_train_epochs=STEPS,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
+    cb = HookkitTrainerCallback(hist=True, writer=RankWriter(out))
+    Trainer(model=model, args=args, train_dataset=data, callbacks=[cb], optimizers=(opt, sched)).train()
+    dump_callback_results(cb, out, args.process_index)
+
+
+def scenario_hf_torchrun(out: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(free_port()), os.path.join(HERE, "test_distributed.py"), "hf", out],
+        check=True,
+        timeout=TIMEOUT,
+    )  # fmt: skip
+
+
+def check_callback_run(tmp_path, expected_acts: dict, expected_grads: dict, prefix: str) -> None:
+    for rank in (0, 1):
+        got = dict(np.load(tmp_path / f"acts{rank}.npz"))
+        assert_tables_equal(got, expected_acts, ("mean", "std", "near_zero", "hist", "step"))
+        got = dict(np.load(tmp_path / f"grads{rank}.npz"))
+        assert_tables_equal(got, expected_grads, ("mean", "std", "norm", "max_abs", "step"), rtol=1e-4)
+    assert sorted(p.name for p in tmp_path.glob("activation_stats.*")) == ["activation_stats.json", "activation_stats.safetensors"]
+    assert not (tmp_path / "scalars1.jsonl").exists()  # rank 0 writes the scalars
+    logged = [json.loads(line) for line in (tmp_path / "scalars0.jsonl").read_text().splitlines()]
+    means = [v for tag, v, _ in logged if tag == f"act/{prefix}0/mean"]
+    np.testing.assert_allclose(np.mean(means), expected_acts[f"{prefix}0|mean"].mean(), rtol=1e-5)
+
+
+def test_lightning_ddp_callback_reads_all_ranks(tmp_path):
+    """Lightning strategy="ddp",  # rank 1 runs this script again (Lightning's subprocess launcher) 2 CPU processes: HookkitCallback's statistics equal one
+    process's over the whole batches, on every rank; rank 0 alone writes files and scalars."""
+    pytest.importorskip("pytorch_lightning")
+    import hookkit
+
+    run_scenario("lightning", str(tmp_path))
+    model = torch_model()
+    x, y = torch_batches()[0]
+    with hookkit.ActivationStats(model, hist=True) as acts, hookkit.GradientStats(model) as grads:
+        torch_train(model, [(x, y)] * STEPS)
+    prefixed = {f"net.{k}": v for k, v in acts.to_numpy().items()}, {f"net.{k}": v for k, v in grads.to_numpy().items()}
+    check_callback_run(tmp_path, flat(prefixed[0]), flat(prefixed[1]), "net.")
+
+
+def test_hugging_face_trainer_on_two_processes_reads_all_ranks(tmp_path):
+    """transformers.Trainer under torchrun (2 CPU processes): the same, with the callback."""
+    pytest.importorskip("transformers")
+    import hookkit
+
+    run_scenario("hf_torchrun", str(tmp_path))
+    model = torch_model()
+    x, y = torch_batches()[0]
+    with hookkit.ActivationStats(model, hist=True) as acts, hookkit.GradientStats(model) as grads:
+        torch_train(model, [(x, y)] * STEPS)
+    prefixed = {f"net.{k}": v for k, v in acts.to_numpy().items()}, {f"net.{k}": v for k, v in grads.to_numpy().items()}
+    check_callback_run(tmp_path, flat(prefixed[0]), flat(prefixed[1]), "net.")
+
+
 # -- command line: python tests/test_distributed.py SCENARIO OUT ----------------------------------------
 if __name__ == "__main__":
     sys.path.insert(0, HERE)

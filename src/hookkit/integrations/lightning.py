@@ -54,21 +54,30 @@ class HookkitCallback(MonitorCallback, *dict.fromkeys(lib.Callback for lib in _L
 
     _count_batches = False  # per fit, set on fit start
     _batch_start_step: int | None = -1
+    _root: Any = None  # what the statistics count forwards of: the module, or the strategy's DDP wrapper
 
     # -- Lightning events -------------------------------------------------------------------------
     def on_fit_start(self, trainer: Any, pl_module: Any) -> None:
-        self.monitor.attach(pl_module)
+        from hookkit.backends import backend_for
+
+        # DDP/FSDP strategies call the module twice per step (training_step redirected through
+        # forward, then self(x)): count the calls of their wrapper, one per step, instead
+        root = getattr(getattr(trainer, "strategy", None), "model", None)
+        if root is None or root is pl_module or backend_for(pl_module).unwrap(root) is not pl_module:
+            root = pl_module
+        self._root = root
+        self.monitor.attach(root)
         # without its own forward the module is never called: count training batches as steps
-        self._count_batches = not _forward_overridden(pl_module)
+        self._count_batches = root is pl_module and not _forward_overridden(pl_module)
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         if self.monitor.attached:
             if self._count_batches:
-                router.advance(pl_module)
-            self._batch_start_step = router.forward_count(pl_module)
+                router.advance(self._root)
+            self._batch_start_step = router.forward_count(self._root)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.monitor.attached and not self._count_batches and router.forward_count(pl_module) == self._batch_start_step:
+        if self.monitor.attached and not self._count_batches and router.forward_count(self._root) == self._batch_start_step:
             self._count_batches = True  # forward is defined but training_step did not call it
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:

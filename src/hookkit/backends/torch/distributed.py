@@ -14,9 +14,13 @@ _WRAPPERS = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
 
 
 def unwrap(model: Any) -> Any:
-    while isinstance(model, _WRAPPERS):
-        model = model.module
-    return model
+    while True:
+        if isinstance(model, _WRAPPERS):
+            model = model.module
+        elif type(model).__name__ == "_LightningModuleWrapperBase":  # Lightning's, inside its DDP
+            model = model._forward_module
+        else:
+            return model
 
 
 def world() -> tuple[int, int]:
