@@ -206,6 +206,40 @@ def test_checkpoint_recompute_is_the_same_call(torch_fw, use_reentrant):
         torch.testing.assert_close(a, b)  # the recompute re-applied the edit: the same gradients
 
 
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_paddle_recompute_is_the_same_call(paddle_fw, use_reentrant):
+    import paddle
+    from paddle.distributed.fleet.utils import recompute
+
+    class Net(paddle.nn.Layer):
+        def __init__(self, ckpt):
+            super().__init__()
+            self.block = paddle.nn.Sequential(paddle.nn.Linear(6, 6), paddle.nn.Tanh())
+            self.head, self.ckpt = paddle.nn.Linear(6, 1), ckpt
+
+        def forward(self, x):
+            h = recompute(self.block, x, use_reentrant=use_reentrant) if self.ckpt else self.block(x)
+            return self.head(h)
+
+    paddle.seed(0)
+    plain, ckpt = Net(False), Net(True)
+    ckpt.set_state_dict(plain.state_dict())
+    grads = []
+    data = np.random.default_rng(0).standard_normal((4, 6))
+    for model in (plain, ckpt):
+        x = paddle_fw.tensor(data, requires_grad=True)
+        with (
+            hookkit.steer(model, "block.1", paddle.ones([6]), scale=0.5, calls=[0]),
+            hookkit.capture(model, "block.1", grads=True) as cap,
+        ):
+            model(x).sum().backward()
+        assert [(r.step, r.call) for r in cap.calls("block.1")] == [(0, 0)]
+        assert cap.grads["block.1"] is not None
+        grads.append([p.grad.numpy().copy() for p in model.parameters()])
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
 # -- torch.compile ---------------------------------------------------------------------------------
 def test_compile_hooked_before_compiles_once_and_records_like_eager(torch_fw):
     import torch

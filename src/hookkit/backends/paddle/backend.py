@@ -60,6 +60,9 @@ class PaddleBackend(PaddleOps, Backend):
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         return layer.register_forward_post_hook(fn, with_kwargs=True)
 
+    # True while Paddle's autograd engine runs: recompute (fleet.utils.recompute) re-runs forwards then
+    in_backward = staticmethod(paddle.base.core.eager._is_run_in_backward)
+
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         from paddle.jit.dy2static.program_translator import StaticFunction
 
@@ -135,6 +138,25 @@ class PaddleBackend(PaddleOps, Backend):
 
     def no_grad(self) -> Any:
         return paddle.no_grad()
+
+    def device_problem(self, device: Any) -> str | None:
+        if not isinstance(device, str) or not device:
+            return "not a Paddle device name ('cpu', 'gpu', 'gpu:0'...)"
+        kind, _, index = device.partition(":")
+        kind = {"cuda": "gpu"}.get(kind, kind)
+        if kind == "cpu":
+            return None
+        if index and not index.isdigit():
+            return f"not a Paddle device name ({device!r}: the index must be a number)"
+        if kind == "gpu":
+            count = paddle.device.cuda.device_count() if paddle.device.is_compiled_with_cuda() else 0
+        else:
+            count = len(paddle.device.get_available_custom_device()) if kind in paddle.device.get_all_custom_device_type() else 0
+        if count == 0:
+            return f"Paddle has no {kind} device on this machine"
+        if index and int(index) >= count:
+            return f"this machine has {count} {kind} device(s); index {index} does not exist"
+        return None
 
     def to(self, t: Any, device: Any) -> Any:
         device = str(device)
