@@ -307,7 +307,7 @@ def test_unpickling_rebuilds_the_wrapper_class_in_a_fresh_process(fw, monkeypatc
 
 
 def backend_layer(fw):
-    return hookkit.backends.backend_for(fw.mlp()).layer_base()
+    return hookkit.backends.backend_for(fw.mlp()).layer_types()["Layer"]
 
 
 def test_a_model_with_every_intervention_attached_pickles(fw):

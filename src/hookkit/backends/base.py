@@ -173,6 +173,11 @@ class Backend:
             return "float"
         return "int"
 
+    def device_problem(self, device: Any) -> str | None:
+        """Why tensors cannot be moved to ``device`` on this machine ("no such device type", "CUDA is
+        not available"...), or None when they can. Checked at the call of features taking ``to=``."""
+        return None
+
     def compute_dtype(self, t: Any) -> str | None:
         """The dtype to compute in where the framework has no kernels for ``t``'s own on its device
         (Paddle's CPU has no float16/bfloat16 add, multiply, min...); None: ``t``'s own dtype."""
@@ -301,13 +306,10 @@ class Backend:
         raise NotImplementedError
 
     # -- the wrapper layer and the demo: optional ----------------------------------------------------
-    def layer_base(self) -> type:
-        """The framework's layer base class (``DropHookModel`` subclasses it)."""
-        raise NotImplementedError
-
     def layer_types(self) -> dict[str, type]:
-        """The framework's layer classes under common names: ``Layer``, ``Conv2d``, ``MaxPool2d``,
-        ``ReLU``, ``Flatten``, ``Linear`` (PyTorch's signatures)."""
+        """The framework's layer classes under common names: ``Layer`` (the base class, which
+        ``DropHookModel`` subclasses), ``Conv2d``, ``MaxPool2d``, ``ReLU``, ``Flatten``, ``Linear``
+        (PyTorch's signatures, used by the demo)."""
         raise NotImplementedError
 
     def seed(self, seed: int) -> None:
@@ -324,10 +326,6 @@ class Backend:
 
     def clear_grads(self, optimizer: Any) -> None:
         """Reset the gradients of the parameters ``optimizer`` updates."""
-        raise NotImplementedError
-
-    def count_nonzero(self, t: Any) -> Any:
-        """How many values of ``t`` are not zero, as a 0-d tensor on its device (no host read)."""
         raise NotImplementedError
 
     def cpu_session(self) -> Any:

@@ -62,9 +62,6 @@ class PaddleOps:
         return F.max_pool2d(F.pad(t, list(padding)), list(kernel), stride=1)
 
     # -- the wrapper layer and the demo -----------------------------------------------------------
-    def layer_base(self) -> type:
-        return nn.Layer
-
     def layer_types(self) -> dict[str, type]:
         return {
             "Layer": nn.Layer,
@@ -86,9 +83,6 @@ class PaddleOps:
 
     def clear_grads(self, optimizer: Any) -> None:
         optimizer.clear_grad()
-
-    def count_nonzero(self, t: Any) -> Any:
-        return (t != 0).astype("int64").sum()
 
     @contextlib.contextmanager
     def cpu_session(self) -> Iterator[None]:

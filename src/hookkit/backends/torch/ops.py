@@ -58,9 +58,6 @@ class TorchOps:
         return F.max_pool2d(F.pad(t, tuple(padding)), tuple(kernel), stride=1)
 
     # -- the wrapper layer and the demo -----------------------------------------------------------
-    def layer_base(self) -> type:
-        return nn.Module
-
     def layer_types(self) -> dict[str, type]:
         return {"Layer": nn.Module, **{name: getattr(nn, name) for name in ("Conv2d", "MaxPool2d", "ReLU", "Flatten", "Linear")}}
 
@@ -75,9 +72,6 @@ class TorchOps:
 
     def clear_grads(self, optimizer: Any) -> None:
         optimizer.zero_grad()
-
-    def count_nonzero(self, t: Any) -> Any:
-        return torch.count_nonzero(t)
 
     @contextlib.contextmanager
     def cpu_session(self) -> Iterator[None]:
