@@ -619,3 +619,43 @@ def test_cpu_kernel_rejects_bad_arguments_clearly(torch_fw):
     assert not host_stats.applies(10, (0, 0.0, 1.0)) and not host_stats.applies(10, (4, 1.0, 1.0)) and not host_stats.applies(0)
     assert host_stats.kernels.moments(x, 4.0, counts, 0.0, 10.0, True) == (45.0, 285.0, 5, 9.0)
     assert counts.tolist() == [7 + 3, 7 + 2, 7 + 3, 7 + 2]  # added to what was there
+
+
+def test_statistics_keep_no_model_alive(fw):
+    """Statistics kept after training (to save or plot) hold no layer, parameter or model: the
+    model is freed once the user drops it, attached or not, and what was recorded stays readable."""
+    import gc
+    import weakref
+
+    model = fw.mlp((5, 8, 3))
+    model.train()
+    acts, grads = hookkit.ActivationStats(model, hist=True), hookkit.GradientStats(model)
+    train_steps(fw, model, 2, fw.randn(4, 5))
+    ref = weakref.ref(model)
+    del model
+    gc.collect()
+    assert ref() is None
+    assert len(acts.layer_stats("0")["mean"]) == 2 and len(grads.param_stats("2")["norm"]) == 2
+
+
+def test_failed_construction_leaves_no_hooks(torch_fw):
+    """A layer that cannot be hooked (a scripted one) fails the construction with a clear error,
+    after other layers were attached: everything placed is removed again."""
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.jit.script(torch.nn.Linear(4, 2)))
+    for make in (hookkit.ActivationStats, hookkit.GradientStats):
+        with pytest.raises(hookkit.HookkitError, match="'2'.*ScriptModule"):
+            make(model, ["0", "2"])
+        assert no_hooks_left(model)
+
+
+def test_expanded_output_gradients_are_measured(fw):
+    """``model(x).sum().backward()`` gives the last layer a stride-0 (expanded) output gradient:
+    measured like any other (norm of ones = sqrt(numel))."""
+    model = fw.mlp((5, 8, 3))
+    model.train()
+    with hookkit.GradientStats(model) as gstats:
+        model(fw.randn(4, 5)).sum().backward()
+    s = gstats.layer_stats("2")
+    np.testing.assert_allclose([s["norm"][0], s["mean"][0], s["max_abs"][0], s["std"][0]], [np.sqrt(12), 1, 1, 0], atol=1e-6)
