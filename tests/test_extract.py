@@ -329,9 +329,9 @@ def test_bad_input_errors_before_any_forward(fw, tmp_path):
         (dict(progress="yes"), "progress"),
     ]
     for i, (kw, match) in enumerate(bad):
-        args = dict(data=batches, forward=forward) | kw
+        args = dict(data=batches, forward=forward, layers="0") | kw
         with pytest.raises(hookkit.ExtractError, match=match):
-            hookkit.extract(model, args.pop("data"), "0", tmp_path / f"bad{i}", **args)
+            hookkit.extract(model, args.pop("data"), args.pop("layers"), tmp_path / f"bad{i}", **args)
         assert hooks_left(model) == [] and _no_writer_thread()
 
 

@@ -246,10 +246,11 @@ class _Writer:
                 self.error = e
                 return
 
-    def _write(self, layers: dict[str, Any], chunks: dict[str, list[np.ndarray]], sizes: list[int]) -> None:
+    def _write(self, layers: dict[str, Any], chunks: dict[str, list[np.ndarray]], sizes: list[int], done: Callable[[], None]) -> None:
         index = self.index
         name = fmt.shard_name(len(index["shards"]))
         self.bytes_written += fmt.write_shard(os.path.join(self.out, name), chunks)
+        done()  # the buffers can be filled again
         index["layers"] = layers
         index["shards"].append({"file": name, "count": sum(sizes), "batch_sizes": sizes})
         index["count"] += sum(sizes)
@@ -282,6 +283,62 @@ class _Writer:
             except queue.Full:
                 continue
         self.thread.join()
+
+
+class _Rows:
+    """Per-key row buffers of the shard being filled, recycled through the writer: at most ``sets``
+    of them exist (the one filling, the one queued, the one being written), each of about
+    ``shard_size`` + one batch, allocated once and reused, so memory neither grows nor fragments."""
+
+    def __init__(self, keys: list[str], shard_bytes: int, writer: _Writer, sets: int = 3):
+        self.keys, self.shard_bytes, self.writer, self.sets = keys, shard_bytes, writer, sets
+        self.free: queue.Queue = queue.Queue()
+        self.made = 0
+        self.cur: dict[str, np.ndarray] | None = None
+        self.filled = 0
+        self.sizes: list[int] = []
+
+    def _acquire(self, specs: dict[str, tuple[tuple[int, ...], str]], n: int) -> dict[str, np.ndarray]:
+        try:
+            return self.free.get_nowait()
+        except queue.Empty:
+            pass
+        if self.made < self.sets:
+            self.made += 1
+            bps = max(1, sum(fmt._prod(specs[k][0]) * np.dtype(specs[k][1]).itemsize for k in self.keys))
+            cap = -(-self.shard_bytes // bps) + n
+            return {k: np.empty((cap, *specs[k][0]), specs[k][1]) for k in self.keys}
+        while True:  # all sets in flight: wait for the writer to hand one back
+            self.writer.check()
+            try:
+                return self.free.get(timeout=0.05)
+            except queue.Empty:
+                continue
+
+    def add(self, rows: dict[str, np.ndarray], n: int, specs: dict[str, tuple[tuple[int, ...], str]]) -> None:
+        if self.cur is None:
+            self.cur = self._acquire(specs, n)
+        cur, at = self.cur, self.filled
+        if at + n > len(cur[self.keys[0]]):  # a batch larger than the first: grow this set
+            for k in self.keys:
+                bigger = np.empty((at + n, *specs[k][0]), specs[k][1])
+                bigger[:at] = cur[k][:at]
+                cur[k] = bigger
+        for k in self.keys:
+            cur[k][at : at + n] = rows[k]
+        self.filled += n
+        self.sizes.append(n)
+        nbytes = sum(cur[k][0].nbytes for k in self.keys) * self.filled
+        if nbytes >= self.shard_bytes:
+            self.flush(specs)
+
+    def flush(self, specs: dict[str, tuple[tuple[int, ...], str]]) -> None:
+        if self.cur is None or not self.sizes:
+            return
+        cur, filled = self.cur, self.filled
+        layers = {k: {"shape": list(s[0]), "dtype": s[1]} for k, s in specs.items()}
+        self.writer.submit((layers, {k: [cur[k][:filled]] for k in self.keys}, self.sizes, lambda: self.free.put(cur)))
+        self.cur, self.filled, self.sizes = None, 0, []
 
 
 # -- the folder -----------------------------------------------------------------------------------
@@ -438,6 +495,8 @@ def extract(
     be = backend_for(model)
     named = select(model, layers)  # LayerNotFound here, before any forward
     names = [n for n, _ in named]
+    if not names:
+        raise ExtractError(f"extract(layers={layers!r}): selects no layer; name at least one")
     reds = _reductions(reduce, names)
     keys = [k for n in names for k in ((n, n + ":input") if inputs else (n,))]
     fp = _fingerprint(model, be, named, inputs, reds, dtype)
@@ -484,15 +543,14 @@ def extract(
         return on_forward
 
     total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
-    chunks: dict[str, list[np.ndarray]] = {k: [] for k in keys}
-    sizes: list[int] = []
-    buffered, samples, b = 0, index["count"], -1
+    samples, b = index["count"], -1
     hooks: list[Any] = []
     writer = bar = None
     try:
         for n_, m in named:
             hooks.append(attach(model, [(n_, m)], "forward", consumer(n_, reds[n_]), OBSERVER))
         writer = _Writer(out, index)
+        buffer = _Rows(keys, shard_bytes, writer)
         bar = _Progress(progress, total, writer, len(done_sizes))
         for b, batch in enumerate(data):
             state["batch"] = b
@@ -511,7 +569,7 @@ def extract(
             for key in keys:
                 if key not in got:
                     raise ExtractError(f"extract: layer {key.split(':')[0]!r} did not run in the forward of batch {b}")
-                a = np.ascontiguousarray(be.to_numpy(got[key]))
+                a = be.to_numpy(got[key])
                 if a.ndim == 0 or a.shape[0] != n:
                     raise ExtractError(
                         f"extract: {key!r} gave shape {list(a.shape)} for batch {b} of {n} samples; extract needs the samples along "
@@ -529,15 +587,9 @@ def extract(
                         f"extract: {key!r} has dtype {a.dtype.name}, which cannot be stored; pass dtype= one of {', '.join(STORABLE)}"
                     )
                 rows[key] = a
+            buffer.add(rows, n, specs)  # a copy: the batch's tensors are freed now
             got.clear()
-            for key, a in rows.items():
-                chunks[key].append(a)
-                buffered += a.nbytes
-            sizes.append(n)
             samples += n
-            if buffered >= shard_bytes:
-                writer.submit(({k: {"shape": list(s[0]), "dtype": s[1]} for k, s in specs.items()}, chunks, sizes))
-                chunks, sizes, buffered = {k: [] for k in keys}, [], 0
             writer.check()
             bar.update(b + 1, samples)
         if b + 1 < len(done_sizes):
@@ -547,8 +599,7 @@ def extract(
             )
         if b < 0:
             raise ExtractError("extract(data=...): the data gave no batches (an exhausted iterator?)")
-        if sizes:
-            writer.submit(({k: {"shape": list(s[0]), "dtype": s[1]} for k, s in specs.items()}, chunks, sizes))
+        buffer.flush(specs)
         writer.close()
         writer.check()
         index["complete"] = True
