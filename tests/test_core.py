@@ -33,7 +33,7 @@ def test_import_needs_no_framework():
 
 
 def test_unsupported_model_error():
-    with pytest.raises(hookkit.UnsupportedModel, match="models, layers and tensors of torch, paddle"):
+    with pytest.raises(hookkit.UnsupportedModel, match=r"capture\(\): model must be a model: a layer of torch, paddle"):
         hookkit.capture(object(), "x")
 
 

@@ -214,7 +214,7 @@ def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", option
 
 def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
-    from hookkit.backends import backend_for
+    from hookkit.backends import backend_for, registered_backends
     from hookkit.core.errors import UnsupportedModel
 
     try:
@@ -222,7 +222,11 @@ def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
     except UnsupportedModel:
         be = None
     if be is None or not be.is_layer(model):
-        fail(fn, arg, "a model (torch.nn.Module or paddle.nn.Layer)", model, kind=UnsupportedModel)
+        kinds = ", ".join(registered_backends())
+        what = "a model: a layer of " + kinds + " (torch.nn.Module, paddle.nn.Layer; a framework counts once imported)"
+        if be is not None:
+            what += f"; this is a {be.name} tensor"
+        fail(fn, arg, what, model, kind=UnsupportedModel)
     return be
 
 

@@ -12,11 +12,11 @@ from functools import partial
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
 
-from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.validate import check_bool, check_model, fail
 
 _SLOT = object()
 _NO_GRADS: tuple = ()  # shared by records of captures without grads=True (nobody reads it)
@@ -170,7 +170,13 @@ class capture(HandleGroup):
         super().__init__()
         self._limit = _keep_limit(keep)
         self._steps: deque[int] = deque()
-        self._backend = backend_for(model)
+        self._backend = check_model(model, fn="capture")
+        for arg, value in (("inputs", inputs), ("outputs", outputs), ("grads", grads), ("detach", detach), ("clone", clone)):
+            check_bool(value, fn="capture", arg=arg)
+        if to is not None:
+            problem = self._backend.device_problem(to)
+            if problem:
+                fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
         self._model = weakref.ref(model)
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone

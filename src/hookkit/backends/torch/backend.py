@@ -136,6 +136,22 @@ class TorchBackend(TorchOps, Backend):
     def device_of(self, t: Any) -> str:
         return str(t.device)
 
+    def device_problem(self, device: Any) -> str | None:
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            return f"not a torch device ({str(e).splitlines()[0]})"
+        if dev.type == "cpu" or dev.type == "meta":
+            return None
+        module = getattr(torch, dev.type, None)  # torch.cuda, torch.mps, torch.xpu...
+        is_available = getattr(module, "is_available", None)
+        if is_available is None or not is_available():
+            return f"torch has no {dev.type} device on this machine (torch.{dev.type}.is_available() is False)"
+        count = getattr(module, "device_count", lambda: 1)()
+        if dev.index is not None and dev.index >= count:
+            return f"this machine has {count} {dev.type} device(s); index {dev.index} does not exist"
+        return None
+
     def itemsize(self, t: Any) -> int:
         return t.element_size()
 
