@@ -720,6 +720,9 @@ def test_scripted_child_is_an_opaque_row_and_hooks_refuse_it_clearly(torch_fw):
     with pytest.raises(hookkit.HookkitError, match="cannot hook layer '1.0'"):
         hookkit.on_forward(model, "1.0", lambda *a: None)
     assert not hooks_left(model)
+    traced = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.jit.trace(torch.nn.Linear(5, 3), torch.randn(1, 5)))
+    s = hookkit.summary(traced, (2, 4))
+    assert _row(s, "1").note == "scripted" and s.total_mult_adds == 2 * 4 * 5 + 2 * 5 * 3
 
 
 def test_to_static_child_is_an_opaque_row(paddle_fw):
