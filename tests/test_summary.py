@@ -750,3 +750,15 @@ def test_lazy_layers_count_once_initialized(torch_fw):
     s = hookkit.summary(model)
     assert s.total_params == 4 * 2 + 2 and "2 parameters of lazy layers are not initialized yet" in str(s)
     assert hookkit.summary(model, (1, 3)).total_params == 3 * 4 + 4 + 4 * 2 + 2  # the forward initializes them
+
+
+def test_float_dtypes_of_made_inputs(fw):
+    model = fw.linear(5, 3)
+    wide = [("float64", 8)] + ([("bfloat16", 2)] if fw.name == "torch" else [])  # Paddle has no bfloat16 CPU matmul
+    for dtype, size in wide:
+        if fw.name == "torch":
+            model.to(getattr(fw.lib, dtype))
+        else:
+            model.to(dtype=dtype)
+        s = hookkit.summary(model, (2, 5), dtypes=dtype)
+        assert s.input_bytes == 2 * 5 * size and s.param_bytes == (5 * 3 + 3) * size and s.total_mult_adds == 2 * 5 * 3
