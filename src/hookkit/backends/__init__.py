@@ -104,10 +104,10 @@ def registered_backends() -> list[str]:
 
 
 def framework_of(obj: Any) -> str:
-    """The registered name of the framework defining ``obj``'s class ('' for none), from the class's
+    """The registered name of the framework defining ``obj``'s class (or ``obj``, a class; '' for none), from the class's
     module alone: nothing is imported, so it also names a framework the backend of which is not loaded."""
     roots = {reg.module.partition(".")[0]: reg.name for reg in _registry.values()}
-    for cls in type(obj).__mro__:
+    for cls in (obj if isinstance(obj, type) else type(obj)).__mro__:  # a class itself: its own framework
         name = roots.get((cls.__module__ or "").partition(".")[0])
         if name:
             return name

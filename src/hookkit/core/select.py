@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
-from hookkit.backends import backend_for
+from hookkit.backends import backend_for, framework_of
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.suggest import close_matches
 
@@ -68,17 +68,25 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
         rx = _glob_regex(spec)
         hits = [i for i, (n, _) in enumerate(named) if rx.fullmatch(n)]
         if not hits:
-            raise LayerNotFound(spec, close_matches(spec, [n for n, _ in named]))
+            raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
         return hits
     if isinstance(spec, re.Pattern):
         hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
         if not hits:
-            raise LayerNotFound(spec.pattern, close_matches(spec.pattern, [n for n, _ in named]), "regex, full match")
+            raise LayerNotFound(spec.pattern, _suggest(spec.pattern, [n for n, _ in named]), "regex, full match")
         return hits
     if isinstance(spec, type) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
+        kinds = spec if isinstance(spec, tuple) else (spec,)
+        for k in kinds:
+            other = framework_of(k)
+            if other and other != backend.name:
+                raise LayerNotFound(
+                    f"{k.__module__}.{k.__qualname__}",
+                    [],
+                    f"{k.__qualname__} is a {other} class and the model is a {backend.name} model: use the {backend.name} class",
+                )
         hits = [i for i, (_, m) in enumerate(named) if isinstance(m, spec)]
         if not hits:
-            kinds = spec if isinstance(spec, tuple) else (spec,)
             present = sorted({type(m).__name__ for _, m in named})
             raise LayerNotFound(
                 " | ".join(k.__name__ for k in kinds),
@@ -91,12 +99,33 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
         if not hits:
             raise LayerNotFound(type(spec).__name__, [], "this layer object is not part of the model")
         return hits
+    other = framework_of(spec)
+    if other and other != backend.name:  # a layer or tensor of the other framework (a torch layer is callable)
+        raise LayerNotFound(type(spec).__name__, [], f"a {other} object, and the model is a {backend.name} model")
     if callable(spec):
         return [i for i, (n, m) in enumerate(named) if spec(n, m)]
     raise TypeError(
         f"layers= got {type(spec).__name__} {spec!r}; expected a name glob, a compiled regex, a layer class, "
         "a predicate (name, layer) -> bool, a layer object, a preset (hookkit.LEAVES, hookkit.WITH_PARAMS) or a list of these"
     )
+
+
+def shown_name(name: str) -> str:
+    """A layer name for messages: the model itself (named '') is shown as "(root)"."""
+    return name if name else "(root)"
+
+
+def _suggest(spec: str, names: list[str]) -> list[str]:
+    """Close names; failing those (a one-character name on a Sequential), the names beside where
+    ``spec`` points: the children of its parent (the top-level layers for an undotted name)."""
+    close = close_matches(spec, names)
+    if close:
+        return close
+    parent = spec.rpartition(".")[0]
+    beside = [n for n in names if n and n.rpartition(".")[0] == parent]
+    if not beside:
+        beside = [n for n in names if n and "." not in n]
+    return beside[:8]
 
 
 def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:

@@ -27,7 +27,7 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
-from hookkit.core.select import LayerSpec, select
+from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.interventions.output_edits import cast_like
 
 METHODS = ("l1_unstructured", "ln_structured")
@@ -155,7 +155,7 @@ def prune(
             targets.append((name, layer, p))
     if not targets:
         raise ValueError(
-            f"prune: none of the selected layers ({', '.join(n or '<model>' for n, _ in named[:8])}) has its own parameter {param!r}"
+            f"prune: none of the selected layers ({', '.join(shown_name(n) for n, _ in named[:8])}) has its own parameter {param!r}"
         )
     pruning = Pruning(be)
     # compute every mask first: a bad amount or dim leaves nothing changed

@@ -14,7 +14,7 @@ from typing import Any
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
-from hookkit.core.select import LayerSpec, select
+from hookkit.core.select import LayerSpec, select, shown_name
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
@@ -42,7 +42,7 @@ class Stop(HandleGroup):
         named = select(model, layer)
         if len(named) != 1:
             raise ValueError(
-                f"stop: needs exactly one layer; {layer!r} matches {len(named)}: {', '.join(n or '<model>' for n, _ in named[:8])}"
+                f"stop: needs exactly one layer; {layer!r} matches {len(named)}: {', '.join(shown_name(n) for n, _ in named[:8])}"
             )
         if isinstance(call, bool) or not isinstance(call, int) or call < 0:
             raise ValueError(f"stop: call must be an int >= 0 (which call of the layer to stop after); got {call!r}")

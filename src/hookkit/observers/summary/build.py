@@ -252,7 +252,7 @@ def _attribute(exc: BaseException, rec: Recorder, result: Summary, made_dtypes: 
         failed = rec.stack[-1][0]
     if failed is not None:
         failed.failed = True
-        name = repr(failed.name) if failed.name else f"(the model itself, {failed.type})"
+        name = repr(failed.name) if failed.name else "(root)"  # the model itself: hookkit's (root) convention
         where = f"in layer {name} ({failed.type}, call {failed.call}, input shapes {failed.input_shapes or '--'})"
         exc.hookkit_layer = failed.name  # type: ignore[attr-defined]
         shown = {id(r) for r in result.rows}  # the failing call is shown whatever the depth

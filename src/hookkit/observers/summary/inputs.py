@@ -7,7 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.backends import Backend
+from hookkit.backends import Backend, framework_of
+from hookkit.core.validate import ArgumentTypeError, fail
 
 DTYPE_ALIASES = {"long": "int64", "int": "int64", "float": "float32", "double": "float64", "half": "float16", "bool": "bool"}
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
@@ -60,6 +61,18 @@ def build_inputs(model: Any, be: Backend, input_size: Any, input_data: Any, dtyp
     if input_size is not None and input_data is not None:
         raise ValueError("summary(): give input_size or input_data, not both")
     if input_data is not None:
+        items = input_data.values() if isinstance(input_data, dict) else input_data if isinstance(input_data, (list, tuple)) else [input_data]
+        for item in items:
+            other = framework_of(item)
+            if other and other != be.name:  # else the model fails with "expected a Tensor ... got Tensor"
+                fail(
+                    "summary",
+                    "input_data",
+                    f"{be.name} tensors: the model is a {be.name} model and this is a {other} tensor "
+                    f"(convert it through numpy, or pass input_size= and let summary make the inputs)",
+                    item,
+                    kind=ArgumentTypeError,
+                )
         move = (lambda t: be.to(t, device)) if device is not None else (lambda t: t)
         if be.is_tensor(input_data):
             return (move(input_data),), {}, []
