@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.backends.host_stats import HostRows
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
@@ -34,13 +35,16 @@ CHUNK = 1024  # records per layer before they are stacked into one device tensor
 
 
 class Pending:
-    """Rows recorded on the device since the last read (one layer, one kind). The hot path appends
-    to the lists directly; ``stack`` empties them in place (the consumers hold the same lists)."""
+    """Rows recorded since the last read (one layer, one kind). The hot path appends to the lists
+    directly; ``stack`` empties them in place (the consumers hold the same lists). Records of
+    tensors in host memory are written by the C kernel into ``host`` instead (preallocated rows,
+    no tensor per call: ``Backend.activation_sums_into``, ``tensor_sums_into``)."""
 
-    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks")
+    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks", "host")
 
-    def __init__(self, backend: Any):
+    def __init__(self, backend: Any, bins: int = 0):
         self.backend = backend
+        self.host = HostRows(bins)
         self.rows: list[Any] = []
         self.hists: list[Any] = []
         self.steps: list[int] = []
@@ -50,7 +54,7 @@ class Pending:
         self.hist_chunks: list[Any] = []
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return len(self.steps) + len(self.host)
 
     def stack(self) -> None:
         if self.rows:
@@ -71,6 +75,18 @@ class Pending:
         out = (np.array(self.steps, np.int64), np.array(self.calls, np.int64), np.array(self.numels, np.float64), rows, hists)
         self.chunks, self.hist_chunks = [], []
         del self.steps[:], self.calls[:], self.numels[:]
+        if self.host.n:  # [step, call, n, the backend's row]: the order of records does not matter (merge_block sorts)
+            host, host_hists = self.host.take()
+            steps, calls, numels, rows, hists = out
+            if host_hists is not None and hists is not None:
+                host_hists = np.concatenate((hists, host_hists))
+            out = (
+                np.concatenate((steps, host[:, 0].astype(np.int64))),
+                np.concatenate((calls, host[:, 1].astype(np.int64))),
+                np.concatenate((numels, host[:, 2])),
+                np.concatenate((rows, host[:, 3:])),
+                hists if host_hists is None else host_hists,
+            )
         return out
 
 
@@ -260,7 +276,7 @@ class ActivationStats(_Recorder, ActivationData):
         named = self._setup(model, layers, every, sync)
         ActivationData.__init__(self, [n for n, _ in named], self._backend.name, settings)
         self._local = [Rows(ACTIVATION, bins if self.hist else 0) for _ in named]
-        self._pending = [Pending(self._backend) for _ in named]
+        self._pending = [Pending(self._backend, bins if self.hist else 0) for _ in named]
         record = self._recording(every, self.train_only)
         self._attach_all(
             lambda: [self.add(attach(model, [nl], "forward", self._consumer(i, record), OBSERVER)) for i, nl in enumerate(named)]
@@ -269,10 +285,13 @@ class ActivationStats(_Recorder, ActivationData):
     def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
         is_tensor, sums, sums_hist, numel, detach = be.is_tensor, be.activation_sums, be.activation_sums_hist, be.numel, be.detach
+        into = be.activation_sums_into
         pending = self._pending[slot]
+        host = pending.host
         rows, hists, steps, calls, numels, stack = pending.rows, pending.hists, pending.steps, pending.calls, pending.numels, pending.stack
         want_hist = self.hist
         near_zero, bins, (lo, hi) = self.near_zero, self.bins, self.hist_range
+        hist_range = (lo, hi) if want_hist else None
         real = real_values(be, "ActivationStats")  # complex outputs: skipped, one warning
 
         def on_forward(ev: Event) -> None:
@@ -283,6 +302,8 @@ class ActivationStats(_Recorder, ActivationData):
                 o = first_tensor(o, is_tensor)
                 if o is None:
                     return
+            if into(host, o, near_zero, ev.step, ev.call, hist_range):  # in host memory: the kernel wrote the record
+                return
             o = detach(o)  # no autograd graph for the statistics
             if not real(o, ev.name):
                 return
@@ -301,7 +322,7 @@ class ActivationStats(_Recorder, ActivationData):
         return on_forward
 
     def _has_pending(self) -> bool:
-        return any(p.steps for p in self._pending)
+        return any(len(p) for p in self._pending)
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
         blocks = []
@@ -357,12 +378,16 @@ class GradientStats(_Recorder, GradientData):
         n = len(named)
         self._local = [Rows(GRADIENT) for _ in range(2 * n)]  # slots: outputs 0..n-1, parameters n..2n-1
         self._pending = [Pending(be) for _ in range(n)]
-        self._param_pending: list[dict[str, Pending]] = []
-        self._param_refs: list[list[tuple[str, Any, bool]]] = []  # (name, weakref, sharded) per layer
+        # per layer: one Pending for all its parameters ("calls" holds the parameter's index)
+        self._param_pending = [Pending(be) for _ in range(n)]
+        self._param_index: list[dict[str, int]] = []
+        self._param_refs: list[list[Any]] = []  # weak: keeping the statistics keeps no weights alive
+        self._param_sharded: list[np.ndarray] = []
         for _, layer in named:
             params = [(pn, p) for pn, p in be.named_parameters(layer, recurse=False) if be.requires_grad(p)]
-            self._param_pending.append({pn: Pending(be) for pn, _ in params})
-            self._param_refs.append([(pn, weakref.ref(p), be.is_sharded(p)) for pn, p in params])
+            self._param_index.append({pn: i for i, (pn, _) in enumerate(params)})
+            self._param_refs.append([weakref.ref(p) for _, p in params])
+            self._param_sharded.append(np.array([be.is_sharded(p) for _, p in params], dtype=bool))
         # Under data parallelism the gradient is final only after the backward (DDP all-reduces
         # it then): read .grad at the end of each recorded backward instead of at the hook.
         self._after_backward = be.world()[1] > 1
@@ -372,32 +397,33 @@ class GradientStats(_Recorder, GradientData):
         def attach_all() -> None:
             for i, nl in enumerate(named):
                 self.add(attach(model, [nl], "grad", self._consumer(i, record), OBSERVER))
-                if self._param_pending[i] and not self._after_backward:
+                if self._param_refs[i] and not self._after_backward:
                     self.add(attach(model, [nl], "param_grad", self._param_consumer(i, record), OBSERVER))
 
         self._attach_all(attach_all)
 
     def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
-        sums, numel, detach = be.grad_sums, be.numel, be.detach
+        sums, numel, detach, into = be.grad_sums, be.numel, be.detach, be.tensor_sums_into
         real = real_values(be, "GradientStats")  # complex gradients: skipped, one warning
         pending = self._pending[slot]
-        rows, steps, calls, numels, stack = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack
+        rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
         due, after = self._due, self._after_backward
 
         def on_grad(ev: Event) -> None:
             step = ev.step
             if ev.index != 0 or not record(step):
                 return
-            g = detach(ev.grad)
-            if not real(g, ev.name):
-                return
-            rows.append(sums(g))
-            steps.append(step)
-            calls.append(ev.call)
-            numels.append(numel(g))
-            if len(rows) >= CHUNK:
-                stack()
+            if not into(host, ev.grad, step, ev.call):  # not in host memory: the framework's ops
+                g = detach(ev.grad)
+                if not real(g, ev.name):
+                    return
+                rows.append(sums(g))
+                steps.append(step)
+                calls.append(ev.call)
+                numels.append(numel(g))
+                if len(rows) >= CHUNK:
+                    stack()
             if after and due[0] is None:
                 due[0] = step
                 be.after_backward(self._read_param_grads)
@@ -406,21 +432,22 @@ class GradientStats(_Recorder, GradientData):
 
     def _param_consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
-        sums, numel, detach = be.param_sums, be.numel, be.detach
-        by_name = self._param_pending[slot]
+        sums, numel, detach, into = be.param_sums, be.numel, be.detach, be.tensor_sums_into
+        index = self._param_index[slot]
+        pending = self._param_pending[slot]
+        rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
 
         def on_param_grad(ev: Event) -> None:
             step = ev.step
-            if not record(step):
+            if not record(step) or into(host, ev.grad, step, index[ev.param_name]):
                 return
-            pending = by_name[ev.param_name]
             g = detach(ev.grad)
-            pending.rows.append(sums(g))
-            pending.steps.append(step)
-            pending.calls.append(0)
-            pending.numels.append(numel(g))
-            if len(pending.rows) >= CHUNK:
-                pending.stack()
+            rows.append(sums(g))
+            steps.append(step)
+            calls.append(index[ev.param_name])
+            numels.append(numel(g))
+            if len(rows) >= CHUNK:
+                stack()
 
         return on_param_grad
 
@@ -429,22 +456,23 @@ class GradientStats(_Recorder, GradientData):
         step, self._due[0] = self._due[0], None
         be = self._backend
         sums, numel, grad_of = be.param_sums, be.numel, be.grad_of
-        for refs, by_name in zip(self._param_refs, self._param_pending):
-            for pname, ref, _ in refs:
+        for refs, pending in zip(self._param_refs, self._param_pending):
+            for i, ref in enumerate(refs):
                 p = ref()
                 g = None if p is None else grad_of(p)
-                if g is None or not numel(g):
+                if g is None or not numel(g):  # no gradient in this backward, or an empty shard
                     continue
-                pending = by_name[pname]
+                if be.tensor_sums_into(pending.host, g, step, i):
+                    continue
                 pending.rows.append(sums(be.detach(g)))
                 pending.steps.append(step)
-                pending.calls.append(0)
+                pending.calls.append(i)
                 pending.numels.append(numel(g))
                 if len(pending.rows) >= CHUNK:
                     pending.stack()
 
     def _has_pending(self) -> bool:
-        return any(p.steps for p in self._pending) or any(p.steps for ps in self._param_pending for p in ps.values())
+        return any(len(p) for p in self._pending) or any(len(p) for p in self._param_pending)
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
         local: list[Block] = []
@@ -461,29 +489,16 @@ class GradientStats(_Recorder, GradientData):
                 s[:, 3] /= world
                 block = (*block[:3], s, None)
             contributions.append(block)
-        for refs, by_name in zip(self._param_refs, self._param_pending):
-            parts, shared = [], []
-            for pname, _, sharded in refs:
-                steps, _, n, r, _ = by_name[pname].drain()
-                part = (steps, np.column_stack((n, r[:, 0], r[:, 1] ** 2, r[:, 2])))
-                parts.append(part)
-                # equal copies on every rank (DDP): counted once, from rank 0; shards: from every rank
-                if sharded or rank == 0:
-                    shared.append(part)
-            local.append(self._per_step(parts))
-            contributions.append(self._per_step(shared))
+        for pending, sharded in zip(self._param_pending, self._param_sharded):
+            steps, index, n, r, _ = pending.drain()
+            state = np.column_stack((n, r[:, 0], r[:, 1] ** 2, r[:, 2]))
+            local.append(_per_step(steps, state))
+            if world > 1 and rank != 0:
+                # equal copies on every rank (DDP) count once, from rank 0; shards (FSDP) from every rank
+                keep = sharded[index]
+                steps, state = steps[keep], state[keep]
+            contributions.append(_per_step(steps, state))
         return local, contributions
-
-    @staticmethod
-    def _per_step(parts: list[tuple[np.ndarray, np.ndarray]]) -> Block:
-        """The parameters' rows of each step merged into one row (call 0)."""
-        if not parts:
-            return _empty(GRADIENT)
-        steps = np.concatenate([p[0] for p in parts])
-        state = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, 4))
-        zeros = np.zeros(len(steps), np.int64)
-        step, call, _, merged, _ = merge_block(GRADIENT, (steps, zeros, zeros, state, None))
-        return step, call, np.ones(len(step), np.int64), merged, None
 
     def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
         n = len(self.names)
@@ -504,3 +519,21 @@ class GradientStats(_Recorder, GradientData):
     def __repr__(self) -> str:
         n = sum(len(r) for r in self._local[: len(self.names)]) + sum(len(p) for p in self._pending)
         return f"<hookkit.GradientStats {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
+
+
+def _per_step(steps: np.ndarray, state: np.ndarray) -> Block:
+    """A layer's parameter rows of each step merged into one row (call 0). A backward delivers a
+    step's parameters together: rows of one step are contiguous, merged without sorting."""
+    if not len(steps):
+        return _empty(GRADIENT)
+    if bool((steps[1:] >= steps[:-1]).all()):
+        new = np.empty(len(steps), dtype=bool)
+        new[0] = True
+        np.not_equal(steps[1:], steps[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        merged = GRADIENT.merge(state, starts)
+        step = steps[starts]
+    else:
+        zeros = np.zeros(len(steps), np.int64)
+        step, _, _, merged, _ = merge_block(GRADIENT, (steps, zeros, zeros, state, None))
+    return step, np.zeros(len(step), np.int64), np.ones(len(step), np.int64), merged, None

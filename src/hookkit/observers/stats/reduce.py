@@ -27,12 +27,11 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None
 def merge_block(kind: Kind, block: Block) -> Block:
     """Rows with equal (step, call) merged into one, sorted by (step, call)."""
     step, call, records, state, hist = block
-    if not len(step):
+    plan = merge_keys(step, call)
+    if plan is None:
         return block
-    order, group, groups = merge_keys(step, call)
-    state = state[order]
-    merged = kind.merge(state, group, groups)
-    starts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    order, starts = plan
+    merged = kind.merge(state[order], starts)
     out_hist = None if hist is None else np.add.reduceat(hist[order], starts, axis=0)
     return step[order][starts], call[order][starts], np.maximum.reduceat(records[order], starts), merged, out_hist
 

@@ -33,8 +33,9 @@ class Kind:
     def __init__(self, name: str, width: int, keys: tuple[str, ...]):
         self.name, self.width, self.keys = name, width, keys
 
-    def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
-        """Merge the rows of ``state`` with equal ``group`` (0 <= group < groups) into one row each."""
+    def merge(self, state: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """Merge consecutive rows of ``state`` into one row per group; ``starts``: the first row of
+        each group (ascending, starting at 0)."""
         raise NotImplementedError
 
     def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
@@ -43,16 +44,17 @@ class Kind:
 
 
 class _Activation(Kind):
-    def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
+    def merge(self, state: np.ndarray, starts: np.ndarray) -> np.ndarray:
         n, mean, m2, count = state.T
-        total = np.bincount(group, n, groups)
+        add = np.add.reduceat
+        total = add(n, starts)
         with np.errstate(invalid="ignore", divide="ignore"):
-            weighted = np.where(n > 0, n * mean, 0.0)  # an empty record (n = 0) has a NaN mean
-            merged_mean = np.bincount(group, weighted, groups) / total
-            dev = np.where(n > 0, mean - merged_mean[group], 0.0)
+            filled = n > 0  # an empty record (n = 0) has a NaN mean
+            merged_mean = add(np.where(filled, n * mean, 0.0), starts) / total
+            dev = np.where(filled, mean - np.repeat(merged_mean, np.diff(starts, append=len(n))), 0.0)
             # Chan et al.: M2 = sum of the parts' M2 + sum of n_i (mean_i - mean)^2
-            merged_m2 = np.bincount(group, np.where(n > 0, m2, 0.0) + n * dev * dev, groups)
-        return np.stack((total, merged_mean, merged_m2, np.bincount(group, count, groups)), axis=1)
+            merged_m2 = add(np.where(filled, m2, 0.0) + n * dev * dev, starts)
+        return np.stack((total, merged_mean, merged_m2, add(count, starts)), axis=1)
 
     def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
         n, mean, m2, count = state.T
@@ -67,14 +69,11 @@ class _Activation(Kind):
 
 
 class _Gradient(Kind):
-    def merge(self, state: np.ndarray, group: np.ndarray, groups: int) -> np.ndarray:
-        n, total, sumsq, peak = state.T
-        largest = np.full(groups, -np.inf)
+    def merge(self, state: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        sums = np.add.reduceat(state[:, :3], starts, axis=0)  # n, sum, sum of squares
         with np.errstate(invalid="ignore"):  # NaN compares invalid; it still propagates
-            np.maximum.at(largest, group, peak)  # NaN propagates, as in the rows
-        return np.stack(
-            (np.bincount(group, n, groups), np.bincount(group, total, groups), np.bincount(group, sumsq, groups), largest), axis=1
-        )
+            largest = np.maximum.reduceat(state[:, 3], starts)  # NaN propagates, as in the rows
+        return np.column_stack((sums, largest))
 
     def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
         n, total, sumsq, peak = state.T
@@ -94,15 +93,21 @@ ACTIVATION = _Activation("activation", 4, ("mean", "std", "near_zero"))
 GRADIENT = _Gradient("gradient", 4, ("mean", "std", "norm", "max_abs"))
 
 
-def merge_keys(steps: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """``(order, group, groups)``: rows sorted by (step, call), and the group of equal keys of each
-    sorted row (for ``Kind.merge``)."""
-    order = np.lexsort((calls, steps))
-    s, c = steps[order], calls[order]
-    new = np.ones(len(order), dtype=bool)
-    new[1:] = (s[1:] != s[:-1]) | (c[1:] != c[:-1])
-    group = np.cumsum(new) - 1
-    return order, group, int(group[-1]) + 1 if len(group) else 0
+_CALLS = 1 << 24  # calls of one layer in one step stay below this: (step, call) packs into one int64
+
+
+def merge_keys(steps: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(order, starts)`` to sort rows by (step, call) and merge equal keys (``starts``: the first
+    sorted row of each key); None when the rows are sorted and unique already (nothing to do)."""
+    key = steps * _CALLS + calls
+    if len(key) < 2 or bool((key[1:] > key[:-1]).all()):
+        return None
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    new = np.empty(len(key), dtype=bool)
+    new[0] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    return order, np.flatnonzero(new)
 
 
 class Rows:
@@ -170,8 +175,7 @@ class Rows:
         """Merge the rows before the last ``limit // 2`` pairwise, into new buffers (amortized O(1) a row)."""
         n, keep = self.n, self.limit // 2
         old = (n - keep) // 2 * 2
-        group = np.arange(old) // 2
-        merged = self.kind.merge(self.state[:old], group, old // 2)
+        merged = self.kind.merge(self.state[:old], np.arange(0, old, 2))
         tail = slice(old, n)
         step = np.concatenate((self.step[:old:2], self.step[tail]))  # a merged row: its first step and call
         call = np.concatenate((self.call[:old:2], self.call[tail]))
