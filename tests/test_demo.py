@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import subprocess
 import sys
 
@@ -11,7 +13,7 @@ import pytest
 
 import hookkit
 from hookkit.apps.cli import main
-from hookkit.apps.demo import CONV_LAYERS, DROPOUT, run_demo
+from hookkit.apps.demo import DROPOUT, FEATURE_MAP_SAMPLES, HIST_BINS, HIST_RANGE, run_demo
 from hookkit.core import router
 from test_report import assert_self_contained, browser_check, decoded_images, needs_chromium, section_ids
 
@@ -31,15 +33,34 @@ def test_the_report_has_every_section_and_image(demo):
     assert result["report"] == result["out"] / "report.html"
     assert section_ids(html) == SECTIONS
     layers = ["conv1", "conv2", "conv3", "fc1", "fc2"]  # ActivationStats' default: the layers with parameters
-    n_feature_maps = 2 * len(CONV_LAYERS)
     images = decoded_images(html)
-    assert len(images) == 2 * len(layers) + 3 + n_feature_maps + 2
+    assert len(images) == 2 * len(layers) + 3 + FEATURE_MAP_SAMPLES + 2
     assert all(im.shape[0] > 50 and im.shape[1] > 50 for im in images)
-    for layer in CONV_LAYERS:
-        assert f"{layer}, held-out digit 0" in html
-    assert "Grad-CAM at conv3" in html and f"framework: <b>{framework}</b>" in html
-    assert "DigitsCNN" in html and "conv3 (Conv2" in html
+    # feature maps: one held-out digit per row, each of a different class, its label in the caption
+    labels = [int(m) for m in re.findall(r"<figcaption>held-out digit #\d+: label (\d), predicted \d</figcaption>", html)]
+    assert len(labels) == FEATURE_MAP_SAMPLES == len(set(labels))
+    assert "One held-out digit per row" in html and "handwritten" not in html.split("<main>")[1].split("Grad-CAM")[0]
+    assert "Grad-CAM at conv3, target: the predicted class" in html and f"framework: <b>{framework}</b>" in html
+    assert "<td" in html and ">DigitsCNN</td>" in html and "conv3 (Conv2" in html and "(model)" not in html
     assert_self_contained(html)
+
+
+def test_the_demo_figures_are_legible(demo):
+    """Grad-CAM: tiles of at least 100 px; the colorful dimension: pre-activations recorded over a
+    range symmetric around 0, each panel's axis chosen from the data."""
+    _, result = demo
+    from hookkit.viz.stats_plots import data_extent
+
+    gradcam_png = (result["out"] / "figures" / "gradcam.png").read_bytes()
+    import matplotlib.image as mpimg
+
+    height, width = mpimg.imread(io.BytesIO(gradcam_png), format="png").shape[:2]
+    assert width / 6 >= 100 and height / 2 >= 100  # 6 columns, 2 rows of tiles
+    acts = hookkit.load_stats(result["out"])["activation_stats"]
+    assert acts.hist_range == HIST_RANGE and HIST_RANGE[0] == -HIST_RANGE[1]
+    for name in acts.names:
+        lo, hi = data_extent(acts, name)
+        assert lo == -hi and hi < HIST_RANGE[1]  # the signed outputs, not the whole recorded range
 
 
 def test_the_statistics_are_saved_as_data_and_load_back(demo):
@@ -52,7 +73,7 @@ def test_the_statistics_are_saved_as_data_and_load_back(demo):
     assert list(acts.names) == ["conv1", "conv2", "conv3", "fc1", "fc2"]
     # one record per training step (statistics are taken in training mode only)
     conv1 = acts.layer_stats("conv1")
-    assert len(conv1["mean"]) == result["steps"] and conv1["hist"].shape == (result["steps"], 40)
+    assert len(conv1["mean"]) == result["steps"] and conv1["hist"].shape == (result["steps"], HIST_BINS)
     assert np.all(np.isfinite(conv1["std"])) and np.all((conv1["near_zero"] >= 0) & (conv1["near_zero"] <= 1))
     assert len(grads.layer_stats("fc2")["norm"]) == result["steps"] and np.all(grads.layer_stats("fc2")["norm"] > 0)
     summary = json.loads((out / "summary.json").read_text())

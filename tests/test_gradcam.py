@@ -209,3 +209,30 @@ def test_gradcam_overlay_titles(fw):
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_feature_maps_by_layer_one_sample_across_layers(fw):
+    """One figure: the input, then a channel grid per layer, for the sample asked (its own maps, not sample 0's)."""
+    import matplotlib.pyplot as plt
+
+    model = fw.small_cnn()
+    x = fw.randn(3, 1, 8, 8)
+    with hookkit.capture(model, ["conv1", "conv2"]) as cap:
+        model(x)
+    fig = hookkit.viz.feature_maps_by_layer(cap, ["conv1", "conv2"], sample=2, image=fw.numpy(x)[2, 0], ncols=(4, 8), title="sample 2")
+    subs = fig.subfigs
+    assert len(subs) == 3 and fig._suptitle.get_text() == "sample 2"
+    np.testing.assert_array_equal(subs[0].axes[0].get_images()[0].get_array(), fw.numpy(x)[2, 0])
+    assert [s._suptitle.get_text() for s in subs[1:]] == ["conv1: 8 channels", "conv2: 16 channels"]
+    tiles = np.asarray(subs[2].axes[0].get_images()[0].get_array())
+    first = fw.numpy(cap["conv2"])[2, 0]  # channel 0 of sample 2, stretched to [0, 1]
+    stretched = (first - first.min()) / (first.max() - first.min() + 1e-12)
+    rows = range(tiles.shape[0] - first.shape[0] + 1)
+    assert any(np.allclose(tiles[r : r + first.shape[0], : first.shape[1]], stretched, atol=1e-6) for r in rows)
+    other = fw.numpy(cap["conv2"])[0, 0]
+    other = (other - other.min()) / (other.max() - other.min() + 1e-12)
+    assert not any(np.allclose(tiles[r : r + first.shape[0], : first.shape[1]], other, atol=1e-6) for r in rows)
+    assert len(subs[1].axes) == 1 and len(subs[2].axes) == 2  # one colorbar, on the last grid
+    with pytest.raises(ValueError, match="2 layers but 1 ncols values"):
+        hookkit.viz.feature_maps_by_layer(cap, ["conv1", "conv2"], ncols=[4])
+    plt.close("all")

@@ -221,3 +221,101 @@ def test_plots_read_statistics_loaded_from_disk(recorded, tmp_path):
     np.testing.assert_allclose(image, np.log1p(np.asarray(acts.layer_stats(name)["hist"], dtype=np.float64).T))
     lines = gradient_flow(loaded["gradient_stats"]).axes[0].get_lines()
     np.testing.assert_allclose(lines[-1].get_ydata(), grads.layer_stats(grads.names[-1])["norm"])
+
+
+# -- the histogram range: chosen from the data, symmetric for pre-activations, honest about clipping ----
+def _record_outputs(fw, hist_range, bins, steps=30):
+    """ActivationStats of a Linear-ReLU-Linear trained ``steps`` steps, and every recorded output of the
+    Linear layers and the ReLU, captured beside it (to know where the values really were)."""
+    model = fw.mlp((5, 16, 3))
+    model.train()
+    with hookkit.ActivationStats(model, ["0", "1", "2"], hist=True, bins=bins, range=hist_range) as acts:
+        with hookkit.capture(model, ["0", "1", "2"], keep="all") as cap:
+            _train(fw, model, steps=steps)
+    values = {n: np.concatenate([fw.numpy(r.output).ravel() for r in cap.calls(n)]) for n in ("0", "1", "2")}
+    return acts, values
+
+
+def _round_ticks(ax) -> bool:
+    """The y ticks inside the limits are evenly spaced by 1, 2, 2.5 or 5 x 10^k, and the limits are multiples of that spacing."""
+    lo, hi = ax.get_ylim()
+    ticks = [t for t in ax.get_yticks() if lo <= t <= hi]
+    spacing = np.diff(ticks)
+    if len(ticks) < 3 or not np.allclose(spacing, spacing[0]):
+        return False
+    step = spacing[0]
+    mantissa = step / 10 ** np.floor(np.log10(step))
+    multiples = np.array([lo, hi, *ticks]) / step
+    return any(np.isclose(mantissa, m) for m in (1, 2, 2.5, 5)) and np.allclose(multiples, np.round(multiples))
+
+
+def test_histogram_range_comes_from_the_data(fw):
+    from hookkit.viz.stats_plots import data_extent
+
+    acts, values = _record_outputs(fw, (-20, 20), 160)
+    for name, signed in (("0", True), ("2", True), ("1", False)):  # Linear outputs have both signs; ReLU's are >= 0
+        fig = color_dim(acts, name)
+        ax = fig.axes[0]
+        lo, hi = ax.get_ylim()
+        assert (lo, hi) == data_extent(acts, name)
+        v = values[name]
+        assert lo <= v.min() + 0.25 and v.max() - 0.25 <= hi  # every value's bin is on the axis (bins are 0.25 wide)
+        assert hi - lo < 40  # not the whole recorded range: these outputs stay within a few units
+        if signed:
+            assert v.min() < 0 < v.max() and lo == -hi  # pre-activations: symmetric around 0
+        else:
+            assert lo == 0
+        assert _round_ticks(ax)
+        assert [int(t.get_text()) for t in ax.get_xticklabels()] == [0, 5, 10, 15, 20, 25]  # round step numbers
+        assert len(fig.axes) == 2 and fig.axes[1].get_ylabel() == "log(1 + count)"  # the colorbar
+        plt.close(fig)
+    # hist(): the same extent on its x axis; extent="recorded" shows the whole range
+    assert hist(acts, "0").axes[0].get_xlim() == data_extent(acts, "0")
+    assert color_dim(acts, "0", extent="recorded").axes[0].get_ylim() == (-20.0, 20.0)
+    assert color_dim(acts, "0", extent=(-1, 3)).axes[0].get_ylim() == (-1.0, 3.0)
+    with pytest.raises(ValueError, match="extent must be 'auto', 'recorded' or"):
+        color_dim(acts, "0", extent="data")
+    with pytest.raises(ValueError, match=r"low < high; got \(3, 1\)"):
+        color_dim(acts, "0", extent=(3, 1))
+
+
+def test_a_range_that_misses_the_values_says_so(fw):
+    """fastai's default range (0, 10) on pre-activations: negative values are not counted, and the
+    figure says so (from the recorded mean and std); a range that holds the data says nothing."""
+    from hookkit.viz.stats_plots import range_note
+
+    acts, values = _record_outputs(fw, (0, 10), 40, steps=3)
+    assert values["0"].min() < 0
+    note = range_note(acts, "0")
+    assert note.startswith("values below 0 are outside the recorded range [0, 10] and not counted (step ")
+    assert note in color_dim(acts, "0").axes[0].get_title().replace("\n", " ")
+    above, _ = _record_outputs(fw, (-10, 0), 40, steps=3)
+    assert range_note(above, "0").startswith("values above 0 are outside the recorded range [-10, 0]")
+    assert range_note(acts, "1") == ""  # ReLU outputs: all inside [0, 10]
+    wide, _ = _record_outputs(fw, (-50, 50), 40, steps=3)
+    assert range_note(wide, "0") == "" and "\n" not in color_dim(wide, "0").axes[0].get_title()
+
+
+def test_gradient_flow_smooths_long_runs_and_keeps_the_raw_values_faint(torch_fw):
+    import torch
+
+    model = torch_fw.mlp((5, 8, 3))
+    with hookkit.GradientStats(model) as grads:
+        for _ in range(60):
+            (model(torch.randn(4, 5)) ** 2).sum().backward()
+    ax = gradient_flow(grads).axes[0]
+    raw = [ln for ln in ax.get_lines() if ln.get_label().startswith("_")]
+    smooth = [ln for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+    assert [ln.get_label() for ln in smooth] == list(grads.names)
+    for r, s_, name in zip(raw, smooth, grads.names):
+        norms = grads.layer_stats(name)["norm"]
+        np.testing.assert_allclose(r.get_ydata(), norms)
+        assert r.get_alpha() < 0.5 and r.get_color() == s_.get_color()
+        window = 60 // 25 | 1  # 3
+        expected = 10 ** np.convolve(np.log10(norms), np.ones(window) / window, mode="same")[1:-1]
+        np.testing.assert_allclose(s_.get_ydata()[1:-1], expected, rtol=1e-5)  # a centered geometric moving mean
+    legend = ax.get_legend()
+    assert legend.get_bbox_to_anchor().x0 >= ax.get_window_extent().x1  # outside the axes, right of them
+    assert len(gradient_flow(grads, smooth=None).axes[0].get_lines()) == len(grads.names)
+    with pytest.raises(ValueError, match="smooth must be 'auto', None or a window"):
+        gradient_flow(grads, smooth=0)

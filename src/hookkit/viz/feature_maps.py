@@ -105,27 +105,101 @@ def feature_maps(
     return fig
 
 
+def feature_maps_by_layer(
+    capture: Any,
+    layers: Sequence[str],
+    *,
+    sample: int = 0,
+    image: Any = None,
+    ncols: Sequence[int] | int = 8,
+    max_channels: int = 32,
+    title: str | None = None,
+    image_title: str = "input",
+    tile: float = 0.55,
+) -> Any:
+    """One sample through several layers, side by side in one Figure: its input (``image``, optional)
+    then each layer's channel grid (``feature_maps``, each channel on its own scale).
+
+    >>> with hookkit.capture(model, ["conv1", "conv2"]) as cap:   # doctest: +SKIP
+    ...     model(x)
+    >>> hookkit.viz.feature_maps_by_layer(cap, ["conv1", "conv2"], sample=3, image=x[3]).savefig("row.png")
+
+    ``ncols``: tiles per row, one for all layers or one per layer; ``tile``: inches per tile.
+    """
+    import matplotlib.pyplot as plt
+
+    layers = list(layers)
+    if not layers:
+        raise ValueError("feature_maps_by_layer: layers is empty; name at least one captured layer")
+    cols = [ncols] * len(layers) if isinstance(ncols, int) else list(ncols)
+    if len(cols) != len(layers):
+        raise ValueError(f"feature_maps_by_layer: {len(layers)} layers but {len(cols)} ncols values")
+    shapes = []
+    for layer, c in zip(layers, cols):
+        arr, _ = _as_array(capture, layer)
+        n = min(max_channels, arr.shape[1] if arr.ndim == 4 else arr.shape[0])
+        shapes.append((max(1, min(c, n)), math.ceil(n / max(1, min(c, n)))))
+    widths = [c * tile * 1.2 + 0.3 for c, _ in shapes]  # inches: tiles, gaps, a margin
+    height = max(r for _, r in shapes) * tile * 1.45 + 0.8
+    if image is not None:
+        widths = [max(1.4, 0.45 * height)] + widths
+    widths[-1] += 0.8  # the colorbar
+    fig = plt.figure(figsize=(sum(widths), height), layout="constrained")
+    subs = list(np.ravel(fig.subfigures(1, len(widths), width_ratios=widths, wspace=0.02)))
+    if image is not None:
+        img, _ = _as_array(image, None) if not isinstance(image, np.ndarray) else (np.asarray(image, np.float32), "")
+        img = np.squeeze(img)
+        if img.ndim == 3:  # [C, H, W] -> [H, W, C]
+            img = img.transpose(1, 2, 0)
+        ax = subs[0].add_subplot(1, 1, 1)
+        ax.imshow(img, cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
+        ax.set_title(image_title, fontsize=10)
+        ax.axis("off")
+        subs = subs[1:]
+    for i, (layer, sub, (c, _)) in enumerate(zip(layers, subs, shapes)):
+        arr, _ = _as_array(capture, layer)
+        total = arr.shape[1] if arr.ndim == 4 else arr.shape[0]
+        feature_maps(
+            capture,
+            layer,
+            sample=sample,
+            ncols=c,
+            max_channels=max_channels,
+            fig=sub,
+            colorbar=i == len(layers) - 1,
+            title=f"{layer}: {total} channels" + (f" (first {max_channels})" if total > max_channels else ""),
+        )
+    if title:
+        fig.suptitle(title, fontsize=11)
+    return fig
+
+
 def gradcam_overlay(
     images: Any,
     cams: np.ndarray,
     *,
     predicted: Sequence[int] | None = None,
     labels: Sequence[int] | None = None,
-    alpha: float = 0.5,
+    alpha: float = 0.6,
     ncols: int = 8,
     cmap: str = "jet",
+    outline: bool = True,
+    tile: float = 1.9,
     title: str | None = None,
     fig: Any = None,
 ) -> Any:
     """Grad-CAM heatmaps over their images, titled with predicted and true labels; returns a Figure.
 
     ``images``: ``[N, H, W]``, ``[N, 1, H, W]`` or ``[N, 3, H, W]`` (array or tensor); ``cams``: from
-    ``hookkit.gradcam``.
+    ``hookkit.gradcam``. The heatmap's opacity grows with its value (up to ``alpha``), so the image
+    shows through where the map is low; ``outline`` draws the contour of a grayscale image's strokes
+    over the heatmap. ``tile``: inches per image.
 
     >>> cams = hookkit.gradcam(model, "conv3", x)                             # doctest: +SKIP
     >>> hookkit.viz.gradcam_overlay(x, cams, predicted=pred, labels=y).savefig("cam.png")
     """
     import matplotlib.pyplot as plt
+    from matplotlib import colormaps
 
     imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
     if imgs.ndim == 4:
@@ -137,17 +211,22 @@ def gradcam_overlay(
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
     if fig is None:
-        fig = plt.figure(figsize=(1.6 * ncols + 0.8, 1.8 * nrows + 0.4))
+        fig = plt.figure(figsize=(tile * ncols + 1.0, (tile + 0.35) * nrows + (0.5 if title else 0.1)), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False)
-    heat = None
+    colors = colormaps[cmap]
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i >= n:
             continue
         img = imgs[i]
         img = (img - img.min()) / (img.max() - img.min() + 1e-7)
-        ax.imshow(img, cmap="gray" if img.ndim == 2 else None)
-        heat = ax.imshow(cams[i], cmap=cmap, alpha=alpha, vmin=0, vmax=1)
+        ax.imshow(img, cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
+        cam = np.clip(np.asarray(cams[i], np.float64), 0.0, 1.0)
+        rgba = colors(cam)
+        rgba[..., 3] = alpha * (0.15 + 0.85 * cam)  # low values nearly clear: the image shows through
+        ax.imshow(rgba, interpolation="bilinear")
+        if outline and img.ndim == 2 and img.shape == cam.shape:
+            ax.contour(img, levels=[0.5], colors="white", linewidths=1.0, alpha=0.9)
         parts = []
         if predicted is not None:
             parts.append(f"pred {int(predicted[i])}")
@@ -155,9 +234,10 @@ def gradcam_overlay(
             parts.append(f"true {int(labels[i])}")
         if parts:
             wrong = predicted is not None and labels is not None and int(predicted[i]) != int(labels[i])
-            ax.set_title(" / ".join(parts), fontsize=8, color="crimson" if wrong else "black")
+            ax.set_title(" / ".join(parts), fontsize=11, color="crimson" if wrong else "black", fontweight="bold" if wrong else None)
     if title:
-        fig.suptitle(title, fontsize=10)
-    if heat is not None:
-        fig.colorbar(heat, ax=axes.ravel().tolist(), shrink=0.8).set_label("Grad-CAM", fontsize=8)
+        fig.suptitle(title, fontsize=12)
+    if n:
+        mappable = plt.cm.ScalarMappable(cmap=colors, norm=plt.Normalize(0, 1))
+        fig.colorbar(mappable, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02).set_label("Grad-CAM (0: none, 1: most)", fontsize=9)
     return fig

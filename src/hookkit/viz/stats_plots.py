@@ -7,6 +7,7 @@ matplotlib is imported inside the functions, so ``import hookkit`` never needs i
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,11 +62,77 @@ def _per_step(steps: np.ndarray, values: np.ndarray, kind: str) -> tuple[np.ndar
 
 
 def _step_ticks(ax: Any, steps: np.ndarray) -> None:
-    """Label the columns of an image (one per record) with their step numbers, at most 8 ticks."""
+    """Label the columns of an image (one per record) with round step numbers (0, 50, 100, ...)."""
+    from matplotlib.ticker import MaxNLocator
+
+    steps = np.asarray(steps)
     if len(steps):
-        ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int))
-        ax.set_xticks(ticks, [str(steps[t]) for t in ticks])
+        columns = np.arange(len(steps), dtype=np.float64)
+        values = [v for v in MaxNLocator(nbins=7, integer=True).tick_values(steps[0], steps[-1]) if steps[0] <= v <= steps[-1]]
+        # a column per record: a step value sits at the (first) column that recorded it, between columns otherwise
+        positions = np.interp(values, steps, columns)
+        ax.set_xticks(positions, [str(int(v)) for v in values])
     ax.set_xlabel("step")
+
+
+def data_extent(stats: Any, name: str, *, tail: float = 1e-4) -> tuple[float, float]:
+    """The value range a layer's histograms show: from the lowest to the highest bin holding data
+    (bins at either end holding less than ``tail`` of all counts together are left out), widened
+    to be symmetric around 0 when the data lie on both sides of it (pre-activations: 0 in the
+    middle), then to round numbers; never wider than the recorded range."""
+    from matplotlib.ticker import MaxNLocator
+
+    hist = _hist_array(stats, name)
+    edges = _hist_edges(stats, hist.shape[1])
+    lo_rec, hi_rec = float(edges[0]), float(edges[-1])
+    totals = hist.sum(axis=0)
+    if not totals.sum():
+        return lo_rec, hi_rec
+    cum = np.cumsum(totals) / totals.sum()
+    first = int(np.searchsorted(cum, tail / 2, side="right"))
+    last = int(np.searchsorted(cum, 1 - tail / 2, side="left"))
+    lo, hi = float(edges[first]), float(edges[min(last, len(totals) - 1) + 1])
+    if lo < 0 < hi:
+        lo, hi = -max(-lo, hi), max(-lo, hi)
+    ticks = MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    lo = max(lo_rec, max([t for t in ticks if t <= lo], default=lo))
+    hi = min(hi_rec, min([t for t in ticks if t >= hi], default=hi))
+    return lo, hi
+
+
+def range_note(stats: Any, name: str) -> str:
+    """A warning when the recorded histogram range misses part of a layer's values ('' when nothing
+    shows that it does). Values outside ``ActivationStats(range=...)`` are not counted in the
+    histograms, but the recorded mean and std are over all values: where the histograms' own mean
+    (bin centers) drifts from the recorded mean by more than a bin and a tenth of a std, or their std
+    falls short of the recorded one, values were left out, on the side the means say."""
+    data = stats.layer_stats(name)
+    if "hist" not in data or not len(data["hist"]):
+        return ""
+    hist = np.asarray(data["hist"], np.float64)
+    edges = _hist_edges(stats, hist.shape[1])
+    centers, width = (edges[:-1] + edges[1:]) / 2, float(edges[1] - edges[0])
+    mean, std = np.asarray(data["mean"], np.float64), np.asarray(data["std"], np.float64)
+    counts = hist.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        h_mean = hist @ centers / counts
+        h_std = np.sqrt(np.maximum(hist @ centers**2 / counts - h_mean**2, 0.0))
+    ok = np.isfinite(mean) & np.isfinite(std)
+    empty = ok & (counts == 0)  # every value of that record outside the range
+    tol = width + 0.1 * np.where(ok, std, 0.0)
+    low = (ok & (h_mean - mean > tol)) | (empty & (mean < edges[0]))
+    high = (ok & (mean - h_mean > tol)) | (empty & (mean > edges[-1]))
+    narrow = ok & ~empty & ~low & ~high & (h_std < 0.8 * std - width)
+    sides = [side for side, flags in (("below", low), ("above", high)) if flags.any()]
+    if not sides and not narrow.any():
+        return ""
+    lo, hi = float(edges[0]), float(edges[-1])
+    where = " and ".join(f"{side} {lo if side == 'below' else hi:g}" for side in sides) if sides else "on both sides"
+    worst = int(np.nanargmax(np.where(low | high | narrow, np.abs(np.nan_to_num(h_mean - mean, nan=np.inf)), -1.0)))
+    return (
+        f"values {where} are outside the recorded range [{lo:g}, {hi:g}] and not counted "
+        f"(step {int(np.asarray(data['step'])[worst])}: mean of all values {mean[worst]:.3g}, of those counted {h_mean[worst]:.3g})"
+    )
 
 
 def _axes(ax: Any, figsize: tuple[float, float]) -> tuple[Any, Any]:
@@ -88,7 +155,12 @@ def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None
     name = _layer_name(stats, name_or_index)
     data = stats.layer_stats(name)
     steps = np.asarray(data["step"])
-    panels = [("mean", "mean"), ("std", "std"), ("near_zero", "fraction near zero")]
+    threshold = getattr(stats, "near_zero", None)  # fastai's near-zero count is (o <= threshold): negative values count too
+    panels = [
+        ("mean", "mean"),
+        ("std", "std"),
+        ("near_zero", f"fraction <= {threshold:g}" if threshold is not None else "fraction near zero"),
+    ]
     if ax is None:
         import matplotlib.pyplot as plt
 
@@ -114,21 +186,49 @@ def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None
     return fig
 
 
-def color_dim(stats: Any, name_or_index: str | int = 0, *, ax: Any = None, figsize: tuple[float, float] = (10, 5)) -> Any:
+def color_dim(
+    stats: Any,
+    name_or_index: str | int = 0,
+    *,
+    extent: str | tuple[float, float] = "auto",
+    colorbar: bool = True,
+    ax: Any = None,
+    figsize: tuple[float, float] = (10, 5),
+) -> Any:
     """fastai's "colorful dimension": one histogram per recorded step as a column, ``log1p`` counts, low values at the bottom.
 
-    >>> stats = hookkit.ActivationStats(model, hist=True)   # doctest: +SKIP
+    >>> stats = hookkit.ActivationStats(model, hist=True, range=(-8, 8))   # doctest: +SKIP
     >>> fig = hookkit.viz.color_dim(stats, "fc1")           # doctest: +SKIP
+
+    ``extent``: the values shown on the y axis: ``"auto"`` (the bins that hold data, symmetric
+    around 0 when the data lie on both sides of it, round limits; see ``data_extent``),
+    ``"recorded"`` (the whole ``range=`` the histograms were recorded with) or ``(low, high)``.
+    When the recorded mean and std show values outside the recorded range, the title says so.
     """
     name = _layer_name(stats, name_or_index)
     hist = _hist_array(stats, name)  # [steps, bins]
     edges = _hist_edges(stats, hist.shape[1])
+    if isinstance(extent, str):
+        if extent not in ("auto", "recorded"):
+            raise ValueError(f"color_dim: extent must be 'auto', 'recorded' or (low, high); got {extent!r}")
+        lo, hi = data_extent(stats, name) if extent == "auto" else (float(edges[0]), float(edges[-1]))
+    else:
+        lo, hi = (float(v) for v in extent)
+        if not lo < hi:
+            raise ValueError(f"color_dim: extent must be (low, high) with low < high; got {extent!r}")
     fig, ax = _axes(ax, figsize)
     image = np.log1p(hist.T)  # [bins, steps], as fastai's ActivationStats.hist
-    ax.imshow(image, origin="lower", aspect="auto", extent=(-0.5, hist.shape[0] - 0.5, edges[0], edges[-1]))
-    ax.set_title(f"{name}: activation histogram per step (log1p)")
+    im = ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest", extent=(-0.5, hist.shape[0] - 0.5, edges[0], edges[-1]))
+    ax.set_ylim(lo, hi)
+    if lo < 0 < hi:
+        ax.axhline(0, color="white", lw=0.6, ls=(0, (4, 4)), alpha=0.6)
+    title = f"{name}: activation histogram per step"
+    note = range_note(stats, name)
+    ax.set_title(title + ("\n" + textwrap.fill(note, 84) if note else ""), fontsize=9 if note else None)
     _step_ticks(ax, np.asarray(stats.layer_stats(name)["step"]))
     ax.set_ylabel("activation")
+    if colorbar:
+        fig.colorbar(im, ax=ax, pad=0.02).set_label("log(1 + count)")
     return fig
 
 
@@ -152,6 +252,7 @@ def hist(stats: Any, name_or_index: str | int = 0, *, at: int | str = -1, ax: An
     edges = _hist_edges(stats, hists.shape[1])
     fig, ax = _axes(ax, figsize)
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge")
+    ax.set_xlim(*data_extent(stats, name))  # the bars are all drawn; the axis shows where the data are
     ax.set_title(f"{name}: activation histogram ({label})")
     ax.set_xlabel("activation")
     ax.set_ylabel("count")
@@ -166,6 +267,7 @@ def gradient_flow(
     layers: Sequence[str] | None = None,
     style: str = "lines",
     log: bool | None = None,
+    smooth: int | str | None = "auto",
     ax: Any = None,
     figsize: tuple[float, float] = (10, 4),
 ) -> Any:
@@ -175,6 +277,9 @@ def gradient_flow(
 
     ``kind``: norm, mean, std or max_abs. ``source``: "output" (gradient w.r.t. each layer's
     output) or "params" (its parameters' gradients). ``log``: log scale (default: all but mean).
+    ``smooth``: lines are a centered moving average over this many steps (on the log scale when
+    ``log``), drawn over the faint per-step values; ``"auto"``: about 1/25 of the steps from 50
+    steps on, none below; ``None`` or 1: the per-step values only. The legend sits right of the axes.
     A layer called several times in one forward is shown once per step (norms combined as the
     root of the sum of squares, as ``GradientStats.gradient_flow()``).
     """
@@ -199,13 +304,20 @@ def gradient_flow(
     fig, ax = _axes(ax, figsize)
     label = f"{source} gradient {kind}"
     if style == "lines":
+        window = _window(smooth, max(len(s) for _, s, _ in series))
         for name, steps, values in series:
-            ax.plot(steps, values, label=name)
+            if window > 1:
+                (raw,) = ax.plot(steps, values, lw=0.7, alpha=0.25, label=f"_{name} (per step)")
+                ax.plot(steps, _moving_average(values, window, log), lw=1.8, color=raw.get_color(), label=name)
+            else:
+                ax.plot(steps, values, label=name)
         if log:
             ax.set_yscale("log")
         ax.set_xlabel("step")
         ax.set_ylabel(label)
-        ax.legend(fontsize="small", loc="best")
+        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
+        if window > 1:
+            label += f"; lines: mean over {window} steps, faint: each step"
     else:
         steps = np.unique(np.concatenate([s for _, s, _ in series]))
         grid = np.full((len(series), len(steps)), np.nan)  # NaN (blank) where a layer has no record
@@ -220,3 +332,27 @@ def gradient_flow(
         fig.colorbar(im, ax=ax, label=f"log10 {label}" if log else label)
     ax.set_title(f"gradient flow ({label})")
     return fig
+
+
+def _window(smooth: int | str | None, n: int) -> int:
+    if smooth is None:
+        return 1
+    if smooth == "auto":
+        return n // 25 | 1 if n >= 50 else 1  # odd: centered
+    if isinstance(smooth, (int, np.integer)) and not isinstance(smooth, bool) and smooth >= 1:
+        return int(smooth)
+    raise ValueError(f"gradient_flow: smooth must be 'auto', None or a window of steps >= 1; got {smooth!r}")
+
+
+def _moving_average(values: np.ndarray, window: int, log: bool) -> np.ndarray:
+    """Centered moving average over ``window`` points (shorter at the ends), NaN and, on a log scale,
+    values <= 0 left out; averaged in log space when ``log`` (a geometric mean, as the eye reads a log axis)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.log10(values) if log else np.asarray(values, np.float64)
+    ok = np.isfinite(v)
+    kernel = np.ones(window)
+    total = np.convolve(np.where(ok, v, 0.0), kernel, mode="same")
+    count = np.convolve(ok.astype(np.float64), kernel, mode="same")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean = np.where(count > 0, total / count, np.nan)
+    return 10.0**mean if log else mean

@@ -26,15 +26,16 @@ from hookkit.core.errors import HookkitError
 
 __all__ = ["FIGURE_SECTIONS", "report", "run_cli"]
 
-#: titles and explanations of the sections made of ready PNGs (written by the demo)
+#: generic headings of the sections made of ready PNGs; the figures' writer may give its own
+#: ("section_title" / "section_intro" in figures.json): it knows what the figures show
 FIGURE_SECTIONS = {
     "feature-maps": (
         "Feature maps",
-        "Every channel of each conv layer for a few held-out digits, captured with hookkit.capture and drawn by hookkit.viz.feature_maps.",
+        "Channels of layers' outputs for a few inputs, captured with hookkit.capture and drawn by hookkit.viz; each caption names the input.",
     ),
     "gradcam": (
         "Grad-CAM",
-        "Where the network looked: hookkit.gradcam heatmaps over held-out digits, titled with the predicted and true labels (red: wrong).",
+        "Where the network looked: hookkit.gradcam heatmaps over inputs, titled with the predicted and true labels (red: wrong).",
     ),
 }
 

@@ -146,8 +146,8 @@ def check_meta(data: dict, where: str) -> dict:
 
 
 def load_figures(folder: pathlib.Path, data: list, where: str) -> list[dict[str, Any]]:
-    """``figures.json``: ``[{"file": "x.png", "section": "gradcam", "caption": "..."}]``; each file a
-    PNG inside the folder."""
+    """``figures.json``: ``[{"file": "x.png", "section": "gradcam", "caption": "..."}]`` (optionally
+    ``"section_title"`` and ``"section_intro"``); each file a PNG inside the folder."""
     out = []
     for i, f in enumerate(data):
         field = f"[{i}]"
@@ -162,7 +162,11 @@ def load_figures(folder: pathlib.Path, data: list, where: str) -> list[dict[str,
         png = path.read_bytes()
         if not png.startswith(_PNG_MAGIC):
             raise InvalidFile(f"{where}: field '{field}.file': {f['file']!r} is not a PNG image")
-        out.append({"section": f["section"], "caption": f.get("caption", ""), "file": f["file"], "png": png})
+        item = {"section": f["section"], "caption": f.get("caption", ""), "file": f["file"], "png": png}
+        for key in ("section_title", "section_intro"):  # the section's heading and explanation, from whoever wrote the figures
+            if key in f:
+                item[key] = _field(where, f"{field}.{key}", f[key], isinstance(f[key], str), "a string")
+        out.append(item)
     return out
 
 

@@ -101,23 +101,36 @@ def summary_section(summary: dict[str, Any]) -> Section:
 def activation_sections(stats: Any) -> list[Section]:
     """Mean / std / near-zero over training, and the colorful-dimension images, one figure per layer."""
     from hookkit import viz
+    from hookkit.viz.stats_plots import data_extent, range_note
 
     act = Section(
         "activations",
         "Activation statistics over training",
-        "Per layer: mean, standard deviation and fraction of near-zero outputs at each recorded step (hookkit.ActivationStats).",
+        "Per layer: mean, standard deviation and fraction of outputs <= the near-zero threshold at each recorded step "
+        "(hookkit.ActivationStats, fastai's definitions: negative outputs count in that fraction).",
     )
+    lo, hi = (float(v) for v in getattr(stats, "hist_range", (0.0, 0.0)))
     color = Section(
         "color-dim",
         "Colorful dimension",
-        "Histograms of each layer's outputs over training (x: step, y: activation value, color: log count). "
-        "A healthy layer spreads out smoothly; a bright band at the bottom means many dead or near-zero units.",
+        "Histograms of each layer's outputs over training (x: step, y: output value, color: log(1 + count)), recorded over "
+        f"[{lo:g}, {hi:g}] in {getattr(stats, 'bins', '?')} bins; each panel's y axis shows the values that occurred "
+        "(symmetric around 0 when they have both signs). A bright band at 0 means many outputs near zero; "
+        "values outside the recorded range are not counted (the panel says so when the recorded mean and std show some).",
         grid=True,
     )
     for name in stats.names:
-        act.items.append(img(png_bytes(viz.plot_layer_stats(stats, name, figsize=(11, 2.6))), f"{name}: mean, std, near-zero fraction"))
+        act.items.append(
+            img(
+                png_bytes(viz.plot_layer_stats(stats, name, figsize=(11, 2.6))),
+                f"{name}: mean, std, fraction <= {getattr(stats, 'near_zero', 0.05):g}",
+            )
+        )
         if "hist" in stats.layer_stats(name):
-            color.items.append(img(png_bytes(viz.color_dim(stats, name, figsize=(6, 3))), f"{name}: colorful dimension"))
+            shown = data_extent(stats, name)
+            note = range_note(stats, name)
+            caption = f"{name}: values {shown[0]:g} to {shown[1]:g} shown" + (f"; {note}" if note else "")
+            color.items.append(img(png_bytes(viz.color_dim(stats, name, figsize=(6.4, 3.2))), caption))
     return [act] + ([color] if color.items else [])
 
 
@@ -130,10 +143,12 @@ def gradient_section(grads: Any) -> Section:
         "Norm of the gradient w.r.t. each layer's output, and of its parameters' gradients, over training (hookkit.GradientStats). "
         "Vanishing gradients show as lines falling towards zero in the early layers.",
     )
-    sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm")), "gradient norm w.r.t. each layer's output"))
+    sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm")), "gradient norm w.r.t. each layer's output (log scale)"))
     sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm", style="heatmap")), "the same as a layers x steps heatmap (log10)"))
     try:
-        sec.items.append(img(png_bytes(viz.gradient_flow(grads, "norm", source="params")), "parameter gradient norm per layer"))
+        sec.items.append(
+            img(png_bytes(viz.gradient_flow(grads, "norm", source="params")), "norm of each layer's parameter gradients (log scale)")
+        )
     except Exception:  # no parameter gradients recorded: the output-gradient views stand alone
         pass
     return sec
@@ -165,12 +180,14 @@ def dropout_section(dropout: dict[str, Any]) -> Section:
 
 
 def figure_sections(figures: list[dict[str, Any]], titles: dict[str, tuple[str, str]]) -> list[Section]:
-    """Sections of ready-made PNGs: ``figures`` items have "section", "caption" and "png" (bytes)."""
+    """Sections of ready-made PNGs: ``figures`` items have "section", "caption" and "png" (bytes), and
+    may carry "section_title" / "section_intro" (what the figures show: their writer knows it);
+    otherwise ``titles[section]`` gives a generic heading and explanation."""
     out: dict[str, Section] = {}
     for f in figures:
         sid = f["section"]
         if sid not in out:
             title, intro = titles.get(sid, (sid, ""))
-            out[sid] = Section(sid, title, intro, grid=True)
+            out[sid] = Section(sid, f.get("section_title") or title, f.get("section_intro") or intro, grid=True)
         out[sid].items.append(img(f["png"], f.get("caption", "")))
     return list(out.values())
