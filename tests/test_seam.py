@@ -238,3 +238,33 @@ def test_activation_stats_over_the_backends_reductions(numpy_framework):
     model.train(False)
     model(batches[0])  # statistics are taken in training only
     assert len(stats.layer_stats("fc1")["mean"]) == 3
+
+
+def test_a_backend_registered_by_import_path_loads_on_first_use(numpy_framework):
+    register_backend("numpy-mlp", module=__name__, backend=f"{__name__}:NumpyBackend")  # replaces the class registration
+    backend = backend_for(numpy_framework)
+    assert type(backend).__name__ == "NumpyBackend" and backend.name == "numpy-mlp"
+    assert hookkit.backends.backend_named("numpy-mlp") is backend
+    assert hookkit.backends.framework_of(numpy_framework) == "numpy-mlp"
+    assert hookkit.backends.framework_of(np.ones(2)) == ""  # numpy itself is no registered framework
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"name": "", "module": "m", "backend": NumpyBackend}, "name must be a non-empty string"),
+        ({"name": "x", "module": None, "backend": NumpyBackend}, "module must be a non-empty string"),
+        ({"name": "x", "module": "m", "backend": "my_pkg.backend.Cls"}, "'package.module:Class'"),
+        ({"name": "x", "module": "m", "backend": dict}, "Backend subclass"),
+    ],
+)
+def test_register_backend_refuses_bad_arguments(kwargs, words):
+    before = registered_backends()
+    with pytest.raises(TypeError, match=words):
+        register_backend(**kwargs)
+    assert registered_backends() == before
+
+
+def test_backend_named_lists_the_registered_ones():
+    with pytest.raises(ValueError, match="unknown framework 'jax'; valid: torch, paddle"):
+        hookkit.backends.backend_named("jax")
