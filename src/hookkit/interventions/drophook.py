@@ -70,6 +70,8 @@ class DropHookModel:
     placed on ``hook_layers[i]`` (a layer object or a name spec). The result is a
     ``torch.nn.Module`` / ``paddle.nn.Layer`` whose ``forward``, ``train()``, ``eval()``,
     ``parameters()``, ``named_parameters()``, ``state_dict()`` and loading are the model's own.
+    A copy (``copy.deepcopy``, ``pickle``, ``torch.save`` of the whole wrapper) places the same hook
+    functions on its own layers; pickling it needs picklable functions (module-level, not lambdas).
 
     >>> drop = paddle.nn.Dropout2D(p=0.3)                                     # doctest: +SKIP
     >>> dm = hookkit.DropHookModel(model, [model.layer4], [lambda m, i, o: drop(o)], ["forward_post_hook"])  # doctest: +SKIP
