@@ -47,8 +47,8 @@ _by_type: dict[type, Backend] = {}
 def register_backend(name: str, module: str, backend: str | type, *, package: str | None = None) -> None:
     """Make hookkit work on the models and tensors of another framework.
 
-    ``module``: the framework's top-level module; the backend is tried only once the user has
-    imported it. ``backend``: a ``Backend`` subclass or its import path ``"package.module:Class"``
+    ``module``: the framework's module ("torch", "mlx.core"); the backend is tried only once the
+    user has imported it. ``backend``: a ``Backend`` subclass or its import path ``"package.module:Class"``
     (imported on first use). ``package``: the distribution to install, for error messages.
     Registering a name again replaces the earlier registration.
 
