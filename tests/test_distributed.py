@@ -85,63 +85,76 @@ def assert_tables_equal(got: dict, expected: dict, keys: tuple[str, ...], rtol: 
 
 
 # -- scenario: torch DDP ---------------------------------------------------------------------------
-def _ddp_rank(rank: int, world: int, port: int, out: str) -> None:
+def _ddp_part(rank: int, world: int, out: str) -> None:
     import torch
-    import torch.distributed as dist
 
     import hookkit
+
+    os.makedirs(out, exist_ok=True)
+    ddp = torch.nn.parallel.DistributedDataParallel(torch_model())
+    # names shown without DDP's "module." prefix, accepted with or without it
+    acts = hookkit.ActivationStats(ddp, ["module.0", "2", "module.3", "4"], **stats_kwargs())
+    grads = hookkit.GradientStats(ddp)
+    local = hookkit.ActivationStats(ddp, ["0"], sync=False, **stats_kwargs())
+    torch_train(ddp, torch_batches(), rank, world)
+    np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
+    np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
+    np.savez(os.path.join(out, f"local{rank}.npz"), **flat(local.to_numpy()))
+    import hookkit.viz
+
+    hookkit.viz.plot_layer_stats(acts, "2")  # plots read the reduced figures too
+    acts.save(out)
+    grads.save(out)
+    acts.save(out, per_rank=True)
+    info = {"names": acts.names, "grad_names": grads.names, "rank": acts.rank}
+    # a NaN on rank 1 only: the error names the layer and the rank
+    with hookkit.watch_nonfinite(ddp, grads=False):
+        x = torch.randn(2, 6)
+        if rank == 1:
+            x[0, 0] = float("nan")
+        try:
+            with torch.no_grad():
+                ddp(x)
+        except hookkit.NonFiniteError as exc:
+            info["error"], info["error_rank"] = str(exc), exc.rank
+    with open(os.path.join(out, f"info{rank}.json"), "w") as f:
+        json.dump(info, f)
+    acts.remove()
+    grads.remove()
+
+
+def _torch_rank(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        ddp = torch.nn.parallel.DistributedDataParallel(torch_model())
-        # names shown without DDP's "module." prefix, accepted with or without it
-        acts = hookkit.ActivationStats(ddp, ["module.0", "2", "module.3", "4"], **stats_kwargs())
-        grads = hookkit.GradientStats(ddp)
-        local = hookkit.ActivationStats(ddp, ["0"], sync=False, **stats_kwargs())
-        torch_train(ddp, torch_batches(), rank, world)
-        np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
-        np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
-        np.savez(os.path.join(out, f"local{rank}.npz"), **flat(local.to_numpy()))
-        import hookkit.viz
-
-        hookkit.viz.plot_layer_stats(acts, "2")  # plots read the reduced figures too
-        acts.save(out)
-        grads.save(out)
-        acts.save(out, per_rank=True)
-        info = {"names": acts.names, "grad_names": grads.names, "rank": acts.rank}
-        # a NaN on rank 1 only: the error names the layer and the rank
-        with hookkit.watch_nonfinite(ddp, grads=False):
-            x = torch.randn(2, 6)
-            if rank == 1:
-                x[0, 0] = float("nan")
-            try:
-                with torch.no_grad():
-                    ddp(x)
-            except hookkit.NonFiniteError as exc:
-                info["error"], info["error_rank"] = str(exc), exc.rank
-        with open(os.path.join(out, f"info{rank}.json"), "w") as f:
-            json.dump(info, f)
-        acts.remove()
-        grads.remove()
+        _ddp_part(rank, world, os.path.join(out, "ddp"))
+        _fsdp_part(rank, world, os.path.join(out, "fsdp"))
     finally:
         dist.destroy_process_group()
 
 
-def scenario_ddp(out: str) -> None:
+def scenario_torch(out: str) -> None:
     import torch.multiprocessing as mp
 
-    mp.spawn(_ddp_rank, args=(2, free_port(), out), nprocs=2)
+    mp.spawn(_torch_rank, args=(2, free_port(), out), nprocs=2)
 
 
-def test_ddp_two_ranks_read_the_one_process_figures(tmp_path):
-    """DDP, 2 ranks x half batch: ActivationStats (with histograms) and GradientStats read on either
-    rank equal one process over the whole batch; parameter rows are the synchronized gradient's;
-    files are written once, by rank 0 (per-rank files on request); a NaN names its rank."""
-    pytest.importorskip("torch.distributed")
+def test_ddp_and_fsdp2_two_ranks_read_the_one_process_figures(tmp_path):
+    """2 ranks x half batch (gloo), one process group for both set-ups (start-up costs seconds)."""
+    pytest.importorskip("torch.distributed.fsdp")
+    run_scenario("torch", str(tmp_path))
+    check_ddp(tmp_path / "ddp")
+    check_fsdp(tmp_path / "fsdp")
+
+
+def check_ddp(tmp_path) -> None:
+    """DDP: ActivationStats (with histograms) and GradientStats read on either rank equal one
+    process over the whole batch; parameter rows are the synchronized gradient's; files are written
+    once, by rank 0 (per-rank files on request); a NaN names its rank."""
     import hookkit
 
-    run_scenario("ddp", str(tmp_path))
     model = torch_model()
     with hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs()) as acts, hookkit.GradientStats(model) as grads:
         torch_train(model, torch_batches())
@@ -176,49 +189,35 @@ def test_ddp_two_ranks_read_the_one_process_figures(tmp_path):
 
 
 # -- scenario: FSDP2 (fully_shard) -------------------------------------------------------------------
-def _fsdp_rank(rank: int, world: int, port: int, out: str) -> None:
-    import torch.distributed as dist
+def _fsdp_part(rank: int, world: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     import hookkit
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        mesh = init_device_mesh("cpu", (world,))
-        model = torch_model()
-        for layer in (model[0], model[2], model[4]):
-            fully_shard(layer, mesh=mesh)
-        fully_shard(model, mesh=mesh)
-        acts = hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs())
-        grads = hookkit.GradientStats(model)
-        torch_train(model, torch_batches(), rank, world)
-        np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
-        np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
-        shards = {
-            n: [int(p.to_local().numel()) for p in layer.parameters(recurse=False)]
-            for n, layer in hookkit.select(model, hookkit.WITH_PARAMS)
-        }
-        with open(os.path.join(out, f"info{rank}.json"), "w") as f:
-            json.dump({"grad_names": grads.names, "shards": shards}, f)
-    finally:
-        dist.destroy_process_group()
+    os.makedirs(out, exist_ok=True)
+    mesh = init_device_mesh("cpu", (world,))
+    model = torch_model()
+    for layer in (model[0], model[2], model[4]):
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    acts = hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs())
+    grads = hookkit.GradientStats(model)
+    torch_train(model, torch_batches(), rank, world)
+    np.savez(os.path.join(out, f"acts{rank}.npz"), **flat(acts.to_numpy()))
+    np.savez(os.path.join(out, f"grads{rank}.npz"), **flat(grads.to_numpy()))
+    shards = {
+        n: [int(p.to_local().numel()) for p in layer.parameters(recurse=False)] for n, layer in hookkit.select(model, hookkit.WITH_PARAMS)
+    }
+    with open(os.path.join(out, f"info{rank}.json"), "w") as f:
+        json.dump({"grad_names": grads.names, "shards": shards}, f)
 
 
-def scenario_fsdp(out: str) -> None:
-    import torch.multiprocessing as mp
-
-    mp.spawn(_fsdp_rank, args=(2, free_port(), out), nprocs=2)
-
-
-def test_fsdp2_fully_shard_two_ranks_read_the_one_process_figures(tmp_path):
-    """FSDP2 (fully_shard, CPU mesh, gloo): GradientStats names the original parameters' layers;
-    each rank holds half of every parameter's gradient, and the merged rows equal one process's."""
-    pytest.importorskip("torch.distributed.fsdp")
+def check_fsdp(tmp_path) -> None:
+    """FSDP2 (fully_shard, CPU mesh): GradientStats names the original parameters' layers; each rank
+    holds half of every parameter's gradient, and the merged rows equal one process's."""
     import hookkit
 
-    run_scenario("fsdp", str(tmp_path))
     model = torch_model()
     with hookkit.ActivationStats(model, ["0", "2", "3", "4"], **stats_kwargs()) as acts, hookkit.GradientStats(model) as grads:
         torch_train(model, torch_batches())
