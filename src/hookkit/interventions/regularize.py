@@ -9,6 +9,7 @@ The op applies to the first tensor of the output (the hidden state of a ``(hidde
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -175,15 +176,16 @@ def drop_block_2d(x: Any, noise: Any, p: float, block_size: int | tuple[int, int
     # the asymmetric padding for even blocks (timm's symmetric padding assumes an odd block).
     top, bottom, left, right = (bh - 1) // 2, bh // 2, (bw - 1) // 2, bw // 2
     dtype = backend.dtype_name(x)
-    seeds = backend.cast(noise < gamma, dtype) * backend.cast(_seed_area(backend, x, bh, bw), dtype)
+    area = _seed_area(backend, h, w, bh, bw, backend.device_of(x))
+    seeds = backend.cast(noise < gamma, dtype) * backend.cast(area, dtype)
     keep = 1 - backend.max_pool2d(seeds, (bh, bw), (left, right, top, bottom))
     scale = backend.cast(float(n * c * h * w) / (backend.cast(keep, "float32").sum() + 1e-7), dtype)
     return x * keep * scale
 
 
-def _seed_area(backend: Backend, x: Any, bh: int, bw: int) -> Any:
-    """1 where a (bh, bw) block seeded there fits in x's (H, W) map, 0 elsewhere; on x's device."""
-    h, w = backend.shape(x)[2:]
+@functools.lru_cache(maxsize=64)  # one copy to the device per map size and block, not one per call
+def _seed_area(backend: Backend, h: int, w: int, bh: int, bw: int, device: str) -> Any:
+    """1 where a (bh, bw) block seeded there fits in an (h, w) map, 0 elsewhere; float32 on ``device``."""
     rows, cols = np.arange(h)[:, None], np.arange(w)[None, :]
     area = (rows >= bh // 2) & (rows < h - (bh - 1) // 2) & (cols >= bw // 2) & (cols < w - (bw - 1) // 2)
-    return backend.from_numpy(area.astype(np.float32), like=x)
+    return backend.to(backend.from_numpy(area.astype(np.float32)), device)
