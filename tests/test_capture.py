@@ -179,9 +179,9 @@ def test_capture_keep_bounds_what_is_held(fw):
         cap.clear()
         model(xs[2])
         assert len(cap.calls("out")) == 1  # cleared: the steps held before count no more
-    with pytest.raises(ValueError, match="keep=.*'all', 'last' or a number"):
+    with pytest.raises(ValueError, match=r"capture\(\): keep must be 'all', 'last' or a number"):
         hookkit.capture(model, "out", keep=0)
-    with pytest.raises(ValueError, match="keep=.*got 'first'"):
+    with pytest.raises(ValueError, match=r"capture\(\): keep must be .*; got 'first'"):
         hookkit.capture(model, "out", keep="first")
 
 

@@ -15,6 +15,7 @@ from typing import Any, Union
 from hookkit.backends import backend_for, framework_of
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.suggest import close_matches
+from hookkit.core.validate import ArgumentTypeError, fail
 
 LEAVES = ":leaves"
 """Preset: layers without sublayers."""
@@ -104,9 +105,13 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
         raise LayerNotFound(type(spec).__name__, [], f"a {other} object, and the model is a {backend.name} model")
     if callable(spec):
         return [i for i, (n, m) in enumerate(named) if spec(n, m)]
-    raise TypeError(
-        f"layers= got {type(spec).__name__} {spec!r}; expected a name glob, a compiled regex, a layer class, "
-        "a predicate (name, layer) -> bool, a layer object, a preset (hookkit.LEAVES, hookkit.WITH_PARAMS) or a list of these"
+    fail(
+        "select",
+        "layers",
+        "a name glob, a compiled regex, a layer class, a predicate (name, layer) -> bool, a layer object, "
+        "a preset (hookkit.LEAVES, hookkit.WITH_PARAMS, hookkit.ALL) or a list of these",
+        spec,
+        kind=ArgumentTypeError,
     )
 
 

@@ -15,7 +15,7 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import check_choice, check_number, output_guard
+from hookkit.core.validate import InvalidArgument, check_choice, check_number, output_guard
 
 __all__ = ["clip_grad"]
 
@@ -66,7 +66,7 @@ def clip_grad(
     """
     value, norm = _check_positive(value, "value"), _check_positive(norm, "norm")
     if value is None and norm is None:
-        raise ValueError("clip_grad(): give value= (clip each element) and/or norm= (clip each tensor's L2 norm)")
+        raise InvalidArgument("clip_grad(): value= (clip each element) and/or norm= (clip each tensor's L2 norm) must be given; got neither")
     check_choice(target, TARGETS, fn="clip_grad", arg="target")
     backend = backend_for(model)
     named = select(model, layers)

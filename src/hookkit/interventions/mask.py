@@ -18,7 +18,7 @@ from hookkit.interventions.output_edits import Converted, cast_like, edit_output
 def _work(be: Any, t: Any) -> Any:
     """``t``, or a float32 copy of a half or bool tensor: Paddle's CPU has no abs/where kernels for
     those, and bool has no abs anywhere (the result is cast back; float16 -> float32 is exact)."""
-    return be.to_float(t) if be.dtype_name(t) in ("float16", "bfloat16", "bool") else t
+    return be.cast(t, "float32") if be.dtype_name(t) in ("float16", "bfloat16", "bool") else t
 
 
 def mask_activations(
@@ -43,7 +43,9 @@ def mask_activations(
     """
     given = [k for k, v in (("threshold", threshold), ("top_k", top_k), ("channels", channels)) if v is not None]
     if len(given) != 1:
-        raise InvalidArgument(f"mask_activations(): give exactly one of threshold=, top_k=, channels=; got {', '.join(given) or 'none'}")
+        raise InvalidArgument(
+            f"mask_activations(): the mode must be given as exactly one of threshold=, top_k=, channels=; got {', '.join(given) or 'none'}"
+        )
     be = backend_for(model)
 
     if threshold is not None:

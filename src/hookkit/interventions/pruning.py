@@ -28,21 +28,30 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_number, check_probability, check_str, fail
 from hookkit.interventions.output_edits import cast_like
 
 METHODS = ("l1_unstructured", "ln_structured")
 
 
 def _count(amount: float | int, total: int, what: str) -> int:
-    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
-        raise TypeError(f"prune: amount must be a fraction in [0, 1] or a count; got {amount!r}")
+    _check_amount(amount)
     if isinstance(amount, int):
         if not 0 <= amount <= total:
-            raise ValueError(f"prune: amount={amount} but {what} has {total} entries to prune from")
+            fail("prune", "amount", f"a count in [0, {total}] ({what} has {total} entries to prune from)", amount)
         return amount
-    if not 0.0 <= amount <= 1.0:
-        raise ValueError(f"prune: amount={amount} must be in [0, 1] (a fraction) or an int (a count)")
     return int(round(amount * total))  # as torch.nn.utils.prune does
+
+
+def _check_amount(amount: Any) -> None:
+    valid = "a fraction in [0, 1] (a float) or a count >= 0 (an int)"
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        fail("prune", "amount", valid, amount, kind=ArgumentTypeError)
+    if isinstance(amount, int):
+        if amount < 0:
+            fail("prune", "amount", valid, amount)
+    else:
+        check_probability(amount, fn="prune", arg="amount")
 
 
 def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, where: str) -> np.ndarray:
@@ -144,8 +153,11 @@ def prune(
     >>> p = hookkit.prune(model, ["conv1", "fc"], amount=0.3)   # doctest: +SKIP
     >>> p.sparsity(); p.make_permanent()
     """
-    if method not in METHODS:
-        raise ValueError(f"prune: unknown method {method!r}; valid methods: {', '.join(METHODS)}")
+    check_choice(method, METHODS, fn="prune", arg="method")
+    _check_amount(amount)
+    check_number(n, fn="prune", arg="n", low=0, low_open=True, finite=False)
+    check_int(dim, fn="prune", arg="dim")
+    check_str(param, fn="prune", arg="param")
     be = backend_for(model)
     named = select(model, layers)
     targets = []

@@ -15,6 +15,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.validate import InvalidArgument, check_int
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
@@ -37,15 +38,17 @@ class Stop(HandleGroup):
     ``run.output`` holds the output.
     """
 
-    def __init__(self, model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any):
+    def __init__(
+        self, model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
+    ):
         super().__init__()
+        check_int(call, fn=_fn, arg="call", low=0)
         named = select(model, layer)
         if len(named) != 1:
-            raise ValueError(
-                f"stop: needs exactly one layer; {layer!r} matches {len(named)}: {', '.join(shown_name(n) for n, _ in named[:8])}"
+            raise InvalidArgument(
+                f"{_fn}(): layer must match exactly one layer; {layer!r} matches {len(named)}: "
+                f"{', '.join(shown_name(n) for n, _ in named[:8])}"
             )
-        if isinstance(call, bool) or not isinstance(call, int) or call < 0:
-            raise ValueError(f"stop: call must be an int >= 0 (which call of the layer to stop after); got {call!r}")
         self.name = named[0][0]
         self.call = call
         self.output: Any = None
@@ -106,7 +109,7 @@ def stop_after(model: Any, layer: LayerSpec, *, call: int = 0) -> Stop:
     ...     model(x)
     >>> run.output
     """
-    return Stop(model, layer, call=call)
+    return Stop(model, layer, call=call, _fn="stop_after")
 
 
 def run_until(model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
@@ -117,4 +120,4 @@ def run_until(model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec
     ...     feats = run(x)
     >>> run.capture["conv1"]
     """
-    return Stop(model, layer, call=call, capture=capture, **capture_kwargs)
+    return Stop(model, layer, call=call, capture=capture, _fn="run_until", **capture_kwargs)

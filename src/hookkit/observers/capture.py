@@ -131,7 +131,7 @@ def _keep_limit(keep: Any) -> int | None:
         return 1
     if isinstance(keep, int) and not isinstance(keep, bool) and keep >= 1:
         return keep
-    raise ValueError(f"capture(keep=...) must be 'all', 'last' or a number of forwards >= 1; got {keep!r}")
+    fail("capture", "keep", "'all', 'last' or a number of forwards >= 1", keep)
 
 
 class capture(HandleGroup):

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.backends import backend_for
 from hookkit.core.errors import NonFiniteError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LEAVES, LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.validate import check_bool, check_model, check_number
 
 __all__ = ["GradientWarning", "watch_nonfinite"]
 
@@ -65,10 +65,11 @@ class watch_nonfinite(HandleGroup):
         eager: bool = False,
     ):
         super().__init__()
-        for arg, value in (("explode", explode), ("vanish", vanish)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-                raise ValueError(f"{arg}= must be a non-negative number or None; got {value!r}")
-        self._backend = be = backend_for(model)
+        explode = check_number(explode, fn="watch_nonfinite", arg="explode", low=0, optional=True)
+        vanish = check_number(vanish, fn="watch_nonfinite", arg="vanish", low=0, optional=True)
+        check_bool(grads, fn="watch_nonfinite", arg="grads")
+        check_bool(eager, fn="watch_nonfinite", arg="eager")
+        self._backend = be = check_model(model, fn="watch_nonfinite")
         self._model = weakref.ref(model)
         self.grads, self.explode, self.vanish, self.eager = bool(grads), explode, vanish, bool(eager)
         named = select(model, LEAVES if layers is None else layers)
