@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from models import hooks_left
 
 import hookkit
 from hookkit.core.validate import (
@@ -25,6 +24,7 @@ from hookkit.core.validate import (
     check_range_pair,
     check_tensor_like,
 )
+from models import hooks_left
 
 NAN, INF = float("nan"), float("inf")
 
@@ -286,7 +286,7 @@ def torch_model():
 def test_probabilities_accept_exactly_the_unit_interval(torch_model, p):
     ok = _is_real(p) and 0 <= p <= 1
     for fn in (hookkit.dropout, hookkit.channel_dropout, hookkit.drop_path, hookkit.drop_block):
-        assert _accepts(lambda v: fn(torch_model, "0", p=v), p) == ok, (fn.__name__, p)
+        assert _accepts(lambda v, fn=fn: fn(torch_model, "0", p=v), p) == ok, (fn.__name__, p)
     assert hooks_left(torch_model) == []
 
 
