@@ -152,6 +152,10 @@ class capture(HandleGroup):
     >>> with hookkit.capture(model, "fc", keep="last") as cap:   # doctest: +SKIP
     ...     for x in loader: model(x)
     >>> len(cap.calls("fc"))     # the calls of the last forward only
+
+    Distributed training (DDP, FSDP): each process captures its own tensors, per rank (unlike the
+    statistics, nothing is gathered across ranks); a data-parallel wrapper's ``module.`` prefix
+    may be given or left out of layer names.
     """
 
     def __init__(
