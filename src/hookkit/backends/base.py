@@ -22,6 +22,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from hookkit.backends import host_stats as _host
+
 
 class Backend:
     """One framework's primitives. Subclasses: ``TorchBackend``, ``PaddleBackend``; a new one is
@@ -214,9 +216,6 @@ class Backend:
         """A 0-d boolean tensor on the device: True when every value of ``t`` is finite."""
         raise NotImplementedError
 
-    def to_float(self, t: Any) -> Any:
-        raise NotImplementedError
-
     # -- monitoring: a few fused reductions per call; the result stays on the device ------------
     # Each returns one row, a 1-d tensor (stacked later, in bulk); the reader finishes the formulas
     # on the host, knowing the element count n: std = sqrt(m2 / (n - 1)), fraction = count / n...
@@ -245,6 +244,39 @@ class Backend:
     def finite_probe(self, t: Any) -> tuple:
         """0-d tensors that are all finite exactly when every value of ``t`` is (min and max)."""
         raise NotImplementedError
+
+    # -- the CPU route of the statistics (backends/host_stats.py: the C kernel) ---------------------
+    # Where ``host_values`` gives an array, the kernel writes the record straight into a row of a
+    # ``host_stats.HostRows`` block (no tensor per call); otherwise the caller takes the framework
+    # route above. A backend provides ``host_values`` (and ``host_threads``); the rest is shared.
+    host_routes = True  # tests switch the CPU route off to run the framework route on the CPU
+
+    def host_values(self, t: Any) -> Any:
+        """A float32 numpy array of ``t``'s values (a view where it can) when ``t`` lives in host
+        memory and can be read there; None otherwise (device tensors, tensors without storage)."""
+        return None
+
+    def host_threads(self) -> int:
+        """Threads the kernel may split one large tensor across (the framework's intra-op threads)."""
+        return 1
+
+    def activation_sums_into(self, rows: Any, t: Any, near_zero: float, step: int, call: int, hist: tuple | None = None) -> bool:
+        """Write ``[step, call, n, mean, m2, count <= near_zero]`` of ``t`` (and its histc counts over
+        ``hist=(lo, hi)``) into the next row of ``rows`` when the CPU route serves ``t``; False if not."""
+        values = self.host_values(t) if _host.kernels is not None else None
+        if values is None:
+            return False
+        _host.write_activation(rows, values, near_zero, step, call, hist, self.host_threads())
+        return True
+
+    def tensor_sums_into(self, rows: Any, t: Any, step: int, call: int) -> bool:
+        """Write ``[step, call, n, sum, ||t||, max |t|]`` into the next row of ``rows`` when the
+        CPU route serves ``t``; False if not (then ``grad_sums`` / ``param_sums``)."""
+        values = self.host_values(t) if _host.kernels is not None else None
+        if values is None:
+            return False
+        _host.write_tensor(rows, values, step, call, self.host_threads())
+        return True
 
     # -- gradients: optional (on_grad, gradcam, clip_grad, prune, GradientStats) ---------------------
     #: whether an exception raised in a gradient hook reaches the caller of backward unchanged

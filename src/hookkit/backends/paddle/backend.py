@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 import paddle
 
-from hookkit.backends import host_stats
 from hookkit.backends.base import Backend
 from hookkit.backends.paddle.ops import PaddleOps
 from hookkit.core.errors import HookkitError
@@ -200,9 +199,6 @@ class PaddleBackend(PaddleOps, Backend):
     def isfinite_all(self, t: Any) -> Any:
         return paddle.isfinite(t).all()
 
-    def to_float(self, t: Any) -> Any:
-        return t.astype("float32")
-
     def l2_norm(self, t: Any) -> Any:
         if t.is_complex():
             t = t.abs()  # astype would drop the imaginary part
@@ -213,36 +209,25 @@ class PaddleBackend(PaddleOps, Backend):
             return "float32"  # Paddle registers no CPU add/multiply/min/where... for half types
         return None
 
-    # The monitoring reductions: a CPU tensor goes to the C kernel through dlpack (no copy; one
-    # read instead of Paddle's passes and temporaries: 0.09-0.66 of their time, BENCHMARKS.md).
-    host_routes = True
-
-    def _host_values(self, t: Any) -> np.ndarray | None:
-        if not (self.host_routes and host_stats.kernels is not None and t.place.is_cpu_place()):
+    # The monitoring reductions: Paddle's ops on every device; CPU tensors take the C kernel first
+    # (Backend.activation_sums_into) through dlpack, no copy: one read instead of Paddle's passes
+    # and temporaries, and no paddle.to_tensor per call (BENCHMARKS.md).
+    def host_values(self, t: Any) -> np.ndarray | None:
+        if not (self.host_routes and t.place.is_cpu_place()) or t.is_complex():
             return None
         if t.dtype != paddle.float32:
             t = t.astype("float32")
-        return np.from_dlpack(t.detach()).reshape(-1)
+        try:
+            return np.from_dlpack(t.detach())
+        except (RuntimeError, TypeError, ValueError, BufferError):  # no readable storage: Paddle's ops
+            return None
 
     def activation_sums(self, t: Any, near_zero: float) -> Any:
-        values = self._host_values(t)
-        if values is not None and host_stats.applies(values.size):
-            return paddle.to_tensor(host_stats.activation_row(values, near_zero)[0], place=t.place)
         t = t.astype("float32")
         mean = t.mean()
         return paddle.stack([mean, (t - mean).square().sum(), (t <= near_zero).astype("float32").sum()])
 
-    def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
-        values = self._host_values(t)
-        if values is not None and host_stats.applies(values.size, (bins, lo, hi)):
-            row, counts = host_stats.activation_row(values, near_zero, (bins, lo, hi))
-            return paddle.to_tensor(row, place=t.place), paddle.to_tensor(counts.astype(np.float32), place=t.place)
-        return super().activation_sums_hist(t, near_zero, bins, lo, hi)
-
     def param_sums(self, t: Any) -> Any:
-        values = self._host_values(t)
-        if values is not None and host_stats.applies(values.size):
-            return paddle.to_tensor(host_stats.tensor_row(values), place=t.place)
         t = t.astype("float32")
         if t.size == 0:  # the sums of nothing; no max |x| (min/max refuse an empty tensor)
             return paddle.to_tensor([0.0, 0.0, float("nan")], dtype="float32", place=t.place)

@@ -180,33 +180,28 @@ class TorchBackend(TorchOps, Backend):
     def isfinite_all(self, t: Any) -> Any:
         return torch.isfinite(t).all()
 
-    def to_float(self, t: Any) -> Any:
-        return t.float()
-
     def l2_norm(self, t: Any) -> Any:
         if t.dtype in (torch.float64, torch.complex64, torch.complex128) or not (t.is_floating_point() or t.is_complex()):
             # vector_norm refuses to narrow float64 and to return a real dtype= for complex input
             return torch.linalg.vector_norm(t if t.is_floating_point() or t.is_complex() else t.float()).float()
         return torch.linalg.vector_norm(t, dtype=torch.float32)  # casts while reducing: no copy
 
-    # The monitoring reductions (torch_stats.py): the CPU has its own, faster routes; tests switch
-    # them off to prove the accelerator route never reads a value on the host.
-    host_routes = True
-
+    # The monitoring reductions: torch's ops on every device (torch/stats.py); CPU tensors take the
+    # C kernel first (Backend.activation_sums_into, through host_values), where it is built.
     def activation_sums(self, t: Any, near_zero: float) -> Any:
-        if self.host_routes and t.device.type == "cpu":
-            return torch_stats.activation_sums_host(t, near_zero)[0]
         return torch_stats.activation_sums_device(t, near_zero)
 
     def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
-        if self.host_routes and t.device.type == "cpu":
-            return torch_stats.activation_sums_host(t, near_zero, (bins, lo, hi))
         return torch_stats.activation_sums_device(t, near_zero), self.histc(t, bins, lo, hi)
 
     def param_sums(self, t: Any) -> Any:
-        if self.host_routes and t.device.type == "cpu":
-            return torch_stats.tensor_sums_host(t)
         return torch_stats.tensor_sums_device(t)
+
+    def host_values(self, t: Any) -> Any:
+        return torch_stats.host_values(t) if self.host_routes else None
+
+    def host_threads(self) -> int:
+        return torch.get_num_threads()
 
     def finite_probe(self, t: Any) -> tuple:
         if t.is_complex():
