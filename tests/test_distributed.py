@@ -84,6 +84,22 @@ def assert_tables_equal(got: dict, expected: dict, keys: tuple[str, ...], rtol: 
         np.testing.assert_allclose(got[k], v, rtol=rtol, atol=atol, err_msg=k)
 
 
+def test_wrapper_prefix_is_accepted_and_dropped_without_a_process_group():
+    """A data-parallel wrapper is looked through by every layer spec (here torch.nn.DataParallel,
+    which runs on the CPU in one process): names come without "module.", given with or without it."""
+    torch = pytest.importorskip("torch")
+    import hookkit
+
+    dp = torch.nn.DataParallel(torch_model())
+    assert [n for n, _ in hookkit.select(dp, ["module.0", "2", "module"])] == ["", "0", "2"]
+    with pytest.raises(hookkit.LayerNotFound, match="module.9"):
+        hookkit.select(dp, "module.9")
+    with hookkit.GradientStats(dp, ["module.4"]) as grads, hookkit.capture(dp, "module.4") as cap:
+        torch_train(dp, torch_batches()[:1])
+    assert grads.names == ["4"] and grads.rank == 0 and len(grads.param_stats("4")["norm"]) == 1
+    assert list(cap.keys()) == ["4"]
+
+
 # -- scenario: torch DDP ---------------------------------------------------------------------------
 def _ddp_part(rank: int, world: int, out: str) -> None:
     import torch

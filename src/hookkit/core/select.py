@@ -149,11 +149,15 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
     specs: Iterable[Any] = layers if isinstance(layers, list) else [layers]
     if layers is None:
         specs = [LEAVES]
-    if inner is not model:
-        specs = [_without_prefix(spec, _wrapper_name(model, inner, backend)) for spec in specs]
+    wrapped = _wrapper_name(model, inner, backend) if inner is not model else ""
     chosen: set[int] = set()
     for spec in specs:
-        chosen.update(_match_one(spec, named, backend))
+        try:
+            chosen.update(_match_one(_without_prefix(spec, wrapped), named, backend))
+        except LayerNotFound as exc:
+            if exc.spec == spec or not isinstance(spec, str):
+                raise
+            raise LayerNotFound(spec, exc.close, f"in the model inside {type(model).__name__}") from None
     if not chosen:
         raise LayerNotFound(layers, [], "the predicate selected no layer")
     return [named[i] for i in sorted(chosen)]
