@@ -8,18 +8,14 @@ Statistics stay on the device during training; ``scalars()`` reads them once per
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from hookkit.integrations.writers import Histogram, ScalarWriter, as_writer
+
 ACT_KEYS = ("mean", "std", "near_zero")
 GRAD_KEYS = ("norm", "mean", "std", "max_abs")
-
-
-class ScalarWriter(Protocol):
-    """Anything with TensorBoard's ``add_scalar(tag, value, step)``: ``SummaryWriter``, VisualDL's ``LogWriter``."""
-
-    def add_scalar(self, tag: str, value: float, step: int) -> Any: ...
 
 
 # (tag prefix, key in the arrays, tag suffix) of what is logged
@@ -49,10 +45,7 @@ class Monitor:
             raise ValueError(f"every: expected an integer >= 1, got {every!r}")
         if not isinstance(log_every, int) or log_every < 1:
             raise ValueError(f"log_every: expected an integer >= 1, got {log_every!r}")
-        if writer is not None and not callable(getattr(writer, "add_scalar", None)):
-            raise TypeError(
-                f"writer: expected an object with add_scalar(tag, value, step) (e.g. a SummaryWriter), got {type(writer).__name__}"
-            )
+        writer = as_writer(writer)  # SummaryWriter as is; VisualDL's LogWriter and a wandb run adapted
         self.want_activations, self.want_gradients, self.hist = activation_stats, gradient_stats, hist
         self.layers, self.every, self.nonfinite = layers, every, nonfinite
         self.writer, self.log_every = writer, log_every
@@ -98,38 +91,83 @@ class Monitor:
         else:
             stack.__exit__(type(exc), exc, exc.__traceback__)
 
-    def scalars(self) -> dict[str, float]:
+    def _tables(self) -> list[tuple[list[tuple[str, str, str]], dict[str, Any]]]:
+        """One host read per statistics object: ``[(tags, {layer: columns})]``."""
+        sources = []
+        if self.activation_stats is not None:
+            sources.append((_ACT_TAGS, self.activation_stats.to_numpy()))
+        if self.gradient_stats is not None:
+            sources.append((_GRAD_TAGS, self.gradient_stats.to_numpy()))
+        return sources
+
+    def _since_last(self, tag: str, steps: Any) -> int | None:
+        """The first row recorded after the last step logged under ``tag`` (None: nothing new); marks it logged."""
+        if steps is None or not len(steps):
+            return None
+        # rows of steps after the last one logged (old rows of long runs get merged: count by step)
+        start = int(np.searchsorted(steps, self._logged.get(tag, -1), side="right"))
+        if start >= len(steps):
+            return None
+        self._logged[tag] = int(steps[-1])
+        return start
+
+    def scalars(self, tables: Any = None) -> dict[str, float]:
         """``{"act/<layer>/mean": value, ...}``: per layer and statistic, the mean over the steps recorded since the last call.
 
         In distributed training the figures are those of all ranks (a collective: every rank calls it)."""
         out: dict[str, float] = {}
-        sources = []
-        if self.activation_stats is not None:
-            sources.append((_ACT_TAGS, self.activation_stats.to_numpy()))  # one host read per object
-        if self.gradient_stats is not None:
-            sources.append((_GRAD_TAGS, self.gradient_stats.to_numpy()))
-        for tags, table in sources:
+        for tags, table in self._tables() if tables is None else tables:
             for name, series in table.items():
                 for prefix, key, suffix in tags:
-                    steps = series.get("param_step" if key.startswith("param_") else "step")
-                    if steps is None or not len(steps):
-                        continue
                     tag = f"{prefix}/{name}/{suffix}"
-                    # rows of steps after the last one logged (old rows of long runs get merged: count by step)
-                    start = int(np.searchsorted(steps, self._logged.get(tag, -1), side="right"))
-                    if start < len(steps):
+                    start = self._since_last(tag, series.get("param_step" if key.startswith("param_") else "step"))
+                    if start is not None:
                         out[tag] = float(np.asarray(series[key][start:], dtype=np.float64).mean())
-                        self._logged[tag] = int(steps[-1])
+        return out
+
+    def histograms(self, tables: Any = None) -> dict[str, Histogram]:
+        """Histograms of the steps recorded since the last call, from what the statistics kept (no
+        tensor is read again): ``act_hist/<layer>``, the layer's output values (with ``hist=True``:
+        the recorded bins summed over those steps, values outside ``range`` not counted), and
+        ``grad_hist/<layer>/norm`` / ``param_grad_hist/<layer>/norm``, the per-step gradient norms."""
+        out: dict[str, Histogram] = {}
+        acts = self.activation_stats
+        for tags, table in self._tables() if tables is None else tables:
+            for name, series in table.items():
+                if tags is _ACT_TAGS and "hist" in series:
+                    tag = f"act_hist/{name}"
+                    start = self._since_last(tag, series.get("step"))
+                    counts = None if start is None else np.asarray(series["hist"][start:], np.float64).sum(axis=0)
+                    lo, hi = acts.hist_range
+                    h = None if counts is None else Histogram.from_bins(np.linspace(lo, hi, len(counts) + 1), counts)
+                elif tags is _GRAD_TAGS:
+                    for prefix, key, steps in (("grad_hist", "norm", "step"), ("param_grad_hist", "param_norm", "param_step")):
+                        tag = f"{prefix}/{name}/norm"
+                        start = self._since_last(tag, series.get(steps))
+                        if start is not None and (h := Histogram.of_values(series[key][start:])) is not None:
+                            out[tag] = h
+                    continue
+                else:
+                    continue
+                if h is not None:
+                    out[tag] = h
         return out
 
     def log(self, step: int) -> dict[str, float]:
-        """Read the new statistics once and write them to the writer (if any) at ``step``; returns
-        them. Distributed training: every rank reads (the figures of all ranks), rank 0 writes."""
-        values = self.scalars()
+        """Read the new statistics once and write them to the writer (if any) at ``step``: scalars,
+        and histograms where the writer takes them (``add_histogram_raw``); returns the scalars.
+        Distributed training: every rank reads (the figures of all ranks), rank 0 writes."""
+        tables = self._tables()
+        values = self.scalars(tables)
+        hists = self.histograms(tables) if callable(getattr(self.writer, "add_histogram_raw", None)) else {}
         rank = next((s.rank for s in (self.activation_stats, self.gradient_stats) if s is not None), 0)
         if self.writer is not None and rank == 0:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
+            for tag, h in hists.items():
+                h.write(self.writer, tag, step)
+            if callable(getattr(self.writer, "commit", None)):
+                self.writer.commit()  # writers that send one record per log point (wandb)
         return values
 
 
