@@ -69,7 +69,7 @@ def summarize(
     if input_size is None and input_data is None:
         return _static_summary(model, be, named, opaque, depth, columns, notes + ["no input given: parameters only, no forward"]), None
     if not be.has_forward(model):
-        note = f"{type(model).__name__} is a container without forward(): parameters only, no forward"
+        note = f"{be.type_name(model)} is a container without forward(): parameters only, no forward"
         return _static_summary(model, be, named, opaque, depth, columns, notes + [note]), None
     args, kwargs, made_dtypes = build_inputs(model, be, input_size, input_data, dtypes, device)
 
