@@ -191,7 +191,10 @@ class PaddleBackend(PaddleOps, Backend):
         return t.mean(axis=list(dims)) if op == "mean" else t.amax(axis=list(dims))
 
     def stack(self, ts: Sequence[Any]) -> Any:
-        return paddle.stack(list(ts))
+        ts = list(ts)
+        if len({t.dtype for t in ts}) > 1:  # Paddle does not promote (torch does): float64 holds them all
+            ts = [t.astype("float64") for t in ts]
+        return paddle.stack(ts)
 
     def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
         return paddle.histogram(t.astype("float32"), bins=bins, min=lo, max=hi).astype("float32")
