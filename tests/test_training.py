@@ -61,7 +61,7 @@ def test_param_hooks_interventions_before_observers(fw, clip_first):
     assert fw.numpy(model[0].weight.grad).max() <= 1e-3 * 1.0001
     if fw.name == "torch":
         assert len(model[0].weight._backward_hooks) == 1  # one native hook, two consumers
-    assert router.attached(model[0])["param_grad"] == 2
+    assert router.attached(model[0])["param_grad"] == 4  # (weight, bias) x (clip, stats)
     hookkit.remove_all(model)
     assert param_hooks(fw, model) == 0 and hooks_left(model) == []
     clip.remove(), stats.remove()  # idempotent after remove_all
