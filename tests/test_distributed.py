@@ -101,13 +101,15 @@ def test_wrapper_prefix_is_accepted_and_dropped_without_a_process_group():
 
 
 # -- scenario: torch DDP ---------------------------------------------------------------------------
-def _ddp_part(rank: int, world: int, out: str) -> None:
+def _ddp_part(rank: int, world: int, out: str, model, early) -> None:
+    import warnings
+
     import torch
 
     import hookkit
 
     os.makedirs(out, exist_ok=True)
-    ddp = torch.nn.parallel.DistributedDataParallel(torch_model())
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
     # names shown without DDP's "module." prefix, accepted with or without it
     acts = hookkit.ActivationStats(ddp, ["module.0", "2", "module.3", "4"], **stats_kwargs())
     grads = hookkit.GradientStats(ddp)
@@ -134,6 +136,11 @@ def _ddp_part(rank: int, world: int, out: str) -> None:
         except hookkit.NonFiniteError as exc:
             info["error"], info["error_rank"] = str(exc), exc.rank
     with open(os.path.join(out, f"info{rank}.json"), "w") as f:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            early.to_numpy()  # created before the process group: local parameter rows, said once
+            early.to_numpy()
+        info["early_warnings"] = [str(w.message) for w in caught]
         json.dump(info, f)
     acts.remove()
     grads.remove()
@@ -142,10 +149,14 @@ def _ddp_part(rank: int, world: int, out: str) -> None:
 def _torch_rank(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
+    import hookkit
+
+    model = torch_model()
+    early = hookkit.GradientStats(model, ["4"])  # before the process group exists
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        _ddp_part(rank, world, os.path.join(out, "ddp"))
+        _ddp_part(rank, world, os.path.join(out, "ddp"), model, early)
         _fsdp_part(rank, world, os.path.join(out, "fsdp"))
     finally:
         dist.destroy_process_group()
@@ -196,6 +207,7 @@ def check_ddp(tmp_path) -> None:
     assert info[0]["names"] == ["0", "2", "3", "4"] and info[0]["grad_names"] == ["0", "2", "4"]
     assert "error" not in info[0] and info[1]["error_rank"] == 1
     assert "layer '0'" in info[1]["error"] and "rank 1 of 2" in info[1]["error"]
+    assert len(info[0]["early_warnings"]) == 1 and "before the process group" in info[0]["early_warnings"][0]
     assert sorted(os.listdir(tmp_path / "rank1")) == ["activation_stats.json", "activation_stats.safetensors"]
     loaded = hookkit.load_stats(tmp_path)  # rank 0's files: the reduced figures
     np.testing.assert_allclose(loaded["activation_stats"].layer_stats("2")["std"], acts.layer_stats("2")["std"], rtol=1e-5)

@@ -13,6 +13,7 @@ O(new rows)), and, when the model trains in several processes, merges them with 
 
 from __future__ import annotations
 
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -392,6 +393,7 @@ class GradientStats(_Recorder, GradientData):
         # it then): read .grad at the end of each recorded backward instead of at the hook.
         self._after_backward = be.world()[1] > 1
         self._due: list[Any] = [None]  # the step whose parameter gradients are to be read
+        self._warned_local = False
         record = self._recording(every, False)
 
         def attach_all() -> None:
@@ -475,6 +477,14 @@ class GradientStats(_Recorder, GradientData):
         return any(len(p) for p in self._pending) or any(len(p) for p in self._param_pending)
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
+        if world > 1 and not self._after_backward and not self._warned_local:
+            self._warned_local = True
+            warnings.warn(
+                "GradientStats was created before the process group was initialized: its parameter rows are each "
+                "rank's local gradient (before the all-reduce); create it after init_process_group / init_parallel_env",
+                RuntimeWarning,
+                stacklevel=4,
+            )
         local: list[Block] = []
         contributions: list[Block] = []
         for pending in self._pending:
