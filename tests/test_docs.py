@@ -52,7 +52,7 @@ def test_page_examples_run(page: pathlib.Path, tmp_path, monkeypatch):
         (line, code) for line, lang, code, skip in code_blocks(page.read_text(encoding="utf-8")) if lang in ("python", "py") and not skip
     ]
     if not blocks:
-        pytest.skip(f"{page.name} has no python blocks")
+        pytest.skip(f"{page.relative_to(ROOT)} has no python blocks")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
     monkeypatch.setenv("WANDB_MODE", "offline")

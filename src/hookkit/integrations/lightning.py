@@ -43,8 +43,10 @@ class HookkitCallback(MonitorCallback, *dict.fromkeys(lib.Callback for lib in _L
     ``activation_stats`` / ``gradient_stats``: what to record (``ActivationStats`` / ``GradientStats``
     of the LightningModule; ``layers``, ``every``, ``hist`` as there). ``nonfinite``: raise
     ``hookkit.NonFiniteError`` at the first NaN/Inf. ``writer``: a ``SummaryWriter`` (or anything
-    with ``add_scalar``) that gets, every ``log_every`` epochs, the mean of each statistic over
-    the steps recorded since the last write (tags ``act/<layer>/mean``, ``grad/<layer>/norm``, ...).
+    with ``add_scalar``), a VisualDL ``LogWriter`` or a wandb run (``hookkit.integrations.writers``)
+    that gets, every ``log_every`` epochs, the mean of each statistic over the steps recorded
+    since the last write (tags ``act/<layer>/mean``, ``grad/<layer>/norm``, ...) and histograms
+    (``act_hist/<layer>`` with ``hist=True``, ``grad_hist/<layer>/norm``) from the same read.
     After fit, ``.activation_stats`` and ``.gradient_stats`` hold the results.
 
     A recorded ``step`` counts the LightningModule's forwards, as outside Lightning. Where
