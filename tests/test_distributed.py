@@ -124,7 +124,8 @@ def _ddp_part(rank: int, world: int, out: str, model, early) -> None:
     acts.save(out)
     grads.save(out)
     acts.save(out, per_rank=True)
-    info = {"names": acts.names, "grad_names": grads.names, "rank": acts.rank}
+    returned = hookkit.report([acts, grads], os.path.join(out, f"report{rank}.html"))  # rank 0 writes
+    info = {"names": acts.names, "grad_names": grads.names, "rank": acts.rank, "report": str(returned)}
     # a NaN on rank 1 only: the error names the layer and the rank
     with hookkit.watch_nonfinite(ddp, grads=False):
         x = torch.randn(2, 6)
@@ -209,6 +210,8 @@ def check_ddp(tmp_path) -> None:
     assert "layer '0'" in info[1]["error"] and "rank 1 of 2" in info[1]["error"]
     assert len(info[0]["early_warnings"]) == 1 and "before the process group" in info[0]["early_warnings"][0]
     assert sorted(os.listdir(tmp_path / "rank1")) == ["activation_stats.json", "activation_stats.safetensors"]
+    assert (tmp_path / "report0.html").stat().st_size > 1000 and not (tmp_path / "report1.html").exists()
+    assert info[1]["report"].endswith("report1.html")
     loaded = hookkit.load_stats(tmp_path)  # rank 0's files: the reduced figures
     np.testing.assert_allclose(loaded["activation_stats"].layer_stats("2")["std"], acts.layer_stats("2")["std"], rtol=1e-5)
     np.testing.assert_allclose(loaded["gradient_stats"].param_stats("4")["norm"], grads.param_stats("4")["norm"], rtol=1e-4)
