@@ -93,35 +93,73 @@ def _is_scalar(v: Any) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
 
+_INT = (_is_int, "an int")
+_BOOL = (lambda v: isinstance(v, bool), "true or false")
+_STR = (lambda v: isinstance(v, str), "a string")
+_SHAPES = (
+    lambda v: isinstance(v, list) and all(isinstance(s, list) and all(_is_int(d) or isinstance(d, str) for d in s) for s in v),
+    "an array of shapes (arrays of ints)",
+)
+_STRS = (lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v), "an array of strings")
+# Summary.to_dict()'s fields, as Summary.from_dict reads them back
+_SUMMARY_FIELDS = {
+    "model": _STR,
+    "framework": _STR,
+    "total_params": _INT,
+    "trainable_params": _INT,
+    "non_trainable_params": _INT,
+    "masked_params": _INT,
+    "effective_params": _INT,
+    "param_bytes": _INT,
+    "input_bytes": _INT,
+    "activation_bytes": _INT,
+    "total_mult_adds": _INT,
+    "mult_adds_method": _STR,
+    "forward_ran": _BOOL,
+    "tied_parameters": _STRS,
+    "notes": _STRS,
+    "columns": _STRS,
+    "error": (lambda v: v is None or isinstance(v, str), "a string or null"),
+}
+_ROW_FIELDS = {
+    "name": _STR,
+    "type": _STR,
+    "depth": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "call": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "calls": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "input_shapes": _SHAPES,
+    "output_shapes": _SHAPES,
+    "params": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "trainable": (lambda v: v is None or isinstance(v, (bool, str)), "true, false, a string or null"),
+    "mult_adds": (lambda v: _is_int(v) and v >= 0, "an int >= 0"),
+    "kernel_size": (lambda v: v is None or (isinstance(v, list) and all(_is_int(d) for d in v)), "an array of ints or null"),
+    "tied": _STRS,
+    "output_bytes": _INT,
+    "leaf": _BOOL,
+    "finished": _BOOL,
+    "failed": _BOOL,
+    "static": _BOOL,
+    "note": _STR,
+}
+_ROW_REQUIRED = ("name", "type", "depth", "call")
+
+
 def check_summary(data: dict, where: str) -> dict:
-    """``summary.json``: ``Summary.to_dict()``'s fields the page reads."""
-    for key in ("model", "framework"):
+    """``summary.json``: ``Summary.to_dict()``; every field the page reads, typed."""
+    for key, (ok, valid) in _SUMMARY_FIELDS.items():
         if key in data:
-            _field(where, key, data[key], isinstance(data[key], str), "a string")
-    for key in ("total_params", "trainable_params", "total_mult_adds", "param_bytes", "input_bytes", "activation_bytes", "masked_params"):
-        if key in data:
-            _field(where, key, data[key], _is_int(data[key]), "an int")
-    for key in ("tied_parameters", "notes", "columns"):  # the table's footer and columns (render.py)
-        if key in data:
-            ok = isinstance(data[key], list) and all(isinstance(v, str) for v in data[key])
-            _field(where, key, data[key], ok, "an array of strings")
-    for key in ("mult_adds_method", "error"):
-        if data.get(key) is not None:
-            _field(where, key, data[key], isinstance(data[key], str), "a string")
+            _field(where, key, data[key], ok(data[key]), valid)
     rows = data.get("rows", [])
     _field(where, "rows", rows, isinstance(rows, list), "an array of layer rows")
     for i, r in enumerate(rows):
         f = f"rows[{i}]"
         _field(where, f, r, isinstance(r, dict), "an object")
-        _field(where, f + ".name", r.get("name"), isinstance(r.get("name"), str), "a string")
-        _field(where, f + ".type", r.get("type"), isinstance(r.get("type"), str), "a string")
-        for key in ("depth", "call", "calls", "params", "mult_adds"):
-            if key in r:
-                _field(where, f"{f}.{key}", r[key], _is_int(r[key]) and r[key] >= 0, "an int >= 0")
-        for key in ("input_shapes", "output_shapes"):
-            shapes = r.get(key) or []
-            ok = isinstance(shapes, list) and all(isinstance(s, list) and all(_is_int(d) or isinstance(d, str) for d in s) for s in shapes)
-            _field(where, f"{f}.{key}", shapes, ok, "an array of shapes (arrays of ints)")
+        for key in _ROW_REQUIRED:
+            _field(where, f"{f}.{key}", r.get(key), key in r, _ROW_FIELDS[key][1])
+        for key, value in r.items():
+            if key in _ROW_FIELDS:
+                ok, valid = _ROW_FIELDS[key]
+                _field(where, f"{f}.{key}", value, ok(value), valid)
     return data
 
 
