@@ -13,8 +13,8 @@ writer thread included, one intra-op thread):
     bare loop | hookkit.extract(reduce="mean:2,3") | plain forward post hooks + paddle.save per batch
 rss: each run in its own process (peak RSS from ru_maxrss): GPT-2 (4 layers, width 128), batches of
 50 x 32 tokens, the 4 blocks' full outputs (no reduction: 64 KB per sample) for 1,000 and 10,000
-samples: hookkit.extract (shard_size 16MB, and the default 64MB) | hookkit.capture(keep="all") |
-capture(keep="last"); plus the time load_features takes to open the 10,000-sample folder.
+samples: the bare loop | hookkit.extract (shard_size 16MB, and the default 64MB) |
+hookkit.capture(keep="all") | capture(keep="last"); plus the time load_features takes to open the 10,000-sample folder.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--no-torchlens", action="store_true")
     p.add_argument("--markdown", default="")
     p.add_argument("--samples", type=int, default=1000, help="_child: samples")
-    p.add_argument("--variant", default="extract", help="_child: extract | extract64 | capture_all | capture_last")
+    p.add_argument("--variant", default="extract", help="_child: bare | extract | extract64 | capture_all | capture_last")
     p.add_argument("--tmp", default="", help="folder for the features written (default: a temporary one)")
     return p.parse_args()
 
@@ -229,6 +229,12 @@ def child() -> None:
         report["shards"] = len(os.listdir(out)) - 1
         assert feats.count == ARGS.samples
         shutil.rmtree(os.path.dirname(out))
+    elif ARGS.variant == "bare":
+        with torch.no_grad():
+            for x in data():
+                model(x)
+        t1 = time.perf_counter()
+        report["records"] = 0
     else:
         keep = "all" if ARGS.variant == "capture_all" else "last"
         with hookkit.capture(model, blocks, keep=keep) as cap, torch.no_grad():
@@ -246,7 +252,7 @@ def rss() -> str:
     info = H.machine()
     rows = []
     env = dict(os.environ, OMP_NUM_THREADS=str(ARGS.threads))
-    for variant in ("extract", "extract64", "capture_last", "capture_all"):
+    for variant in ("bare", "extract", "extract64", "capture_last", "capture_all"):
         for n in (1000, 10000):
             cmd = [sys.executable, __file__, "_child", "--samples", str(n), "--variant", variant, "--threads", str(ARGS.threads)]
             if ARGS.tmp:

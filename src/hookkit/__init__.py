@@ -47,8 +47,8 @@ from hookkit.observers.compat import (
     num_features_model,
     total_params,
 )
-from hookkit.observers.extract import ExtractError, extract
-from hookkit.observers.features import FeatureArray, Features, FeaturesError, load_features
+from hookkit.observers.extract import extract
+from hookkit.observers.features import ExtractError, FeatureArray, Features, FeaturesError, load_features
 from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite

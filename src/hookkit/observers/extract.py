@@ -18,125 +18,20 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.errors import HookkitError
 from hookkit.core.router import OBSERVER, attach
-from hookkit.core.select import LayerSpec, _glob_regex, select
+from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.observers import features as fmt
-from hookkit.observers.features import Features, load_features
+from hookkit.observers.features import ExtractError, Features, load_features
+from hookkit.observers.reductions import ReduceSpec, Reduction, reductions_for
 
 DEFAULT_SHARD_SIZE = 64 * 2**20
 STORABLE = tuple(fmt.CODES)  # dtype names extract can store
-
-
-class ExtractError(HookkitError, ValueError):
-    """Bad arguments or data for ``hookkit.extract``; the message names the argument, layer or batch."""
-
-
-# -- reductions -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Reduction:
-    """What ``reduce=`` asks for one layer, applied at hook time on the tensor's device.
-
-    ``op``: "mean" / "max" over ``dims`` (dims dropped), "token" (index ``index`` along dim 1, which
-    is dropped), "slice" (``slice`` along dim 1), or "fn" (``fn(tensor) -> tensor``)."""
-
-    op: str
-    dims: tuple[int, ...] = ()
-    index: int = 0
-    slice: Any = None
-    fn: Any = None
-
-    def describe(self) -> str:
-        if self.op in ("mean", "max"):
-            return f"{self.op}:{','.join(map(str, self.dims))}"
-        if self.op == "token":
-            return f"token:{self.index}"
-        if self.op == "slice":
-            s = self.slice
-            return f"slice:{'' if s.start is None else s.start}:{'' if s.stop is None else s.stop}" + (f":{s.step}" if s.step else "")
-        return f"fn:{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', type(self.fn).__name__)}"
-
-    def apply(self, be: Backend, t: Any, key: str) -> Any:
-        if self.op in ("mean", "max"):
-            nd = len(be.shape(t))
-            dims = tuple(d + nd if d < 0 else d for d in self.dims)
-            if any(not 0 < d < nd for d in dims):
-                raise ExtractError(
-                    f"extract(reduce=...): {self.describe()!r} for {key!r}: its output has {nd} dims, valid dims are 1..{nd - 1} (dim 0 is the samples)"
-                )
-            return be.reduce(t, self.op, dims)
-        if self.op in ("token", "slice"):
-            if len(be.shape(t)) < 2:
-                raise ExtractError(
-                    f"extract(reduce=...): {self.describe()!r} for {key!r} indexes dim 1, but its output has shape {list(be.shape(t))}"
-                )
-            return t[:, self.index] if self.op == "token" else t[:, self.slice]
-        r = self.fn(t)
-        if not be.is_tensor(r):
-            raise ExtractError(
-                f"extract(reduce=...): the function {self.describe()[3:]} returned {type(r).__name__} for {key!r}, not a tensor"
-            )
-        return r
-
-
-ReduceSpec = None | str | int | slice | Callable[[Any], Any] | Reduction
-_VALID = "'mean:DIMS', 'max:DIMS' (like 'mean:1' or 'mean:2,3'), 'token:I', 'slice:START:STOP', an int (token), a slice, a function tensor -> tensor, or None"
-
-
-def parse_reduce(spec: Any) -> Reduction | None:
-    """One reduction from its spelling (see ``extract``'s ``reduce=``)."""
-    if spec is None or isinstance(spec, Reduction):
-        return spec
-    if isinstance(spec, bool):
-        raise ExtractError(f"extract(reduce=...): got {spec!r}; valid: {_VALID}")
-    if isinstance(spec, int):
-        return Reduction("token", index=spec)
-    if isinstance(spec, slice):
-        return Reduction("slice", slice=spec)
-    if isinstance(spec, str):
-        op, _, arg = spec.strip().partition(":")
-        try:
-            if op in ("mean", "max") and arg:
-                return Reduction(op, dims=tuple(int(d) for d in arg.split(",")))
-            if op == "token" and arg:
-                return Reduction("token", index=int(arg))
-            if op == "slice" and arg:
-                parts = [int(p) if p.strip() else None for p in arg.split(":")]
-                if len(parts) <= 3:
-                    return Reduction("slice", slice=slice(*parts) if len(parts) > 1 else slice(parts[0], None))
-            if op == "none" and not arg:
-                return None
-        except ValueError:
-            pass
-        raise ExtractError(f"extract(reduce=...): cannot read {spec!r}; valid: {_VALID}")
-    if callable(spec):
-        return Reduction("fn", fn=spec)
-    raise ExtractError(f"extract(reduce=...): got {type(spec).__name__}; valid: {_VALID}, or a dict layer -> one of these")
-
-
-def _reductions(reduce: Any, names: list[str]) -> dict[str, Reduction | None]:
-    if not isinstance(reduce, Mapping):
-        r = parse_reduce(reduce)
-        return {n: r for n in names}
-    out: dict[str, Reduction | None] = {n: None for n in names}
-    for pattern, spec in reduce.items():  # later entries win, as in a dict literal read top-down
-        if not isinstance(pattern, str):
-            raise ExtractError(f"extract(reduce={{...}}): keys are layer names or globs; got {pattern!r}")
-        rx = _glob_regex(pattern)
-        hits = [n for n in names if n == pattern or rx.fullmatch(n)]
-        if not hits:
-            raise ExtractError(f"extract(reduce={{{pattern!r}: ...}}): matches none of the extracted layers: {', '.join(names)}")
-        r = parse_reduce(spec)
-        for n in hits:
-            out[n] = r
-    return out
 
 
 # -- sizes, samples -------------------------------------------------------------------------------
@@ -497,7 +392,7 @@ def extract(
     names = [n for n, _ in named]
     if not names:
         raise ExtractError(f"extract(layers={layers!r}): selects no layer; name at least one")
-    reds = _reductions(reduce, names)
+    reds = reductions_for(reduce, names)
     keys = [k for n in names for k in ((n, n + ":input") if inputs else (n,))]
     fp = _fingerprint(model, be, named, inputs, reds, dtype)
     meta = {

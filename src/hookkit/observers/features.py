@@ -50,6 +50,10 @@ class FeaturesError(HookkitError, ValueError):
     """A features folder (index or shard) is malformed, inconsistent, or points outside itself."""
 
 
+class ExtractError(HookkitError, ValueError):
+    """Bad arguments or data for ``hookkit.extract``; the message names the argument, layer or batch."""
+
+
 def shard_name(k: int) -> str:
     return f"shard-{k:05d}.safetensors"
 
