@@ -3,8 +3,8 @@ leaves them), against the bare step: the in-loop cost, without comparing two noi
 
     /work/bench-venv/bin/python benchmarks/bench_stats_inside.py [--steps 30]
 
-Wraps the backend calls that hookkit's consumers make per hooked call (activation rows, histograms,
-gradient rows) with a CPU-time counter, trains the workloads of bench_stats.py (new batch each
+Wraps the backend calls that hookkit's consumers make per hooked call (the CPU route's
+``*_sums_into`` and the framework route's rows) with a CPU-time counter, trains the workloads of bench_stats.py (new batch each
 step, AdamW) with each hookkit variant attached, and reports the median time inside per step and
 1 + inside / (median bare step). Dispatch (the hook call itself, ~5 us per call) is not counted.
 """
@@ -50,7 +50,7 @@ def counted(fn):
     return wrapper
 
 
-for _name in ("activation_sums", "activation_sums_hist", "param_sums"):
+for _name in ("activation_sums", "activation_sums_hist", "param_sums", "activation_sums_into", "tensor_sums_into"):
     setattr(TorchBackend, _name, counted(getattr(TorchBackend, _name)))
 
 

@@ -263,19 +263,19 @@ class Backend:
     def activation_sums_into(self, rows: Any, t: Any, near_zero: float, step: int, call: int, hist: tuple | None = None) -> bool:
         """Write ``[step, call, n, mean, m2, count <= near_zero]`` of ``t`` (and its histc counts over
         ``hist=(lo, hi)``) into the next row of ``rows`` when the CPU route serves ``t``; False if not."""
-        values = self.host_values(t) if _host.kernels is not None else None
+        values = self.host_values(t) if _host.kernels is not None and self.host_routes else None
         if values is None:
             return False
-        _host.write_activation(rows, values, near_zero, step, call, hist, self.host_threads())
+        _host.write_activation(rows, values, near_zero, step, call, hist, self.host_threads() if values.size > _host.SPLIT else 1)
         return True
 
     def tensor_sums_into(self, rows: Any, t: Any, step: int, call: int) -> bool:
         """Write ``[step, call, n, sum, ||t||, max |t|]`` into the next row of ``rows`` when the
         CPU route serves ``t``; False if not (then ``grad_sums`` / ``param_sums``)."""
-        values = self.host_values(t) if _host.kernels is not None else None
+        values = self.host_values(t) if _host.kernels is not None and self.host_routes else None
         if values is None:
             return False
-        _host.write_tensor(rows, values, step, call, self.host_threads())
+        _host.write_tensor(rows, values, step, call, self.host_threads() if values.size > _host.SPLIT else 1)
         return True
 
     # -- gradients: optional (on_grad, gradcam, clip_grad, prune, GradientStats) ---------------------

@@ -23,8 +23,9 @@ except ImportError:  # installed without a C compiler
 
 ROW = 6  # step, call, n, and the three statistics
 MAX_BINS = 1 << 24
+SPLIT = 1 << 21  # values below which the kernel reads on one thread (it starts one per 2**20 values)
 
-__all__ = ["HostRows", "MAX_BINS", "ROW", "compact", "kernels", "write_activation", "write_tensor"]
+__all__ = ["HostRows", "MAX_BINS", "ROW", "SPLIT", "compact", "kernels", "write_activation", "write_tensor"]
 
 
 class HostRows:

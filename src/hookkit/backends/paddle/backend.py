@@ -216,7 +216,7 @@ class PaddleBackend(PaddleOps, Backend):
     # (Backend.activation_sums_into) through dlpack, no copy: one read instead of Paddle's passes
     # and temporaries, and no paddle.to_tensor per call (BENCHMARKS.md).
     def host_values(self, t: Any) -> np.ndarray | None:
-        if not (self.host_routes and t.place.is_cpu_place()) or t.is_complex():
+        if not t.place.is_cpu_place() or t.is_complex():
             return None
         if t.dtype != paddle.float32:
             t = t.astype("float32")

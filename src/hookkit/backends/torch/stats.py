@@ -51,11 +51,13 @@ def host_values(t: torch.Tensor):  # -> np.ndarray | None
     """A float32 numpy array of a CPU tensor's values (a view of float32 storage, a copy of other
     dtypes), or None where it has no storage to read (functorch-wrapped tensors under torch.func,
     sparse, meta) or is not a real number: then the torch route runs."""
-    if not t.is_cpu or t.is_sparse or t.is_complex():
+    if not t.is_cpu:
         return None
-    if t.dtype is not torch.float32:
+    if t.dtype is not torch.float32:  # the checks off the hot path: float32 needs none of them
+        if t.is_sparse or t.is_complex():
+            return None
         t = t.float()
     try:
-        return t.detach().numpy()
+        return t.numpy(force=True)  # detached; a view: no copy of a CPU float32 tensor
     except (RuntimeError, TypeError):  # "Cannot access data pointer of Tensor that doesn't have storage"
         return None
