@@ -170,6 +170,24 @@ CASES = [
         TypeError,
         ["summary()", "input_data", "{fw} model"],
     ),
+    ("patch-values", lambda m, fw: hookkit.patch(m, "fc", "abc"), TypeError, ["patch()", "values", "'abc'"]),
+    ("on-grad-tensor", lambda m, fw: hookkit.on_grad(m, print), TypeError, ["on_grad()", "tensor", "a tensor"]),
+    ("drophook-fn", lambda m, fw: hookkit.DropHookModel(m, [m.fc], [3]), TypeError, ["DropHookModel()", "hook_funcs[0]", "callable", "3"]),
+    (
+        "drophook-type",
+        lambda m, fw: hookkit.DropHookModel(m, [m.fc], [print], ["post"]),
+        ValueError,
+        ["DropHookModel()", "hook_types[0]", "'post'"],
+    ),
+    # fastai's names
+    ("hook-fn", lambda m, fw: hookkit.Hook(m.fc, 3), TypeError, ["Hook()", "hook_func", "3"]),
+    ("hook-output-module", lambda m, fw: hookkit.hook_output(3), TypeError, ["Hook()", "m", "3"]),
+    ("dummy-eval-size", lambda m, fw: hookkit.dummy_eval(m, size="x"), TypeError, ["dummy_eval()", "size", "'x'"]),
+    # files and reports
+    ("report-source", lambda m, fw: hookkit.report(3), TypeError, ["report()", "source", "3"]),
+    ("report-title", lambda m, fw: hookkit.report("run", title=3), TypeError, ["report()", "title", "3"]),
+    ("load-stats-dir", lambda m, fw: hookkit.load_stats(3), TypeError, ["load_stats()", "directory", "3"]),
+    ("remove-all-model", lambda m, fw: hookkit.remove_all("model"), TypeError, ["remove_all()", "model", "'model'"]),
     # selection
     ("select-type", lambda m, fw: hookkit.select(m, 3), TypeError, ["layers", "3"]),
     ("select-sequential", lambda m, fw: hookkit.capture(fw.mlp(), "9"), LookupError, ["'9'", "closest: 0, 1, 2"]),

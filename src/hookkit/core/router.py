@@ -746,7 +746,9 @@ def remove_all(model: Any) -> int:
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
-    backend = backend_for(model)
+    from hookkit.core.validate import check_model  # validate imports backends only; kept local all the same
+
+    backend = check_model(model, fn="remove_all")
     count = 0
     for _, layer in backend.named_layers(model):
         hooks = _registry.get(layer)

@@ -15,7 +15,7 @@ from typing import Any, Union
 from hookkit.backends import backend_for, framework_of
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.suggest import close_matches
-from hookkit.core.validate import ArgumentTypeError, fail
+from hookkit.core.validate import ArgumentTypeError, check_model, fail
 
 LEAVES = ":leaves"
 """Preset: layers without sublayers."""
@@ -139,9 +139,7 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
     >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
     [('h.0.attn', GPT2Attention(...)), ('h.1.attn', GPT2Attention(...))]
     """
-    backend = backend_for(model)
-    if not backend.is_layer(model):
-        raise TypeError(f"select() needs a model (torch.nn.Module or paddle.nn.Layer); got {type(model).__name__}")
+    backend = check_model(model, fn="select")
     # A data-parallel wrapper (DDP, DataParallel) is looked through: names are the inner model's,
     # and names written with the wrapper's prefix ("module.fc") are accepted as well.
     inner = backend.unwrap(model)

@@ -16,6 +16,7 @@ from hookkit.backends import Backend, backend_for, backend_named, registered_bac
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import select
+from hookkit.core.validate import ArgumentTypeError, check_callable, fail
 
 __all__ = ["HOOK_TYPES", "DropHookModel"]
 
@@ -28,7 +29,7 @@ _classes: dict[str, type] = {}
 def _as_list(x: Any, arg: str) -> list[Any]:
     if isinstance(x, (list, tuple)):
         return list(x)
-    raise TypeError(f"DropHookModel: {arg} must be a list (one entry per hook); got {type(x).__name__}")
+    fail("DropHookModel", arg, "a list (one entry per hook)", x, kind=ArgumentTypeError)
 
 
 class _PreConsumer:
@@ -101,9 +102,9 @@ class DropHookModel:
         valid = ", ".join(map(repr, HOOK_TYPES))
         for i, (f, t) in enumerate(zip(hook_funcs, hook_types)):
             if t not in HOOK_TYPES:
-                raise ValueError(f"DropHookModel: hook_types[{i}] is {t!r}; valid hook types: {valid}")
+                fail("DropHookModel", f"hook_types[{i}]", f"one of {valid}", t)
             if not callable(f):
-                raise TypeError(f"DropHookModel: hook_funcs[{i}] must be callable; got {type(f).__name__}")
+                check_callable(f, fn="DropHookModel", arg=f"hook_funcs[{i}]", signature="f(layer, inputs, output) or f(layer, inputs)")
         named = [select(model, layer) for layer in hook_layers]  # resolve all before placing any
         super().__init__()
         self.model = model

@@ -211,6 +211,8 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
     elif isinstance(values, Mapping) and not be.is_tensor(values):
         per_call, every = _stored_from_dict(values, names)
     else:
+        if values is None or isinstance(values, (str, bytes, int, float, bool)):  # a structure of tensors is kept as given
+            fail("patch", "values", "a capture, a dict name -> tensor, or a tensor (or a tuple of them) for every layer", values, kind=ArgumentTypeError)
         per_call, every = {}, {n: values for n in names}
     cache: dict[int, Converted] = {}
 

@@ -13,6 +13,7 @@ from typing import Any
 from hookkit.backends import backend_for
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.tree import map_tensors
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_model, fail
 
 
 def _prepare(value: Any, backend: Any, detach: bool, cpu: bool) -> Any:
@@ -39,10 +40,13 @@ class Hook:
     """
 
     def __init__(self, m: Any, hook_func: Callable, is_forward: bool = True, detach: bool = True, cpu: bool = False, gather: bool = False):
+        self._backend = check_model(m, fn="Hook", arg="m")
+        check_callable(hook_func, fn="Hook", arg="hook_func", signature="hook_func(module, input, output)")
+        for arg, value in (("is_forward", is_forward), ("detach", detach), ("cpu", cpu), ("gather", gather)):
+            check_bool(value, fn="Hook", arg=arg)
         self.hook_func, self.detach, self.cpu, self.gather = hook_func, detach, cpu, gather
         self.stored: Any = None
         self.removed = False
-        self._backend = backend_for(m)
         self.is_forward = is_forward
         event = "forward" if is_forward else "backward"
         self._handle = attach(m, [("", m)], event, self.hook_fn_event, OBSERVER)
@@ -163,6 +167,12 @@ def in_channels(m: Any) -> int:
     raise ValueError(f"no layer of {type(m).__name__} has a 4-dimensional weight: cannot tell its input channels")
 
 
+def _check_size(size: Any, fn: str) -> None:
+    ok = isinstance(size, (tuple, list)) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in size)
+    if not ok:
+        fail(fn, "size", "a (height, width) pair of ints >= 1", size, kind=ArgumentTypeError)
+
+
 def dummy_eval(m: Any, size: tuple[int, int] = (64, 64)) -> Any:
     """Run ``m`` in eval mode on a random batch of one ``(1, in_channels, *size)`` image, without gradients.
     Unlike fastai, the training mode is restored afterwards.
@@ -171,7 +181,8 @@ def dummy_eval(m: Any, size: tuple[int, int] = (64, 64)) -> Any:
     """
     import numpy as np
 
-    backend = backend_for(m)
+    backend = check_model(m, fn="dummy_eval", arg="m")
+    _check_size(size, "dummy_eval")
     ch = in_channels(m)
     like = _first_param(m)
     x = backend.from_numpy(np.random.uniform(-1.0, 1.0, (1, ch, *size)).astype("float32"), like)
@@ -190,7 +201,8 @@ def model_sizes(m: Any, size: tuple[int, int] = (64, 64)) -> list[tuple[int, ...
     >>> model_sizes(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1)))   # doctest: +SKIP
     [(1, 16, 64, 64)]
     """
-    backend = backend_for(m)
+    backend = check_model(m, fn="model_sizes", arg="m")
+    _check_size(size, "model_sizes")
     with hook_outputs(m) as hooks:
         dummy_eval(m, size=size)
         return [backend.shape(o.stored) for o in hooks]

@@ -14,7 +14,7 @@ from hookkit.core.errors import GradientNotTracked
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, hook_tensor
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import check_bool, check_callable, check_int
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_int, fail
 
 
 def _check_hook_args(fn_name: str, fn: Any, priority: Any, with_kwargs: Any = False) -> None:
@@ -112,9 +112,12 @@ def on_grad(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
     >>> h = hookkit.on_grad(a, saved.append)   # doctest: +SKIP
     """
     check_callable(fn, fn="on_grad", arg="fn", signature="fn(grad)")
-    backend = backend_for(tensor)
-    if not backend.is_tensor(tensor):
-        raise TypeError(f"on_grad() needs a tensor; got {type(tensor).__name__}")
+    try:
+        backend = backend_for(tensor)
+    except TypeError:
+        backend = None
+    if backend is None or not backend.is_tensor(tensor):
+        fail("on_grad", "tensor", "a tensor (torch or paddle)", tensor, kind=ArgumentTypeError)
     if not backend.requires_grad(tensor):
         flag, fix = backend.grad_off_text, backend.grad_on_text
         name = backend.tensor_name(tensor)

@@ -61,6 +61,11 @@ def report(
     PosixPath('run1/report.html')
     >>> hookkit.report([stats, grads], "report.html", summary=hookkit.summary(model, (1, 3, 32, 32)))   # doctest: +SKIP
     """
+    from hookkit.core.validate import ArgumentTypeError, check_str, fail
+
+    check_str(title, fn="report", arg="title")
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
     acts = grads = None
     folder = None
     if isinstance(source, (str, os.PathLike)):
@@ -78,7 +83,7 @@ def report(
             elif hasattr(obj, "layer_stats"):
                 acts = obj
             else:
-                raise TypeError(f"report(): expected a folder, ActivationStats or GradientStats; got {type(obj).__name__}")
+                fail("report", "source", "a folder, ActivationStats or GradientStats (or a list of them)", obj, kind=ArgumentTypeError)
     if hasattr(summary, "to_dict"):
         summary = summary.to_dict()
     live = [s for s in (acts, grads) if s is not None]

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hookkit.core.validate import InvalidFile, shown
+from hookkit.core.validate import ArgumentTypeError, InvalidFile, fail, shown
 
 __all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_files"]
 
@@ -301,6 +301,8 @@ def load_stats(directory: str | os.PathLike) -> dict[str, StatsData]:
 
     >>> hookkit.load_stats("runs/stats")["activation_stats"].layer_stats("conv1")   # doctest: +SKIP
     """
+    if not isinstance(directory, (str, os.PathLike)):
+        fail("load_stats", "directory", "a folder path (str or os.PathLike)", directory, kind=ArgumentTypeError)
     out: dict[str, StatsData] = {}
     for kind in _TYPES:
         if os.path.exists(os.path.join(directory, f"{kind}.json")):
