@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIMEOUT = 120  # seconds per scenario; start-up costs 3-15 s a rank on a loaded machine
+TIMEOUT = 240  # seconds per scenario: start-up costs 3-15 s a rank, up to a minute on a loaded machine
 STEPS = 3
 BATCH = 8
 
@@ -98,6 +98,44 @@ def test_wrapper_prefix_is_accepted_and_dropped_without_a_process_group():
         torch_train(dp, torch_batches()[:1])
     assert grads.names == ["4"] and grads.rank == 0 and len(grads.param_stats("4")["norm"]) == 1
     assert list(cap.keys()) == ["4"]
+
+
+def test_cross_rank_merge_is_exact_for_uneven_ranks():
+    """The merge behind every distributed read (reduce.gather_blocks), with a stand-in for the
+    collective: rows of the same (step, call) merge into the statistics of all values together,
+    rows that only some ranks recorded are kept, and ranks may hold different numbers of rows."""
+    from hookkit.observers.stats.reduce import gather_blocks
+    from hookkit.observers.stats.series import ACTIVATION
+
+    rng = np.random.default_rng(0)
+    values = {(r, s): rng.standard_normal(5 + 3 * r + s) * (1 + s) + r for r in (0, 1) for s in range(3)}
+    del values[(1, 2)]  # rank 1 did not record step 2
+
+    def block(rank):
+        keys = sorted(s for r, s in values if r == rank)
+        state = np.array([[len(v), v.mean(), ((v - v.mean()) ** 2).sum(), (v <= 0.05).sum()] for v in (values[rank, s] for s in keys)])
+        hist = np.array([np.histogram(values[rank, s], 4, (-2, 2))[0] for s in keys], dtype=np.float64)
+        z = np.zeros(len(keys), np.int64)
+        return np.array(keys), z, z + 1, state, hist
+
+    class Collective:
+        """Stands in for the process group: keeps what this rank sends, returns every rank's rows."""
+
+        def __init__(self, others: list):
+            self.others, self.sent = others, []
+
+        def all_gather_rows(self, rows):
+            self.sent.append(rows)
+            return [rows, *self.others]
+
+    rank1 = Collective([])
+    gather_blocks(rank1, [ACTIVATION], [block(1)], 4)  # what rank 1 packs and sends
+    step, call, records, state, hist = gather_blocks(Collective(rank1.sent), [ACTIVATION], [block(0)], 4)[0]
+    assert list(step) == [0, 1, 2] and list(records) == [1, 1, 1]
+    for i, s in enumerate(step):
+        v = np.concatenate([values[r, s] for r in (0, 1) if (r, s) in values])
+        np.testing.assert_allclose(state[i], [len(v), v.mean(), ((v - v.mean()) ** 2).sum(), (v <= 0.05).sum()], rtol=1e-12)
+        np.testing.assert_array_equal(hist[i], np.histogram(v, 4, (-2, 2))[0])
 
 
 # -- scenario: torch DDP ---------------------------------------------------------------------------
