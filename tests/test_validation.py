@@ -159,6 +159,12 @@ CASES = [
         ["gradcam_plus_plus()", "inputs", "'img.png'"],
     ),
     (
+        "gradcam-int-pixels",
+        lambda m, fw: hookkit.gradcam(m, "conv2", np.zeros((2, 1, 8, 8), np.uint8)),
+        ValueError,
+        ["gradcam()", "inputs", "floating-point"],
+    ),
+    (
         "gradcam-layer-many",
         lambda m, fw: hookkit.gradcam(m, "conv*", fw.randn(2, 1, 8, 8)),
         ValueError,

@@ -100,6 +100,8 @@ def _activations_and_grads(
     shape = be.shape(inputs)
     if len(shape) < 3:
         fail(fn, "inputs", "images [N, C, H, W] (a tensor or numpy array)", inputs)
+    if be.dtype_kind(inputs) != "float":  # the gradient flows back to the input: it must be able to take one
+        fail(fn, "inputs", "floating-point images (convert integer pixels with x.float() / 255)", inputs)
     _check_target(target, shape[0], fn)
     size = (shape[-2], shape[-1])
     modes = [(m, be.is_training(m)) for _, m in be.named_layers(model)]
