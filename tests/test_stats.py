@@ -277,11 +277,17 @@ def test_long_runs_keep_bounded_memory_with_exact_merges(fw, monkeypatch):
     monkeypatch.setattr(series, "LIMIT", 16)
     model = fw.mlp((3, 4, 2))
     model.train()
-    outputs = []
-    with hookkit.ActivationStats(model, hist=True, bins=8, range=(-2, 2), train_only=False) as stats, hookkit.capture(model, "0") as cap:
+    outputs, grads = [], []
+    with (
+        hookkit.ActivationStats(model, hist=True, bins=8, range=(-2, 2), train_only=False) as stats,
+        hookkit.GradientStats(model, "2") as gstats,
+        hookkit.capture(model, "0") as cap,
+    ):
         for step in range(100):
-            model(fw.randn(2 + step % 3, 3))  # records of different sizes
+            param_grads_cleared(fw, model)
+            (model(fw.randn(2 + step % 3, 3)) ** 2).mean().backward()  # records of different sizes
             outputs.append(fw.numpy(cap["0"]).astype(np.float64).ravel())
+            grads.append(np.concatenate([fw.numpy(p.grad).astype(np.float64).ravel() for p in model[2].parameters()]))
             if step % 7 == 0:
                 assert len(stats.layer_stats("0")["mean"]) <= 16  # reads in between: O(new rows)
     s = stats.layer_stats("0")
@@ -294,6 +300,13 @@ def test_long_runs_keep_bounded_memory_with_exact_merges(fw, monkeypatch):
         np.testing.assert_allclose(s["std"][row], values.std(ddof=1), rtol=1e-4)
         assert s["near_zero"][row] == pytest.approx((values <= 0.05).mean(), abs=1e-6)
         np.testing.assert_array_equal(s["hist"][row], np.histogram(values, 8, (-2, 2))[0])
+    p = gstats.param_stats("2")  # gradient rows merge the same way: norms add in squares, maxima
+    assert len(p["norm"]) <= 16 and p["records"].sum() == 100 and (p["records"][-8:] == 1).all()
+    for row, (first, count) in enumerate(zip(p["step"], p["records"])):
+        values = np.concatenate(grads[first : first + count])
+        np.testing.assert_allclose(p["norm"][row], np.linalg.norm(values), rtol=1e-5)
+        np.testing.assert_allclose(p["max_abs"][row], np.abs(values).max(), rtol=1e-6)
+        np.testing.assert_allclose(p["mean"][row], values.mean(), rtol=1e-4, atol=1e-7)
     stats.clear()
     assert len(stats.layer_stats("0")["mean"]) == 0
 
