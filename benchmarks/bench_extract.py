@@ -8,7 +8,7 @@ writer thread included, one intra-op thread):
   * GPT-2 (GPT2Model, 6 layers, width 256, 4 heads), 8 batches of 8 x 64 tokens: residual stream
     (the 6 blocks' outputs) reduced to one vector per sample (mean over tokens):
     bare loop | hookkit.extract(reduce="mean:1") | plain forward hooks + torch.save per batch |
-    TorchLens extract_dataset(pool="token_mean") when installed
+    TorchLens extract_dataset(pool token_mean, unmasked) when installed
   * Paddle resnet18 (paddle.vision.models), 8 batches of 16 x 3 x 64 x 64: the pooled feature (avgpool):
     bare loop | hookkit.extract(reduce="mean:2,3") | plain forward post hooks + paddle.save per batch
 rss: each run in its own process (peak RSS from ru_maxrss): GPT-2 (4 layers, width 128), batches of
@@ -109,10 +109,13 @@ def gpt2_variants() -> list:
             import torchlens
 
             stimuli = torch.cat(batches)
+            # module outputs by selector; token_mean over unmasked tokens (no padding here), recorded as such
+            selectors = {n: torchlens.module(n) for n in blocks}
+            pool = {"preset": "token_mean", "unmasked": True}
 
             def tl():
                 def step():
-                    torchlens.extract_dataset(model, stimuli, blocks, batch_size=8, output_dir=folder(), progress=False, pool="token_mean")
+                    torchlens.extract_dataset(model, stimuli, selectors, batch_size=8, output_dir=folder(), progress=False, pool=pool)
 
                 return step, lambda: None
 
