@@ -480,6 +480,7 @@ def test_load_features_refuses_bad_indexes(saved, tmp_path):
         (dict(format="pickle"), "not a hookkit.features index"),
         (dict(version=99), "version 99"),
         (dict(layers={"fc": {"shape": [3], "dtype": "object"}}), "needs a dtype"),
+        (dict(shards=[dict(index["shards"][0], batch_sizes=[3])]), "batch_sizes must be a list of integers summing to its count 4"),
     ]:
         fmt.write_json(str(out / "index.json"), index | change)
         with pytest.raises(hookkit.FeaturesError, match=match):

@@ -376,7 +376,11 @@ def read_index(out: str) -> dict[str, Any]:
                     :300
                 ]
             )
-        total += _int(s.get("count"), "count", f"{where}, shard {name!r}")
+        count = _int(s.get("count"), "count", f"{where}, shard {name!r}")
+        sizes = s.get("batch_sizes", [count])
+        if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {name!r}") for n in sizes) != count:
+            raise FeaturesError(f"{where}: shard {name!r}: batch_sizes must be a list of integers summing to its count {count}")
+        total += count
     if _int(index.get("count"), "count", where) != total:
         raise FeaturesError(f"{where}: the index counts {index.get('count')} samples but its shards hold {total}")
     return index
