@@ -281,3 +281,23 @@ def test_gradcam_accepts_numpy_inputs(fw):
     np.testing.assert_allclose(
         hookkit.gradcam(model, "conv2", x, target=3), hookkit.gradcam(model, "conv2", fw.tensor(x), target=3), atol=1e-6
     )
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16"])
+def test_prune_any_parameter_dtype(fw, dtype):
+    model = fw.sequential(fw.linear(4, 3))
+    if fw.name == "torch":
+        model.to(getattr(fw.lib, dtype))
+    else:
+        model.to(dtype=dtype)  # half on Paddle's CPU: no multiply kernel, pruning computes in float32
+
+    def weight():
+        w = model[0].weight
+        return fw.numpy(w.float() if fw.name == "torch" else w.astype("float32"))
+
+    before = weight()
+    p = hookkit.prune(model, "0", amount=0.5)
+    assert p.sparsity() == 0.5 and (weight() == 0).mean() == 0.5
+    assert str(model[0].weight.dtype).rpartition(".")[2] == dtype
+    p.remove()
+    np.testing.assert_array_equal(weight(), before)

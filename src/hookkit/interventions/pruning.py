@@ -75,7 +75,16 @@ def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, w
 
 def _mask_in_place(be: Backend, p: Any, mask: Any) -> None:
     with be.no_grad():
-        be.assign(p, p * mask)
+        be.assign(p, _in_compute_dtype(be, lambda w, m: w * m, p, mask))
+
+
+def _in_compute_dtype(be: Backend, op: Any, p: Any, *others: Any) -> Any:
+    """``op(p, *others)`` in a dtype the framework computes in on ``p``'s device (half precision
+    on Paddle's CPU has no multiply), cast back to ``p``'s dtype."""
+    work = be.compute_dtype(p)
+    if work is None:
+        return op(p, *others)
+    return be.cast(op(be.cast(p, work), *(be.cast(o, work) for o in others)), be.dtype_name(p))
 
 
 class Pruning(HandleGroup):
@@ -121,7 +130,7 @@ class Pruning(HandleGroup):
                 _mask_in_place(be, p, mask)
             else:  # give pruned entries back their values from pruning time
                 with be.no_grad():
-                    be.assign(p, p * mask + self._original[key] * (1 - mask))
+                    be.assign(p, _in_compute_dtype(be, lambda w, m, o: w * m + o * (1 - m), p, mask, self._original[key]))
         self._original.clear()
         super()._remove_all()
 
