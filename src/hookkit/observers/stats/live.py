@@ -4,7 +4,14 @@ The hot path (one consumer call per hooked layer call) reduces the detached outp
 the model's device (``Backend.activation_sums``: ``[mean, m2, count <= near_zero]``;
 ``Backend.param_sums``: ``[sum, norm, max |x|]``) and appends it to a list with its step, call and
 element count: no ``.item()``, no copy to the host. Every 1024 records a layer's rows are stacked
-into one device tensor, so a long run keeps a few tensors per layer, not millions.
+into one device tensor, so a long run keeps a few tensors per layer, not millions. Tensors in host
+memory take the C kernel instead, which writes each record into a preallocated row
+(``backends.host_stats.HostRows``).
+
+Under data parallelism (a process group of more than one rank when ``GradientStats`` is created)
+parameter rows are read from ``.grad`` once the backward is complete (``Backend.after_backward``:
+after DDP's all-reduce, FSDP's reduce-scatter), not at the gradient hook, which sees the rank's own
+gradient.
 
 A read moves the rows recorded since the last read to the host (series.Rows: bounded memory,
 O(new rows)), and, when the model trains in several processes, merges them with the other ranks'
