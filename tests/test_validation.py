@@ -351,3 +351,11 @@ def test_counts_and_thresholds(torch_model, top_k, explode):
     assert _accepts(lambda v: hookkit.mask_activations(torch_model, "0", top_k=v), top_k) == ok
     ok = explode is None or (_is_real(explode) and math.isfinite(explode) and explode >= 0)
     assert _accepts(lambda v: hookkit.watch_nonfinite(torch_model, explode=v), explode) == ok
+
+
+def test_capture_to_accepts_the_frameworks_own_device_objects(fw):
+    model = fw.mlp()
+    device = fw.lib.device("cpu") if fw.name == "torch" else fw.lib.CPUPlace()
+    with hookkit.capture(model, "0", to=device) as cap:
+        model(fw.randn(2, 5))
+    assert fw.numpy(cap["0"]).shape == (2, 10)

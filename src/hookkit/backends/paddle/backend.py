@@ -139,6 +139,8 @@ class PaddleBackend(PaddleOps, Backend):
         return paddle.no_grad()
 
     def device_problem(self, device: Any) -> str | None:
+        if hasattr(device, "is_cpu_place"):  # a Place object: paddle.CPUPlace(), paddle.CUDAPlace(0)
+            device = "cpu" if device.is_cpu_place() else str(device).removeprefix("Place(").removesuffix(")")
         if not isinstance(device, str) or not device:
             return "not a Paddle device name ('cpu', 'gpu', 'gpu:0'...)"
         kind, _, index = device.partition(":")
@@ -158,6 +160,8 @@ class PaddleBackend(PaddleOps, Backend):
         return None
 
     def to(self, t: Any, device: Any) -> Any:
+        if hasattr(device, "is_cpu_place"):  # a Place object
+            device = "cpu" if device.is_cpu_place() else str(device).removeprefix("Place(").removesuffix(")")
         device = str(device)
         if device == "cpu":
             return t.cpu()
