@@ -328,16 +328,19 @@ def output_guard(backend: Any, op: Callable[..., Any], *, fn: str, kinds: Sequen
 
 def real_values(backend: Any, fn: str) -> Callable[[Any, str], bool]:
     """``ok(t, layer) -> bool`` for statistics: False (and one warning) for complex tensors, whose
-    mean and histogram are not defined the way ``fn`` reports them. One dict lookup per call."""
-    known: dict[Any, bool] = {}
+    mean and histogram are not defined the way ``fn`` reports them. Hot paths skip the call for
+    dtypes already found real: ``if t.dtype not in ok.real and not ok(t, name): return``."""
+    real: set[Any] = set()
     kind_of, dtype_name = backend.dtype_kind, backend.dtype_name
 
     def ok(t: Any, layer: str) -> bool:
-        r = known.get(t.dtype)
-        if r is None:
-            r = known[t.dtype] = kind_of(t) != "complex"
-        if not r:
-            warn_skip(fn, layer, dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
-        return r
+        if t.dtype in real:
+            return True
+        if kind_of(t) != "complex":
+            real.add(t.dtype)
+            return True
+        warn_skip(fn, layer, dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
+        return False
 
+    ok.real = real  # type: ignore[attr-defined]
     return ok

@@ -301,6 +301,7 @@ class ActivationStats(_Recorder, ActivationData):
         near_zero, bins, (lo, hi) = self.near_zero, self.bins, self.hist_range
         hist_range = (lo, hi) if want_hist else None
         real = real_values(be, "ActivationStats")  # complex outputs: skipped, one warning
+        real_dtypes = real.real  # a set lookup per record, no call, once the dtype is known
 
         def on_forward(ev: Event) -> None:
             if not record(ev.step):
@@ -313,7 +314,7 @@ class ActivationStats(_Recorder, ActivationData):
             if into(host, o, near_zero, ev.step, ev.call, hist_range):  # in host memory: the kernel wrote the record
                 return
             o = detach(o)  # no autograd graph for the statistics
-            if not real(o, ev.name):
+            if o.dtype not in real_dtypes and not real(o, ev.name):
                 return
             if want_hist:
                 row, hist = sums_hist(o, near_zero, bins, lo, hi)
@@ -415,6 +416,7 @@ class GradientStats(_Recorder, GradientData):
         be = self._backend
         sums, numel, detach, into = be.grad_sums, be.numel, be.detach, be.tensor_sums_into
         real = real_values(be, "GradientStats")  # complex gradients: skipped, one warning
+        real_dtypes = real.real
         pending = self._pending[slot]
         rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
         due, after = self._due, self._after_backward
@@ -425,7 +427,7 @@ class GradientStats(_Recorder, GradientData):
                 return
             if not into(host, ev.grad, step, ev.call):  # not in host memory: the framework's ops
                 g = detach(ev.grad)
-                if not real(g, ev.name):
+                if g.dtype not in real_dtypes and not real(g, ev.name):
                     return
                 rows.append(sums(g))
                 steps.append(step)
