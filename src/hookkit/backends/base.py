@@ -164,6 +164,10 @@ class Backend:
         """The dtype's plain name: "float32", "bfloat16", "int64"..."""
         return str(t.dtype).rpartition(".")[2]
 
+    def is_empty(self, t: Any) -> bool:
+        """True when ``t`` holds no value (a zero-size batch); cheaper than ``numel(t) == 0`` on Paddle."""
+        return 0 in t.shape
+
     def dtype_kind(self, t: Any) -> str:
         """ "float", "complex", "int" or "bool": what a feature can compute on ``t``."""
         name = self.dtype_name(t)

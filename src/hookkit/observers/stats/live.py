@@ -314,7 +314,7 @@ class ActivationStats(_Recorder, ActivationData):
             if into(host, o, near_zero, ev.step, ev.call, hist_range):  # in host memory: the kernel wrote the record
                 return
             o = detach(o)  # no autograd graph for the statistics
-            if o.dtype not in real_dtypes and not real(o, ev.name):
+            if id(o.dtype) not in real_dtypes and not real(o, ev.name):
                 return
             if want_hist:
                 row, hist = sums_hist(o, near_zero, bins, lo, hi)
@@ -427,7 +427,7 @@ class GradientStats(_Recorder, GradientData):
                 return
             if not into(host, ev.grad, step, ev.call):  # not in host memory: the framework's ops
                 g = detach(ev.grad)
-                if g.dtype not in real_dtypes and not real(g, ev.name):
+                if id(g.dtype) not in real_dtypes and not real(g, ev.name):
                     return
                 rows.append(sums(g))
                 steps.append(step)
