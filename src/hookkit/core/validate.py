@@ -6,8 +6,10 @@ Every check raises at the call (never at the first forward), with one message sh
 
 naming the function, the argument, what is valid and what was given (``repr``, shortened). The
 errors are ``InvalidArgument`` (a ``ValueError``) for a value out of range and ``ArgumentTypeError``
-(a ``TypeError``) for a value of the wrong kind; both are ``hookkit.HookkitError``s, so existing
-``except ValueError`` / ``except TypeError`` keep working.
+(a ``TypeError``, and a ``ValueError`` too) for a value of the wrong kind; both are
+``hookkit.HookkitError``s, so existing ``except ValueError`` / ``except TypeError`` keep working.
+Files read from elsewhere raise ``InvalidFile``; outputs a feature cannot work on are left alone
+with one ``SkippedOutputWarning`` (``output_guard``, ``real_values``).
 
 >>> check_number(0.1, fn="gaussian_noise", arg="std", low=0)
 0.1
@@ -269,13 +271,6 @@ def check_tensor_like(
         if have not in ranks:
             fail(fn, arg, f"a tensor with {' or '.join(map(str, ranks))} dims", value)
     return value
-
-
-def check_one_of_kinds(value: Any, checks: Sequence[tuple[str, Callable[[Any], bool]]], *, fn: str, arg: str) -> Any:
-    """``value`` when one of the ``(description, predicate)`` checks accepts it."""
-    if any(ok(value) for _, ok in checks):
-        return value
-    fail(fn, arg, " or ".join(d for d, _ in checks), value, kind=ArgumentTypeError)
 
 
 # -- outputs a feature cannot use: skipped with one warning, never a crash in the user's forward ----
