@@ -19,7 +19,7 @@ import numpy as np
 from hookkit.backends import Backend, backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
-from hookkit.core.select import LayerSpec, select
+from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.validate import ArgumentTypeError, check_callable, check_choice, check_number, check_tensor_like, fail, output_guard
 
@@ -147,7 +147,7 @@ def per_layer(values: Any, names: list[str], what: str, is_tensor: Callable[[Any
                 f"{what}: the dict must have one entry per selected layer; "
                 + (f"missing: {', '.join(missing)}; " if missing else "")
                 + (f"not selected: {', '.join(map(str, extra))}; " if extra else "")
-                + f"selected: {', '.join(names)}"
+                + f"selected: {', '.join(map(shown_name, names))}"
             )
         return dict(values)
     return {n: values for n in names}
@@ -183,7 +183,7 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
             raise TypeError(f"patch: dict keys must be layer names or (name, call) pairs; got {key!r}")
     unknown = sorted(({k[0] for k in per_call} | set(every)) - set(names))
     if unknown:
-        raise ValueError(f"patch: values for layers that are not selected: {', '.join(unknown)}; selected: {', '.join(names)}")
+        raise ValueError(f"patch: values for layers that are not selected: {', '.join(unknown)}; selected: {', '.join(map(shown_name, names))}")
     missing = [n for n in names if n not in every and not any(k[0] == n for k in per_call)]
     if missing:
         raise ValueError(f"patch: no stored value for selected layers {', '.join(missing)}")
