@@ -301,3 +301,30 @@ def test_prune_any_parameter_dtype(fw, dtype):
     assert str(model[0].weight.dtype).rpartition(".")[2] == dtype
     p.remove()
     np.testing.assert_array_equal(weight(), before)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+def test_edits_compute_in_the_outputs_dtype(fw, dtype):
+    """steer, a channel mask and mean ablation on half/double outputs: the values numpy gives, in the output's dtype."""
+    model = _cast_model(fw, dtype)
+    x = fw.randn(2, 2, 5, 5)
+
+    def plain():
+        y = model(x)
+        return fw.numpy(y.float() if fw.name == "torch" else y.astype("float32")), str(y.dtype).rpartition(".")[2]
+
+    base, _ = plain()
+    vec = np.linspace(-1, 1, 5).astype(np.float32)
+    mask = np.array([1, 0, 1], np.float32)
+    tol = {"float16": 1e-2, "bfloat16": 6e-2, "float64": 1e-6}[dtype]
+    with hookkit.steer(model, "cast", vec):
+        got, kind = plain()
+    np.testing.assert_allclose(got, base + vec, atol=tol * (1 + np.abs(base).max()))
+    assert kind == dtype
+    with hookkit.mask_activations(model, "cast", channels=mask):
+        got, kind = plain()
+    np.testing.assert_array_equal(got, base * mask[None, :, None, None])
+    with hookkit.ablate(model, "cast", mode="mean"):
+        got, kind = plain()
+    np.testing.assert_allclose(got, np.broadcast_to(base.mean(0), base.shape), atol=tol * (1 + np.abs(base).max()))
+    assert kind == dtype
