@@ -278,3 +278,11 @@ def test_garbage_safetensors_names_the_file(saved):
     (saved / "activation_stats.safetensors").write_bytes(b"\xff" * 64)
     with pytest.raises(InvalidFile, match=r"activation_stats\.safetensors: not a readable safetensors file"):
         hookkit.ActivationStats.load(saved)
+
+
+def test_statistics_linked_from_outside_the_report_folder_are_refused(tmp_path, saved):
+    run = _folder(tmp_path)
+    for name in ("activation_stats.json", "activation_stats.safetensors"):
+        os.symlink(saved / name, run / name)
+    with pytest.raises(InvalidFile, match=r"activation_stats\.json.*leads outside the folder"):
+        hookkit.report(run)

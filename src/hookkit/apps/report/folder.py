@@ -215,6 +215,9 @@ def load_folder(folder: pathlib.Path) -> dict[str, Any]:
 
     if not folder.is_dir():
         raise HookkitError(f"report(): {str(folder)!r} is not a folder of saved statistics")
+    for name in ("activation_stats.json", "activation_stats.safetensors", "gradient_stats.json", "gradient_stats.safetensors"):
+        if (folder / name).exists() or (folder / name).is_symlink():
+            confined(folder, name, str(folder / name))  # statistics linked from outside the folder are refused too
     try:
         stats = load_stats(folder)
     except FileNotFoundError:
