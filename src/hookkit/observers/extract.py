@@ -189,6 +189,7 @@ class _Rows:
         self.keys, self.shard_bytes, self.writer, self.sets = keys, shard_bytes, writer, sets
         self.free: queue.Queue = queue.Queue()
         self.made = 0
+        self.full = self.bps = 0
         self.cur: dict[str, np.ndarray] | None = None
         self.filled = 0
         self.sizes: list[int] = []
@@ -200,9 +201,10 @@ class _Rows:
             pass
         if self.made < self.sets:
             self.made += 1
-            bps = max(1, sum(fmt._prod(specs[k][0]) * np.dtype(specs[k][1]).itemsize for k in self.keys))
-            cap = -(-self.shard_bytes // bps) + n
-            return {k: np.empty((cap, *specs[k][0]), specs[k][1]) for k in self.keys}
+            self.bps = sum(fmt._prod(specs[k][0]) * np.dtype(specs[k][1]).itemsize for k in self.keys)
+            self.full = -(-self.shard_bytes // max(1, self.bps)) + n  # rows of a full shard, at most
+            # small first, doubled as it fills: a short run never maps a whole shard's worth
+            return {k: np.empty((min(self.full, 8 * n), *specs[k][0]), specs[k][1]) for k in self.keys}
         while True:  # all sets in flight: wait for the writer to hand one back
             self.writer.check()
             try:
@@ -214,17 +216,17 @@ class _Rows:
         if self.cur is None:
             self.cur = self._acquire(specs, n)
         cur, at = self.cur, self.filled
-        if at + n > len(cur[self.keys[0]]):  # a batch larger than the first: grow this set
+        if at + n > len(cur[self.keys[0]]):  # grow this set: doubled, to a full shard (or this batch)
+            size = max(at + n, min(2 * len(cur[self.keys[0]]), self.full))
             for k in self.keys:
-                bigger = np.empty((at + n, *specs[k][0]), specs[k][1])
+                bigger = np.empty((size, *specs[k][0]), specs[k][1])
                 bigger[:at] = cur[k][:at]
                 cur[k] = bigger
         for k in self.keys:
             cur[k][at : at + n] = rows[k]
         self.filled += n
         self.sizes.append(n)
-        nbytes = sum(cur[k][0].nbytes for k in self.keys) * self.filled
-        if nbytes >= self.shard_bytes:
+        if self.bps * self.filled >= self.shard_bytes:
             self.flush(specs)
 
     def flush(self, specs: dict[str, tuple[tuple[int, ...], str]]) -> None:
