@@ -197,6 +197,11 @@ CASES = [
     # selection
     ("select-type", lambda m, fw: hookkit.select(m, 3), TypeError, ["layers", "3"]),
     ("select-sequential", lambda m, fw: hookkit.capture(fw.mlp(), "9"), LookupError, ["'9'", "closest: 0, 1, 2"]),
+    ("dropout-model", lambda m, fw: hookkit.dropout("model", "fc", p=0.1), TypeError, ["dropout()", "model", "'model'"]),
+    ("steer-model", lambda m, fw: hookkit.steer(fw.randn(2), "fc", [1.0]), TypeError, ["steer()", "model", "tensor"]),
+    ("prune-model", lambda m, fw: hookkit.prune(None, "fc"), TypeError, ["prune()", "model", "None"]),
+    ("summary-model", lambda m, fw: hookkit.summary("model", (1, 2)), TypeError, ["summary()", "model", "'model'"]),
+    ("stop-model", lambda m, fw: hookkit.stop_after(3, "fc"), TypeError, ["stop_after()", "model", "3"]),
     ("model-str", lambda m, fw: hookkit.capture("model", "fc"), TypeError, ["capture()", "model", "'model'"]),
     ("model-tensor", lambda m, fw: hookkit.ActivationStats(fw.randn(2)), TypeError, ["ActivationStats()", "model", "tensor"]),
 ]

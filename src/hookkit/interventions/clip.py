@@ -15,7 +15,7 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import InvalidArgument, check_choice, check_number, output_guard
+from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, output_guard
 
 __all__ = ["clip_grad"]
 
@@ -64,6 +64,7 @@ def clip_grad(
     >>> h = hookkit.clip_grad(model, "conv1", value=1.0, target="params")   # doctest: +SKIP
     >>> loss.backward(); opt.step(); h.remove()                              # doctest: +SKIP
     """
+    check_model(model, fn="clip_grad")
     value, norm = _check_positive(value, "value"), _check_positive(norm, "norm")
     if value is None and norm is None:
         raise InvalidArgument("clip_grad(): value= (clip each element) and/or norm= (clip each tensor's L2 norm) must be given; got neither")

@@ -11,7 +11,7 @@ from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
-from hookkit.core.validate import InvalidArgument, check_int, check_number, check_tensor_like
+from hookkit.core.validate import InvalidArgument, check_int, check_model, check_number, check_tensor_like
 from hookkit.interventions.output_edits import Converted, cast_like, edit_outputs, shape_str
 
 
@@ -41,6 +41,7 @@ def mask_activations(
     >>> h = hookkit.mask_activations(model, "conv1", threshold=0.1)   # doctest: +SKIP
     >>> h.remove()
     """
+    check_model(model, fn="mask_activations")
     given = [k for k, v in (("threshold", threshold), ("top_k", top_k), ("channels", channels)) if v is not None]
     if len(given) != 1:
         raise InvalidArgument(

@@ -21,7 +21,16 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.tree import leaves, map_tensors
-from hookkit.core.validate import ArgumentTypeError, check_callable, check_choice, check_number, check_tensor_like, fail, output_guard
+from hookkit.core.validate import (
+    ArgumentTypeError,
+    check_callable,
+    check_choice,
+    check_model,
+    check_number,
+    check_tensor_like,
+    fail,
+    output_guard,
+)
 
 TensorFn = Callable[[Any, int, Event], Any]
 
@@ -202,6 +211,7 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
     >>> with hookkit.patch(model, "h.1", clean):
     ...     patched = model(corrupt_ids)
     """
+    check_model(model, fn="patch")
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     from hookkit.observers.capture import capture as Capture
@@ -265,6 +275,7 @@ def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = Non
 
     >>> h = hookkit.ablate(model, "h.0.mlp", mode="mean")   # doctest: +SKIP
     """
+    check_model(model, fn="ablate")
     check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
     if mean is not None and mode != "mean":
         fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
@@ -304,6 +315,7 @@ def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, cal
 
     >>> h = hookkit.steer(model, "h.1", direction, scale=4.0)   # doctest: +SKIP
     """
+    check_model(model, fn="steer")
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     vectors = {
@@ -330,6 +342,7 @@ def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, call
 
     >>> h = hookkit.edit(model, "fc", lambda out, ev: out * 2)   # doctest: +SKIP
     """
+    check_model(model, fn="edit")
     check_callable(fn, fn="edit", arg="fn", signature="fn(output, ev)")
 
     def apply(t: Any, pos: int, ev: Event) -> Any:

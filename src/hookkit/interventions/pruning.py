@@ -28,7 +28,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select, shown_name
-from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_number, check_probability, check_str, fail
+from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, check_number, check_probability, check_str, fail
 from hookkit.interventions.output_edits import cast_like
 
 METHODS = ("l1_unstructured", "ln_structured")
@@ -162,6 +162,7 @@ def prune(
     >>> p = hookkit.prune(model, ["conv1", "fc"], amount=0.3)   # doctest: +SKIP
     >>> p.sparsity(); p.make_permanent()
     """
+    check_model(model, fn="prune")
     check_choice(method, METHODS, fn="prune", arg="method")
     _check_amount(amount)
     check_number(n, fn="prune", arg="n", low=0, low_open=True, finite=False)

@@ -21,7 +21,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import map_tensors
-from hookkit.core.validate import check_bool, check_number, check_probability, fail, output_guard
+from hookkit.core.validate import check_bool, check_model, check_number, check_probability, fail, output_guard
 
 __all__ = ["channel_dropout", "drop_block", "drop_block_2d", "drop_path", "dropout", "gaussian_noise"]
 
@@ -69,6 +69,7 @@ def dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     >>> h = hookkit.dropout(model, "layer3", p=0.2)   # doctest: +SKIP
     >>> h.remove()                                      # doctest: +SKIP
     """
+    check_model(model, fn="dropout")
     p = _check_prob(p, "p", "dropout")
     return _train_only(model, layers, partial(backend_for(model).dropout, p=p), "dropout")
 
@@ -79,6 +80,7 @@ def channel_dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGrou
 
     >>> h = hookkit.channel_dropout(model, ["layer3", "layer4"], p=0.3)   # doctest: +SKIP
     """
+    check_model(model, fn="channel_dropout")
     p = _check_prob(p, "p", "channel_dropout")
     backend = backend_for(model)
 
@@ -97,6 +99,7 @@ def drop_path(model: Any, layers: LayerSpec, p: float, scale_by_keep: bool = Tru
 
     >>> h = hookkit.drop_path(model, "blocks.*.mlp", p=0.1)   # doctest: +SKIP
     """
+    check_model(model, fn="drop_path")
     p = _check_prob(p, "p", "drop_path")
     scale_by_keep = check_bool(scale_by_keep, fn="drop_path", arg="scale_by_keep")
     keep = 1.0 - p
@@ -117,6 +120,7 @@ def gaussian_noise(model: Any, layers: LayerSpec, std: float) -> HandleGroup:
 
     >>> h = hookkit.gaussian_noise(model, "fc1", std=0.1)   # doctest: +SKIP
     """
+    check_model(model, fn="gaussian_noise")
     std = check_number(std, fn="gaussian_noise", arg="std", low=0)
     randn_like = backend_for(model).randn_like
     return _train_only(model, layers, lambda t: t + std * randn_like(t), "gaussian_noise")
@@ -131,6 +135,7 @@ def drop_block(
 
     >>> h = hookkit.drop_block(model, "layer3", p=0.1, block_size=5)   # doctest: +SKIP
     """
+    check_model(model, fn="drop_block")
     p = _check_prob(p, "p", "drop_block")
     _block_hw(block_size, 1, 1)  # validate now, not at the first forward
     gamma_scale = check_number(gamma_scale, fn="drop_block", arg="gamma_scale", low=0)

@@ -15,7 +15,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
 from hookkit.core.select import LayerSpec, select, shown_name
-from hookkit.core.validate import InvalidArgument, check_int
+from hookkit.core.validate import InvalidArgument, check_int, check_model
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
@@ -42,6 +42,7 @@ class Stop(HandleGroup):
         self, model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
     ):
         super().__init__()
+        check_model(model, fn=_fn)
         check_int(call, fn=_fn, arg="call", low=0)
         named = select(model, layer)
         if len(named) != 1:

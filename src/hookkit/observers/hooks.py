@@ -14,7 +14,7 @@ from hookkit.core.errors import GradientNotTracked
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, hook_tensor
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_int, fail
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_int, check_model, fail
 
 
 def _check_hook_args(fn_name: str, fn: Any, priority: Any, with_kwargs: Any = False) -> None:
@@ -36,6 +36,7 @@ def on_forward_pre(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: 
 
     >>> h = hookkit.on_forward_pre(model, "flatten", lambda layer, inputs: print(inputs))   # doctest: +SKIP
     """
+    check_model(model, fn="on_forward_pre")
     _check_hook_args("on_forward_pre", fn, priority, with_kwargs)
     if with_kwargs:
 
@@ -58,6 +59,7 @@ def on_forward(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool
 
     >>> h = hookkit.on_forward(model, "flatten", lambda layer, inputs, out: 2 * out)   # doctest: +SKIP
     """
+    check_model(model, fn="on_forward")
     _check_hook_args("on_forward", fn, priority, with_kwargs)
     if with_kwargs:
 
@@ -83,6 +85,7 @@ def on_backward(model: Any, layers: LayerSpec, fn: Callable, *, priority: int = 
 
     >>> h = hookkit.on_backward(model, "conv1", lambda layer, gin, gout: print(gout[0].shape))   # doctest: +SKIP
     """
+    check_model(model, fn="on_backward")
     _check_hook_args("on_backward", fn, priority)
 
     def consume(ev: Event) -> Any:
@@ -97,6 +100,7 @@ def on_output_grad(model: Any, layers: LayerSpec, fn: Callable, *, priority: int
 
     >>> h = hookkit.on_output_grad(model, "conv1", lambda layer, g: g.clamp(-1, 1))   # doctest: +SKIP
     """
+    check_model(model, fn="on_output_grad")
     _check_hook_args("on_output_grad", fn, priority)
 
     def consume(ev: Event) -> Any:

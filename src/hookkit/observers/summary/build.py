@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.backends import Backend, backend_for
-from hookkit.core.errors import UnsupportedModel
+from hookkit.backends import Backend
 from hookkit.core.select import ALL, select
+from hookkit.core.validate import check_model
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
 from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summary
@@ -51,9 +51,7 @@ def summarize(
     model: Any, input_size: Any, input_data: Any, *, depth: int, columns: Sequence[str], dtypes: Any, mode: str, device: Any
 ) -> tuple[Summary, BaseException | None]:
     """The summary and the forward's exception (None when it ran), without printing or raising it."""
-    be = backend_for(model)
-    if not be.is_layer(model):
-        raise UnsupportedModel(f"summary() needs a model (torch.nn.Module or paddle.nn.Layer); got {type(model).__name__}")
+    be = check_model(model, fn="summary")
     if mode not in MODES:
         raise ValueError(f"summary(): mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
     columns = tuple(columns)
