@@ -39,6 +39,7 @@ class HostRows:
     __slots__ = ("rows", "hist", "n")
 
     def __init__(self, bins: int = 0, capacity: int = 64):
+        capacity = max(1, min(capacity, (1 << 13) // max(bins, 1)))  # many bins: start small, grow when used
         self.rows = np.zeros((capacity, ROW))
         self.hist = np.zeros((capacity, bins)) if bins else None
         self.n = 0
