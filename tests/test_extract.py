@@ -12,6 +12,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -33,7 +34,7 @@ def _captured(fw, model, layers, batches):
 
 
 def _files(folder):
-    return {n: open(os.path.join(folder, n), "rb").read() for n in sorted(os.listdir(folder))}
+    return {p.name: p.read_bytes() for p in sorted(Path(folder).iterdir())}
 
 
 def _no_writer_thread():
