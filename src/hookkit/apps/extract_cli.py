@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         "--reduce", action="append", default=[], help="mean:1, max:2,3, token:-1, slice:0:4, for all layers or as LAYER=SPEC (repeatable)"
     )
     p.add_argument("--dtype", default=None, help="stored dtype, like float16")
-    p.add_argument("--shard-size", default="64MB", help="bytes per shard file, like 64MB (default); memory stays under ~3x this")
+    p.add_argument("--shard-size", default="16MB", help="bytes per shard file, like 16MB (default); memory stays under ~3x this")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
     return p
 

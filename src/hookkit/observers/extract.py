@@ -30,7 +30,7 @@ from hookkit.observers import features as fmt
 from hookkit.observers.features import ExtractError, Features, load_features
 from hookkit.observers.reductions import ReduceSpec, Reduction, reductions_for
 
-DEFAULT_SHARD_SIZE = 64 * 2**20
+DEFAULT_SHARD_SIZE = 16 * 2**20  # 16 MB: peak memory flat from 1,000 samples on (BENCHMARKS.md)
 STORABLE = tuple(fmt.CODES)  # dtype names extract can store
 
 
