@@ -180,3 +180,22 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def callgrind_client():
+    """callgrind's client requests (``on()``: start instrumenting and zero the counts; ``dump(name)``:
+    write the counts since then to a file named after ``name``), compiled on first use with gcc;
+    exits unless the process runs under ``valgrind --tool=callgrind --instr-atstart=no``."""
+    import ctypes
+    import tempfile
+
+    src = "#include <valgrind/callgrind.h>\nvoid on(void){CALLGRIND_START_INSTRUMENTATION;CALLGRIND_ZERO_STATS;}\n"
+    src += "void dump(const char *s){CALLGRIND_DUMP_STATS_AT(s);}\nint running(void){return RUNNING_ON_VALGRIND;}\n"
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "cg.c"), "w") as f:
+        f.write(src)
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", os.path.join(d, "cg.c"), "-o", os.path.join(d, "cg.so")], check=True)
+    cg = ctypes.CDLL(os.path.join(d, "cg.so"))
+    if not cg.running():
+        sys.exit("run under valgrind --tool=callgrind --instr-atstart=no")
+    return cg

@@ -31,12 +31,9 @@ show those). Run it as ``valgrind --tool=callgrind --instr-atstart=no python ...
 from __future__ import annotations
 
 import argparse
-import ctypes
 import itertools
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -232,15 +229,7 @@ VERSUS = {  # overhead / this variant's overhead
 
 def callgrind(group: str) -> None:
     """Instructions per step of each variant of ``group`` (valgrind --tool=callgrind --instr-atstart=no)."""
-    src = "#include <valgrind/callgrind.h>\nvoid on(void){CALLGRIND_START_INSTRUMENTATION;CALLGRIND_ZERO_STATS;}\n"
-    src += "void dump(const char *s){CALLGRIND_DUMP_STATS_AT(s);}\nint running(void){return RUNNING_ON_VALGRIND;}\n"
-    d = tempfile.mkdtemp()
-    with open(os.path.join(d, "cg.c"), "w") as f:
-        f.write(src)
-    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", os.path.join(d, "cg.c"), "-o", os.path.join(d, "cg.so")], check=True)
-    cg = ctypes.CDLL(os.path.join(d, "cg.so"))
-    if not cg.running():
-        sys.exit("run under valgrind --tool=callgrind --instr-atstart=no")
+    cg = H.callgrind_client()
     for name, setup in GROUPS[group]:
         step, teardown = setup()
         step()
