@@ -67,7 +67,9 @@ def clip_grad(
     check_model(model, fn="clip_grad")
     value, norm = _check_positive(value, "value"), _check_positive(norm, "norm")
     if value is None and norm is None:
-        raise InvalidArgument("clip_grad(): value= (clip each element) and/or norm= (clip each tensor's L2 norm) must be given; got neither")
+        raise InvalidArgument(
+            "clip_grad(): value= (clip each element) and/or norm= (clip each tensor's L2 norm) must be given; got neither"
+        )
     check_choice(target, TARGETS, fn="clip_grad", arg="target")
     backend = backend_for(model)
     named = select(model, layers)

@@ -192,7 +192,9 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
             raise TypeError(f"patch: dict keys must be layer names or (name, call) pairs; got {key!r}")
     unknown = sorted(({k[0] for k in per_call} | set(every)) - set(names))
     if unknown:
-        raise ValueError(f"patch: values for layers that are not selected: {', '.join(unknown)}; selected: {', '.join(map(shown_name, names))}")
+        raise ValueError(
+            f"patch: values for layers that are not selected: {', '.join(unknown)}; selected: {', '.join(map(shown_name, names))}"
+        )
     missing = [n for n in names if n not in every and not any(k[0] == n for k in per_call)]
     if missing:
         raise ValueError(f"patch: no stored value for selected layers {', '.join(missing)}")
@@ -222,7 +224,13 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
         per_call, every = _stored_from_dict(values, names)
     else:
         if values is None or isinstance(values, (str, bytes, int, float, bool)):  # a structure of tensors is kept as given
-            fail("patch", "values", "a capture, a dict name -> tensor, or a tensor (or a tuple of them) for every layer", values, kind=ArgumentTypeError)
+            fail(
+                "patch",
+                "values",
+                "a capture, a dict name -> tensor, or a tensor (or a tuple of them) for every layer",
+                values,
+                kind=ArgumentTypeError,
+            )
         per_call, every = {}, {n: values for n in names}
     cache: dict[int, Converted] = {}
 

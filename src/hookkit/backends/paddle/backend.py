@@ -9,6 +9,7 @@ import numpy as np
 import paddle
 
 from hookkit.backends.base import Backend
+from hookkit.backends.paddle import distributed
 from hookkit.backends.paddle.ops import PaddleOps
 from hookkit.core.errors import HookkitError
 
@@ -249,23 +250,8 @@ class PaddleBackend(PaddleOps, Backend):
             t = t.astype("float32")  # exact: half values and NaN/Inf survive the cast
         return (t.min(), t.max())  # both propagate NaN; +-Inf shows in them
 
-    # -- data-parallel training: backends/paddle/distributed.py, imported when first used ----------------
-    def unwrap(self, model: Any) -> Any:
-        from hookkit.backends.paddle import distributed
-
-        return distributed.unwrap(model)
-
-    def world(self) -> tuple[int, int]:
-        from hookkit.backends.paddle import distributed
-
-        return distributed.world()
-
-    def all_gather_rows(self, rows: Any) -> list:
-        from hookkit.backends.paddle import distributed
-
-        return distributed.all_gather_rows(rows)
-
-    def after_backward(self, fn: Any) -> None:
-        from hookkit.backends.paddle import distributed
-
-        distributed.after_backward(fn)
+    # Data parallelism (distributed.py): wrappers, ranks, rows gathered at read time
+    unwrap = staticmethod(distributed.unwrap)
+    world = staticmethod(distributed.world)
+    all_gather_rows = staticmethod(distributed.all_gather_rows)
+    after_backward = staticmethod(distributed.after_backward)

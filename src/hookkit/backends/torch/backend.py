@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from hookkit.backends.base import Backend
-from hookkit.backends.torch import compiled
+from hookkit.backends.torch import compiled, distributed
 from hookkit.backends.torch import stats as torch_stats
 from hookkit.backends.torch.ops import TorchOps
 from hookkit.core.errors import HookkitError
@@ -101,7 +101,11 @@ class TorchBackend(TorchOps, Backend):
         }
 
     def type_name(self, layer: Any) -> str:
-        return getattr(layer, "original_name", None) or type(layer).__name__ if isinstance(layer, torch.jit.ScriptModule) else type(layer).__name__
+        return (
+            getattr(layer, "original_name", None) or type(layer).__name__
+            if isinstance(layer, torch.jit.ScriptModule)
+            else type(layer).__name__
+        )
 
     def has_forward(self, layer: Any) -> bool:
         if isinstance(layer, torch.jit.ScriptModule):
@@ -213,33 +217,10 @@ class TorchBackend(TorchOps, Backend):
     def numel(self, t: Any) -> int:
         return t.numel()
 
-    # -- data-parallel training: backends/torch/distributed.py, imported when first used ----------------
-    def unwrap(self, model: Any) -> Any:
-        from hookkit.backends.torch import distributed
-
-        return distributed.unwrap(model)
-
-    def world(self) -> tuple[int, int]:
-        from hookkit.backends.torch import distributed
-
-        return distributed.world()
-
-    def all_gather_rows(self, rows: Any) -> list:
-        from hookkit.backends.torch import distributed
-
-        return distributed.all_gather_rows(rows)
-
-    def after_backward(self, fn: Any) -> None:
-        from hookkit.backends.torch import distributed
-
-        distributed.after_backward(fn)
-
-    def is_sharded(self, param: Any) -> bool:
-        from hookkit.backends.torch import distributed
-
-        return distributed.is_sharded(param)
-
-    def grad_of(self, param: Any) -> Any:
-        from hookkit.backends.torch import distributed
-
-        return distributed.grad_of(param)
+    # Data parallelism (distributed.py): wrappers, ranks, rows gathered at read time
+    unwrap = staticmethod(distributed.unwrap)
+    world = staticmethod(distributed.world)
+    all_gather_rows = staticmethod(distributed.all_gather_rows)
+    after_backward = staticmethod(distributed.after_backward)
+    is_sharded = staticmethod(distributed.is_sharded)
+    grad_of = staticmethod(distributed.grad_of)

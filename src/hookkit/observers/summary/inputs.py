@@ -61,7 +61,9 @@ def build_inputs(model: Any, be: Backend, input_size: Any, input_data: Any, dtyp
     if input_size is not None and input_data is not None:
         raise ValueError("summary(): give input_size or input_data, not both")
     if input_data is not None:
-        items = input_data.values() if isinstance(input_data, dict) else input_data if isinstance(input_data, (list, tuple)) else [input_data]
+        items = (
+            input_data.values() if isinstance(input_data, dict) else input_data if isinstance(input_data, (list, tuple)) else [input_data]
+        )
         for item in items:
             other = framework_of(item)
             if other and other != be.name:  # else the model fails with "expected a Tensor ... got Tensor"
