@@ -27,6 +27,8 @@ from hookkit.backends import framework_of  # the registered framework of an obje
 from hookkit.core.errors import HookkitError
 
 __all__ = [
+    "MAX_JSON_BYTES",
+    "read_json_file",
     "ArgumentTypeError",
     "InvalidArgument",
     "InvalidFile",
@@ -91,6 +93,33 @@ def fail(fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = I
 
 
 # -- numbers --------------------------------------------------------------------------------------
+MAX_JSON_BYTES = 64 << 20  # a summary of a 10k-layer model is ~5 MB
+
+
+def read_json_file(path: Any, what: str) -> Any:
+    """Parse a JSON file from elsewhere as data: refused with ``InvalidFile`` naming ``path`` when it
+    is larger than ``MAX_JSON_BYTES``, not UTF-8, not JSON or nested too deeply. ``what`` says what
+    the file is for ("a report", "a statistics file"). NaN and Infinity (json.dump's) are read.
+
+    >>> read_json_file("run1/summary.json", "a report")   # doctest: +SKIP
+    """
+    import json
+    import os
+
+    size = os.path.getsize(path)
+    if size > MAX_JSON_BYTES:
+        raise InvalidFile(f"{path}: {size:,} bytes, more than the {MAX_JSON_BYTES:,} {what} reads from one JSON file")
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise InvalidFile(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise InvalidFile(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:
+        raise InvalidFile(f"{path}: JSON nested too deeply") from None
+
+
 def _is_real(value: Any) -> bool:
     # numbers.Real covers int, float and numpy scalars; bool is an int but never a number here
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"

@@ -8,16 +8,14 @@ strings read here are escaped where the page is written (render.py).
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from typing import Any
 
-from hookkit.core.validate import InvalidFile, shown
+from hookkit.core.validate import MAX_JSON_BYTES, InvalidFile, read_json_file, shown
 
 __all__ = ["MAX_JSON_BYTES", "MAX_PNG_BYTES", "confined", "load_folder", "read_json"]
 
-MAX_JSON_BYTES = 64 << 20  # a summary of a 10k-layer model is ~5 MB
 MAX_PNG_BYTES = 32 << 20
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -48,26 +46,12 @@ def read_json(folder: pathlib.Path, name: str, expect: type | tuple[type, ...] =
     path = confined(folder, name, where)
     if not path.is_file():
         raise InvalidFile(f"{where}: not a regular file")
-    size = path.stat().st_size
-    if size > MAX_JSON_BYTES:
-        raise InvalidFile(f"{where}: {size:,} bytes, more than the {MAX_JSON_BYTES:,} a report reads from one JSON file")
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"), parse_constant=_constant)
-    except UnicodeDecodeError as e:
-        raise InvalidFile(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise InvalidFile(f"{where}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except RecursionError:
-        raise InvalidFile(f"{where}: JSON nested too deeply") from None
+    data = read_json_file(path, "a report")
     if not isinstance(data, expect):
         kinds = expect if isinstance(expect, tuple) else (expect,)
         want = " or ".join({dict: "an object", list: "an array"}.get(k, k.__name__) for k in kinds)
         raise InvalidFile(f"{where}: the top level must be {want}; got {_json_kind(data)}")
     return data
-
-
-def _constant(name: str) -> float:
-    return float(name)  # NaN, Infinity: what json.dump writes for non-finite statistics
 
 
 def _json_kind(v: Any) -> str:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hookkit.core.validate import ArgumentTypeError, InvalidFile, fail, shown
+from hookkit.core.validate import ArgumentTypeError, InvalidFile, fail, read_json_file, shown
 
 __all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_files"]
 
@@ -221,22 +221,8 @@ def read_files(directory: str | os.PathLike, kind: str) -> StatsData:
     return _CLASSES[kind](names, str(meta.get("framework", "")), settings, tables)
 
 
-_MAX_JSON_BYTES = 64 << 20
-
-
 def _read_meta(path: str, kind: str) -> dict[str, Any]:
-    size = os.path.getsize(path)
-    if size > _MAX_JSON_BYTES:
-        raise InvalidFile(f"{path}: {size:,} bytes, more than the {_MAX_JSON_BYTES:,} a statistics file may hold")
-    try:
-        with open(path, "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise InvalidFile(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise InvalidFile(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except RecursionError:
-        raise InvalidFile(f"{path}: JSON nested too deeply") from None
+    meta = read_json_file(path, "a statistics file")
 
     def bad(field: str, valid: str, value: Any) -> None:
         raise InvalidFile(f"{path}: field {field!r} must be {valid}; got {shown(value)}")
