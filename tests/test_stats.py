@@ -345,21 +345,38 @@ def test_gpt2_tuple_outputs(torch_fw):
     assert "transformer.wte" in gstats.names and len(gstats.param_stats("transformer.wte")["norm"]) == 1
 
 
-def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw):
-    """GPT-2 ties lm_head.weight to transformer.wte.weight: one hook computes its statistics, and
-    both layers report them."""
+@pytest.mark.parametrize("host_routes", [True, False])
+def test_tied_parameter_is_hooked_once_and_reported_for_each_layer(torch_fw, monkeypatch, host_routes):
+    """GPT-2 ties lm_head.weight to transformer.wte.weight: one hook, one reduction of its gradient
+    per backward (on either route), and both layers report it."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hookkit.backends import backend_for
 
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=16)).train()
     tied = model.lm_head.weight
     assert tied is model.transformer.wte.weight
     ids = torch.randint(0, 100, (2, 8))
+    be = backend_for(model)
+    reduced = []
+    for method in ("tensor_sums_into", "param_sums"):
+        original = getattr(be, method)
+
+        def counting(*args, original=original):
+            result = original(*args)
+            if result is not False:  # tensor_sums_into says False when the other route serves
+                reduced.extend(a for a in args if isinstance(a, torch.Tensor) and a.shape == tied.shape)
+            return result
+
+        monkeypatch.setattr(be, method, counting)
+    monkeypatch.setattr(be, "host_routes", host_routes)
     with hookkit.GradientStats(model, ["transformer.wte", "lm_head"]) as gstats:
         assert len(tied._backward_hooks) == 1
         model(input_ids=ids, labels=ids).loss.backward()
     assert not tied._backward_hooks
+    assert len(reduced) == 1  # reduced once, reported for both layers
     g = tied.grad.double()
     for name in ("transformer.wte", "lm_head"):
         p = gstats.param_stats(name)

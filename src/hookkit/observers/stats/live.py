@@ -357,6 +357,14 @@ class ActivationStats(_Recorder, ActivationData):
         return f"<hookkit.ActivationStats {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
 
 
+def _weak(t: Any) -> Any:
+    """A weak reference to ``t``, or a dead one where the tensor type takes none."""
+    try:
+        return weakref.ref(t)
+    except TypeError:
+        return lambda: None
+
+
 class GradientStats(_Recorder, GradientData):
     """Per layer and recorded step: mean, std, norm and max-abs of the gradient w.r.t. the layer's
     output (``layer_stats``), and of its direct parameters' gradients taken together (``param_stats``).
@@ -389,6 +397,9 @@ class GradientStats(_Recorder, GradientData):
         self._pending = [Pending(be) for _ in range(n)]
         # per layer: one Pending for all its parameters ("calls" holds the parameter's index)
         self._param_pending = [Pending(be) for _ in range(n)]
+        # a parameter shared by several layers (tied embeddings) is reduced once per backward:
+        # (weak ref to the gradient, host row or None, device row or None) of the last one reduced
+        self._last_param_row: list[Any] = [None, None, None]
         self._param_index: list[dict[str, int]] = []
         self._param_refs: list[list[Any]] = []  # weak: keeping the statistics keeps no weights alive
         self._param_sharded: list[np.ndarray] = []
@@ -448,14 +459,29 @@ class GradientStats(_Recorder, GradientData):
         pending = self._param_pending[slot]
         rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
 
+        last = self._last_param_row
+
         def on_param_grad(ev: Event) -> None:
-            step = ev.step
-            if not record(step) or into(host, ev.grad, step, index[ev.param_name]):
+            step, grad, i = ev.step, ev.grad, index[ev.param_name]
+            if not record(step):
                 return
-            g = detach(ev.grad)
-            rows.append(sums(g))
+            seen = last[0] is not None and last[0]() is grad  # the same gradient, seen by another layer
+            if seen and last[1] is not None:
+                k = host.slot()
+                host.rows[k] = last[1]
+                host.rows[k, 1] = i  # the row's "call" holds the parameter's index in this layer
+                host.n = k + 1
+                return
+            if not seen and into(host, grad, step, i):
+                last[:] = _weak(grad), host.rows[host.n - 1].copy(), None
+                return
+            g = detach(grad)
+            row = last[2] if seen else sums(g)
+            if not seen:
+                last[:] = _weak(grad), None, row
+            rows.append(row)
             steps.append(step)
-            calls.append(index[ev.param_name])
+            calls.append(i)
             numels.append(numel(g))
             if len(rows) >= CHUNK:
                 stack()
