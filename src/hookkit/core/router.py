@@ -13,7 +13,9 @@ the root clock's thread-local slot), so two threads serving one model never mix 
 
 Activation checkpointing re-runs forwards during backward; such a call is recognized
 (``Backend.in_backward``) and numbered as the original call it recomputes: interventions run again
-(the recomputed values equal the edited ones), observers do not record it twice.
+(the recomputed values equal the edited ones), observers do not record it twice. Calls inside a
+functional transform (torch.func grad/vmap: ``Backend.in_transform``, read once per root forward)
+are skipped by observers, with one warning: their wrapped tensors must not escape.
 
 Nothing here holds the model: registries are keyed weakly, native hooks hold weak references, and
 a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce__``), never ours.
