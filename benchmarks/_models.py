@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -41,3 +44,24 @@ class SmallResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.flatten(self.pool(self.stages(self.stem(x)))))
+
+
+def gpt2_training_step() -> tuple[nn.Module, Callable[[], None]]:
+    """GPT-2 4x128 (random weights), batch 4x64 tokens, one AdamW step per call: the statistics
+    benchmarks' workload (issue 19)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4)).train()
+    # A new batch each step, as in training: hundreds of steps on one batch make the model
+    # memorize it, its logits collapse below histc's range, and histc's skip branch gets cheap.
+    batches = itertools.cycle([torch.randint(0, model.config.vocab_size, (4, 64)) for _ in range(64)])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        ids = next(batches)
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return model, step

@@ -55,6 +55,19 @@ H.set_threads(ARGS.threads)
 H.block_torchvision()
 
 
+def _folders() -> tuple:
+    """``(root, folder)``: ``folder()`` is a new output folder under ``root`` at every call (so that
+    extract never resumes across rounds)."""
+    root = _tmp()
+    counter = [0]
+
+    def folder() -> str:
+        counter[0] += 1
+        return os.path.join(root, str(counter[0]))
+
+    return root, folder
+
+
 def _tmp() -> str:
     return tempfile.mkdtemp(prefix="bench-extract-", dir=ARGS.tmp or None)
 
@@ -71,12 +84,7 @@ def gpt2_variants() -> list:
     model = GPT2Model(GPT2Config(n_layer=6, n_embd=256, n_head=4)).eval()
     batches = [torch.randint(0, 50257, (8, 64)) for _ in range(ARGS.batches)]
     blocks = [f"h.{i}" for i in range(6)]
-    root = _tmp()
-    counter = [0]
-
-    def folder() -> str:
-        counter[0] += 1
-        return os.path.join(root, str(counter[0]))
+    root, folder = _folders()
 
     def bare():
         def step():
@@ -136,12 +144,7 @@ def paddle_variants() -> list:
     model = resnet18()
     model.eval()
     batches = [paddle.randn([16, 3, 64, 64]) for _ in range(ARGS.batches)]
-    root = _tmp()
-    counter = [0]
-
-    def folder() -> str:
-        counter[0] += 1
-        return os.path.join(root, str(counter[0]))
+    root, folder = _folders()
 
     def bare():
         def step():

@@ -47,28 +47,12 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import hookkit  # noqa: E402
-from _models import SmallResNet  # noqa: E402
+from _models import SmallResNet, gpt2_training_step  # noqa: E402
 
 torch.set_num_threads(ARGS.threads)
 
 
-def gpt2_step() -> tuple[nn.Module, callable]:
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4)).train()
-    # A new batch each step, as in training: hundreds of steps on one batch make the model
-    # memorize it, its logits collapse below histc's range, and histc's skip branch gets cheap.
-    batches = itertools.cycle([torch.randint(0, model.config.vocab_size, (4, 64)) for _ in range(64)])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step() -> None:
-        ids = next(batches)
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad()
-
-    return model, step
+gpt2_step = gpt2_training_step
 
 
 def cnn_step() -> tuple[nn.Module, callable]:

@@ -31,13 +31,13 @@ show those). Run it as ``valgrind --tool=callgrind --instr-atstart=no python ...
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _harness as H  # noqa: E402
+from _models import gpt2_training_step  # noqa: E402
 
 p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
 p.add_argument("--rounds", type=int, default=40)
@@ -61,24 +61,7 @@ torch.set_num_threads(1)
 K = host_stats.kernels
 
 
-def gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4)).train()
-    batches = itertools.cycle([torch.randint(0, model.config.vocab_size, (4, 64)) for _ in range(64)])
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-
-    def step() -> None:
-        ids = next(batches)
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad()
-
-    return model, step
-
-
-MODEL, STEP = gpt2()
+MODEL, STEP = gpt2_training_step()
 LAYERS = [m for _, m in hookkit.select(MODEL, hookkit.WITH_PARAMS)]
 
 

@@ -494,27 +494,19 @@ def check_callback_run(tmp_path, expected_acts: dict, expected_grads: dict, pref
     np.testing.assert_allclose(np.mean(means), expected_acts[f"{prefix}0|mean"].mean(), rtol=1e-5)
 
 
-def test_lightning_ddp_callback_reads_all_ranks(tmp_path):
-    """Lightning strategy="ddp",  # rank 1 runs this script again (Lightning's subprocess launcher) 2 CPU processes: HookkitCallback's statistics equal one
+@pytest.mark.parametrize(
+    ("scenario", "library"),
+    [("lightning", "pytorch_lightning"), ("hf_torchrun", "transformers")],
+    ids=["lightning-ddp", "hf-trainer-torchrun"],
+)
+def test_callbacks_on_two_processes_read_all_ranks(tmp_path, scenario, library):
+    """Lightning strategy="ddp" (rank 1 runs this script again, Lightning's subprocess launcher) and
+    transformers.Trainer under torchrun, 2 CPU processes each: the callback's statistics equal one
     process's over the whole batches, on every rank; rank 0 alone writes files and scalars."""
-    pytest.importorskip("pytorch_lightning")
+    pytest.importorskip(library)
     import hookkit
 
-    run_scenario("lightning", str(tmp_path))
-    model = torch_model()
-    x, y = torch_batches()[0]
-    with hookkit.ActivationStats(model, hist=True) as acts, hookkit.GradientStats(model) as grads:
-        torch_train(model, [(x, y)] * STEPS)
-    prefixed = {f"net.{k}": v for k, v in acts.to_numpy().items()}, {f"net.{k}": v for k, v in grads.to_numpy().items()}
-    check_callback_run(tmp_path, flat(prefixed[0]), flat(prefixed[1]), "net.")
-
-
-def test_hugging_face_trainer_on_two_processes_reads_all_ranks(tmp_path):
-    """transformers.Trainer under torchrun (2 CPU processes): the same, with the callback."""
-    pytest.importorskip("transformers")
-    import hookkit
-
-    run_scenario("hf_torchrun", str(tmp_path))
+    run_scenario(scenario, str(tmp_path))
     model = torch_model()
     x, y = torch_batches()[0]
     with hookkit.ActivationStats(model, hist=True) as acts, hookkit.GradientStats(model) as grads:
