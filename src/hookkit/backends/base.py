@@ -19,6 +19,7 @@ capture, on_forward and ActivationStats on it.
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -30,6 +31,31 @@ class Backend:
     registered with ``hookkit.backends.register_backend`` (its ``name`` is the registered one)."""
 
     name: str = ""
+
+    # -- op families: optional groups of ops a workflow needs (see hookkit.backends.families) ---
+    def family(self, name: str) -> Any:
+        """The op family ``name`` of this framework: the ``OPS`` object of the module
+        ``<this backend's package>.<name>`` (``hookkit.backends.torch.tensor_math``), imported on
+        first use. A workflow that needs ops beyond this interface asks for its family, so a backend
+        without it fails only there, with a message naming the family and the framework.
+
+        >>> backend_for(model).family("tensor_math").interpolate(t, (8, 8), "bilinear")   # doctest: +SKIP
+        """
+        cache = self.__dict__.setdefault("_families", {})
+        ops = cache.get(name)
+        if ops is None:
+            package = type(self).__module__.rpartition(".")[0]
+            try:
+                module = importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{package}.{name}":
+                    raise
+                raise NotImplementedError(
+                    f"the {self.name or type(self).__name__} backend has no {name!r} op family "
+                    f"(a module {package}.{name} with an OPS object): the feature that asked for it needs it"
+                ) from None
+            ops = cache[name] = module.OPS
+        return ops
 
     # -- identity -------------------------------------------------------------------------------
     def owns(self, obj: Any) -> bool:
@@ -138,6 +164,11 @@ class Backend:
 
     def no_grad(self) -> Any:
         raise NotImplementedError
+
+    def enable_grad(self) -> Any:
+        """A context manager in which autograd records, also inside the user's ``no_grad`` block
+        (the analyses that need a gradient enable it for their own pass, as captum does)."""
+        raise NotImplementedError("enable_grad: analyses that take gradients (cam, attribute) need it")
 
     def detach(self, t: Any) -> Any:
         return t.detach()

@@ -8,17 +8,15 @@ the heatmaps agree with it to float precision: channel weights from the layer's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from hookkit.analyses.targets import Target, check_target, target_scores
 from hookkit.core.select import select
 from hookkit.core.tree import first_tensor
-from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_bool, check_model, check_tensor_like, fail, shown
+from hookkit.core.validate import InvalidArgument, check_bool, check_model, check_tensor_like, fail, shown
 from hookkit.observers.capture import capture
-
-Target = int | Sequence[Any] | Callable[[Any], Any] | None
 
 
 def gradcam(model: Any, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
@@ -102,7 +100,7 @@ def _activations_and_grads(
         fail(fn, "inputs", "images [N, C, H, W] (a tensor or numpy array)", inputs)
     if be.dtype_kind(inputs) != "float":  # the gradient flows back to the input: it must be able to take one
         fail(fn, "inputs", "floating-point images (convert integer pixels with x.float() / 255)", inputs)
-    _check_target(target, shape[0], fn)
+    check_target(target, shape[0], fn)
     size = (shape[-2], shape[-1])
     modes = [(m, be.is_training(m)) for _, m in be.named_layers(model)]
     if eval:
@@ -120,8 +118,8 @@ def _activations_and_grads(
             if act is None or len(be.shape(act)) != 4:
                 got = None if act is None else list(be.shape(act))
                 raise ValueError(f"{fn}(): layer {name or '(root)'!r} must output [N, C, h, w] feature maps; it gave {got}")
-            out = first_tensor(output, be.is_tensor)
-            score = _score(be, out, target, shape[0], fn)
+            score = target_scores(be, output, target, shape[0], fn)
+            score = score.sum() if len(be.shape(score)) else score
             be.grads_of(score, [x])  # the whole backward to the input; the parameters' .grad are left alone
             if name not in cap.grads:
                 raise ValueError(f"{fn}(): no gradient reached layer {name or '(root)'!r}: the score does not depend on its output")
@@ -132,56 +130,6 @@ def _activations_and_grads(
             if be.is_training(m) != training:
                 m.training = training
     return acts, grads, size
-
-
-_TARGETS = "None (the predicted class), an int class index, a list of one per sample, or a callable f(output) -> scores"
-
-
-def _check_target(target: Any, n: int, fn: str) -> None:
-    """What can be checked before the forward: the kind of target and, for a list, its length."""
-    if target is None or callable(target):
-        return
-    if isinstance(target, (bool, np.bool_)) or isinstance(target, (str, bytes, float, dict)):
-        fail(fn, "target", _TARGETS, target, kind=ArgumentTypeError)
-    if isinstance(target, (int, np.integer)):
-        if target < 0:
-            fail(fn, "target", "a class index >= 0", target)
-        return
-    try:
-        items = list(target)
-    except TypeError:
-        fail(fn, "target", _TARGETS, target, kind=ArgumentTypeError)
-    if len(items) != n:
-        fail(fn, "target", f"a list of {n} entries, one per sample (the inputs hold {n})", target)
-    for c in items:
-        if not (callable(c) or (isinstance(c, (int, np.integer)) and not isinstance(c, (bool, np.bool_)) and c >= 0)):
-            fail(fn, "target", "a list of class indices >= 0 (or callables), one per sample", target, kind=ArgumentTypeError)
-
-
-def _score(be: Any, out: Any, target: Target, n: int, fn: str = "gradcam") -> Any:
-    """The scalar whose gradient Grad-CAM explains: the sum over samples of each target's logit."""
-    if callable(target):
-        s = target(out)
-        return s.sum() if len(be.shape(s)) else s
-    if out is None:
-        raise ValueError(f"{fn}(): the model returned no tensor to take a class score from; give target=f(output) -> scores")
-    out_shape = be.shape(out)
-    if target is None:
-        classes = be.to_numpy(out).reshape(n, -1).argmax(axis=1).tolist()
-    elif isinstance(target, int | np.integer):
-        classes = [int(target)] * n
-    else:
-        classes = list(target)
-    if len(out_shape) != 2 and any(not callable(c) for c in classes):
-        raise ValueError(f"{fn}(): a class target needs model outputs [N, classes]; got {list(out_shape)}: give target=f(output) -> scores")
-    for c in classes:
-        if not callable(c) and not 0 <= int(c) < out_shape[-1]:
-            fail(fn, "target", f"a class index in [0, {out_shape[-1] - 1}] (the model outputs {out_shape[-1]} classes)", target)
-    total = None
-    for i, c in enumerate(classes):
-        s = c(out[i]) if callable(c) else out[i, int(c)]
-        total = s if total is None else total + s
-    return total
 
 
 def _leaf_with_grad(be: Any, x: Any) -> Any:

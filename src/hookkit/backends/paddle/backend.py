@@ -139,6 +139,9 @@ class PaddleBackend(PaddleOps, Backend):
     def no_grad(self) -> Any:
         return paddle.no_grad()
 
+    def enable_grad(self) -> Any:
+        return paddle.set_grad_enabled(True)
+
     def device_problem(self, device: Any) -> str | None:
         if hasattr(device, "is_cpu_place"):  # a Place object: paddle.CPUPlace(), paddle.CUDAPlace(0)
             device = "cpu" if device.is_cpu_place() else str(device).removeprefix("Place(").removesuffix(")")

@@ -134,6 +134,9 @@ class TorchBackend(TorchOps, Backend):
     def no_grad(self) -> Any:
         return torch.no_grad()
 
+    def enable_grad(self) -> Any:
+        return torch.enable_grad()
+
     def to(self, t: Any, device: Any) -> Any:
         return t.to(device)
 

@@ -1,0 +1,98 @@
+"""``tensor_math``: the array ops the analyses (CAM, attribution, lenses, diffs) compute with, on
+the model's device, in the model's framework. Dimensions are ints (negative counts from the end);
+tensors are channels-first where a layout matters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def _missing(op: str) -> NotImplementedError:
+    return NotImplementedError(f"tensor_math.{op} is not implemented for this framework")
+
+
+class TensorMath:
+    """The interface; each framework's ``tensor_math`` module subclasses it as ``OPS``."""
+
+    def sum(self, t: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
+        """Sum over ``dims``."""
+        raise _missing("sum")
+
+    def mean(self, t: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
+        """Mean over ``dims``."""
+        raise _missing("mean")
+
+    def amax(self, t: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
+        """Maximum over ``dims`` (values only)."""
+        raise _missing("amax")
+
+    def amin(self, t: Any, dims: Sequence[int], keepdim: bool = False) -> Any:
+        """Minimum over ``dims`` (values only)."""
+        raise _missing("amin")
+
+    def argmax(self, t: Any, dim: int) -> Any:
+        """Index of the maximum along ``dim`` (int64)."""
+        raise _missing("argmax")
+
+    def permute(self, t: Any, dims: Sequence[int]) -> Any:
+        """Reorder the axes: output axis i is input axis ``dims[i]``."""
+        raise _missing("permute")
+
+    def reshape(self, t: Any, shape: Sequence[int]) -> Any:
+        """The same elements in ``shape`` (-1 allowed once)."""
+        raise _missing("reshape")
+
+    def cat(self, ts: Sequence[Any], dim: int) -> Any:
+        """Join tensors along an existing axis."""
+        raise _missing("cat")
+
+    def stack(self, ts: Sequence[Any], dim: int = 0) -> Any:
+        """Join tensors along a new axis."""
+        raise _missing("stack")
+
+    def relu(self, t: Any) -> Any:
+        """max(t, 0)."""
+        raise _missing("relu")
+
+    def softmax(self, t: Any, dim: int) -> Any:
+        """Softmax along ``dim``."""
+        raise _missing("softmax")
+
+    def log_softmax(self, t: Any, dim: int) -> Any:
+        """Log-softmax along ``dim``."""
+        raise _missing("log_softmax")
+
+    def einsum(self, equation: str, *ts: Any) -> Any:
+        """Einstein summation, numpy's notation."""
+        raise _missing("einsum")
+
+    def flip(self, t: Any, dims: Sequence[int]) -> Any:
+        """Reverse the order of elements along ``dims``."""
+        raise _missing("flip")
+
+    def interpolate(self, t: Any, size: Sequence[int], mode: str) -> Any:
+        """Resize channels-first ``[N, C, *spatial]`` to ``size`` (one int per spatial axis) with half-pixel
+        centres (``align_corners=False``): ``mode`` "linear" (1-D), "bilinear" (2-D), "trilinear" (3-D),
+        "nearest"."""
+        raise _missing("interpolate")
+
+    def svd(self, t: Any) -> tuple[Any, Any, Any]:
+        """Reduced SVD of a batch of matrices ``[..., m, n]``: ``(U, S, Vh)`` with ``U @ diag(S) @ Vh == t``."""
+        raise _missing("svd")
+
+    def full(self, shape: Sequence[int], value: float, like: Any) -> Any:
+        """A tensor of ``shape`` filled with ``value``, of ``like``'s dtype and device."""
+        raise _missing("full")
+
+    def arange(self, n: int, like: Any) -> Any:
+        """0, 1, ..., n - 1 as int64 on ``like``'s device."""
+        raise _missing("arange")
+
+    def index_select(self, t: Any, dim: int, index: Any) -> Any:
+        """The entries of ``t`` at positions ``index`` (an int64 tensor or a list of ints) along ``dim``."""
+        raise _missing("index_select")
+
+    def gather(self, t: Any, dim: int, index: Any) -> Any:
+        """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
+        raise _missing("gather")
