@@ -1,0 +1,133 @@
+"""Trust at the edges: frozen weights, several backwards of one forward, nested forwards, call
+order, copies that can be cleaned, names and scopes. Each test is one case of a class of training
+patterns (LoRA, multi-task losses, GAN steps, reference passes, EMA copies, mixed precision)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hookkit
+from hookkit.core.router import attached
+from models import hooks_left
+
+
+def freeze(fw, p) -> None:
+    if fw.name == "torch":
+        p.requires_grad_(False)
+    else:
+        p.stop_gradient = True
+
+
+def lora_model(fw):
+    """A LoRA-style block: a frozen base Linear plus a trainable low-rank update, then a head."""
+
+    class LoRALinear(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.base = fw.linear(6, 6)
+            self.lora_a = fw.linear(6, 2)
+            self.lora_b = fw.linear(2, 6)
+            for p in fw.params(self.base):
+                freeze(fw, p)
+
+        def forward(self, x):
+            return self.base(x) + self.lora_b(self.lora_a(x))
+
+    class Net(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q = LoRALinear()
+            self.head = fw.linear(6, 3)
+
+        def forward(self, x):
+            return self.head(self.q(x))
+
+    return Net()
+
+
+def weights(fw, model) -> dict[str, np.ndarray]:
+    return {k: fw.numpy(v).copy() for k, v in model.state_dict().items()}
+
+
+def assert_same(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# -- 1. frozen parameters ----------------------------------------------------------------------------
+
+
+def test_prune_a_frozen_base_weight(fw):
+    """A LoRA base layer is frozen: pruning it needs no gradient hook, and works."""
+    model = lora_model(fw)
+    before = weights(fw, model)
+    p = hookkit.prune(model, ["q.base", "head"], amount=0.5)
+    assert attached(model.q.base)["param_grad"] == 0 and attached(model.head)["param_grad"] == 1
+    base = fw.numpy(model.q.base.weight)
+    assert (base == 0).sum() == base.size // 2
+    opt = fw.adam(model, lr=0.1)
+    for _ in range(2):
+        model(fw.randn(4, 6)).sum().backward()
+        fw.step(opt)
+    np.testing.assert_array_equal(fw.numpy(model.q.base.weight), base)  # frozen: untouched by training
+    assert (fw.numpy(model.head.weight)[fw.numpy(p.masks["head.weight"]) == 0] == 0).all()
+    p.remove()
+    np.testing.assert_array_equal(fw.numpy(model.q.base.weight), before["q.base.weight"])
+    assert not hooks_left(model)
+
+
+@pytest.mark.parametrize("fails_at", ["attach", "mask"])
+def test_refused_prune_leaves_every_weight_and_hook(fw, monkeypatch, fails_at):
+    """A call that fails half-way (here: on the second layer) changes nothing at all."""
+    from hookkit.interventions import pruning
+
+    model = fw.mlp((5, 8, 8, 3))
+    before = weights(fw, model)
+    seen = []
+    name = "_mask_in_place" if fails_at == "mask" else "attach"
+    original = getattr(pruning, name)
+
+    def failing(*args, **kwargs):
+        seen.append(1)
+        if len(seen) == 2:
+            raise RuntimeError("refused")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pruning, name, failing)
+    with pytest.raises(RuntimeError, match="refused"):
+        hookkit.prune(model, ["0", "2", "4"], amount=0.5)
+    monkeypatch.setattr(pruning, name, original)
+    assert_same(weights(fw, model), before)
+    assert not hooks_left(model)
+    assert all(attached(m)["param_grad"] == 0 for _, m in hookkit.select(model, hookkit.WITH_PARAMS))
+
+
+def test_tied_weight_is_pruned_and_restored_once(fw):
+    """Two selected layers share one weight (tied embeddings): remove() gives back its values."""
+    model = fw.mlp((4, 4, 4))
+    model[2].weight = model[0].weight
+    before = fw.numpy(model[0].weight).copy()
+    p = hookkit.prune(model, ["0", "2"], amount=0.5)
+    assert (fw.numpy(model[2].weight) == 0).sum() == 8
+    np.testing.assert_array_equal(fw.numpy(p.masks["0.weight"]), fw.numpy(p.masks["2.weight"]))
+    p.remove()
+    np.testing.assert_array_equal(fw.numpy(model[0].weight), before)
+    assert not hooks_left(model)
+
+
+def test_parameter_features_on_frozen_weights(fw):
+    """clip_grad and GradientStats on a frozen base: no hook on it, the trainable parts served."""
+    model = lora_model(fw)
+    x = fw.randn(4, 6)
+    with hookkit.GradientStats(model, ["q.base", "q.lora_a", "head"]) as gstats, hookkit.clip_grad(model, "q", value=1e-4, target="params"):
+        assert attached(model.q.base)["param_grad"] == 0
+        model(x).sum().backward()
+    assert len(gstats.param_stats("q.base")["step"]) == 0
+    assert list(gstats.param_stats("q.lora_a")["step"]) == [0]
+    assert len(gstats.layer_stats("q.base")["step"]) == 0  # nothing upstream trains: no gradient reaches it
+    assert list(gstats.layer_stats("head")["step"]) == [0]
+    assert np.abs(fw.grad(model.q.lora_a.weight)).max() <= 1e-4 + 1e-9
+    assert fw.grad(model.q.base.weight) is None
+    assert not hooks_left(model)
