@@ -131,3 +131,83 @@ def test_parameter_features_on_frozen_weights(fw):
     assert np.abs(fw.grad(model.q.lora_a.weight)).max() <= 1e-4 + 1e-9
     assert fw.grad(model.q.base.weight) is None
     assert not hooks_left(model)
+
+
+# -- 2. several backwards of one forward ------------------------------------------------------------
+
+
+def clear_grads(fw, model) -> None:
+    for p in fw.params(model):
+        if fw.name == "torch":
+            p.grad = None
+        else:
+            p.clear_gradient()
+
+
+def norm(fw, ts) -> float:
+    return float(np.sqrt(sum((fw.numpy(t).astype(np.float64) ** 2).sum() for t in ts)))
+
+
+def test_param_stats_one_row_per_backward(fw):
+    """Two losses of one forward, backward after backward: one row each, each that backward's gradient."""
+    model = fw.mlp((4, 6, 2))
+    x = fw.randn(5, 4)
+    with hookkit.GradientStats(model) as gstats:
+        for _ in range(2):
+            out = model(x)
+            (out * out).sum().backward(retain_graph=True)
+            ga = norm(fw, [p.grad for p in fw.params(model[2])])
+            clear_grads(fw, model)
+            (3 * out).sum().backward()
+            gb = norm(fw, [p.grad for p in fw.params(model[2])])
+            clear_grads(fw, model)
+    p = gstats.param_stats("2")
+    assert list(p["step"]) == [0, 0, 1, 1] and list(p["backward"]) == [0, 1, 0, 1]
+    np.testing.assert_allclose(p["norm"][2:], [ga, gb], rtol=1e-5)
+    out = fw.numpy(model(x)).astype(np.float64)
+    layer = gstats.layer_stats("2")  # the output gradient: 2 * out, then 3 everywhere
+    assert list(layer["step"]) == [0, 0, 1, 1] and list(layer["backward"]) == [0, 1, 0, 1] and list(layer["call"]) == [0] * 4
+    np.testing.assert_allclose(layer["norm"][2:], [np.linalg.norm(2 * out), 3 * np.sqrt(out.size)], rtol=1e-5)
+    names, steps, norms = gstats.gradient_flow()  # per step: the backwards combined
+    np.testing.assert_allclose(norms[names.index("2"), 1], np.hypot(*layer["norm"][2:].astype(np.float64)), rtol=1e-6)
+
+
+def test_one_backward_of_two_forwards_is_backward_zero_of_each(fw):
+    """Gradient accumulation over one summed loss: each forward's output rows are its backward 0; a
+    parameter's gradient of that backward is one tensor, recorded once, under the latest forward."""
+    model = fw.mlp((4, 6, 2))
+    with hookkit.GradientStats(model) as gstats:
+        loss = model(fw.randn(3, 4)).sum() + model(fw.randn(3, 4)).sum()
+        loss.backward()
+        model(fw.randn(3, 4)).sum().backward()
+    p = gstats.param_stats("0")
+    assert list(p["step"]) == [1, 2] and list(p["backward"]) == [0, 0]
+    out = gstats.layer_stats("0")
+    assert list(out["step"]) == [0, 1, 2] and list(out["backward"]) == [0, 0, 0]
+
+
+def test_output_gradient_rows_under_create_graph(fw):
+    """A gradient penalty: the first-order gradient taken with create_graph, then the penalty's
+    backward. Each backward that reaches a layer's output is its own row."""
+    model = fw.sequential(fw.linear(3, 4), fw.nn.Tanh(), fw.linear(4, 1))
+    x = fw.randn(5, 3, requires_grad=True)
+    with hookkit.GradientStats(model, hookkit.LEAVES) as gstats:
+        loss = model(x).sum()
+        if fw.name == "torch":
+            import torch
+
+            (gx,) = torch.autograd.grad(loss, x, create_graph=True)
+        else:
+            import paddle
+
+            (gx,) = paddle.grad(loss, x, create_graph=True)
+        (gx * gx).sum().backward()
+    last = gstats.layer_stats("2")  # the penalty does not depend on the last layer's output
+    assert list(last["backward"]) == [0]
+    np.testing.assert_allclose(last["norm"], [np.sqrt(5)], rtol=1e-6)  # d sum / d out: ones
+    tanh = gstats.layer_stats("1")
+    assert list(tanh["step"]) == [0, 0] and list(tanh["backward"]) == [0, 1]
+    w2 = fw.numpy(model[2].weight).ravel()
+    np.testing.assert_allclose(tanh["norm"][0], np.sqrt(5) * np.linalg.norm(w2), rtol=1e-5)  # first order: w2 per sample
+    p = gstats.param_stats("0")  # parameters take a gradient only in the penalty's backward
+    assert list(p["backward"]) == [1]
