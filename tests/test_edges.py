@@ -211,3 +211,58 @@ def test_output_gradient_rows_under_create_graph(fw):
     np.testing.assert_allclose(tanh["norm"][0], np.sqrt(5) * np.linalg.norm(w2), rtol=1e-5)  # first order: w2 per sample
     p = gstats.param_stats("0")  # parameters take a gradient only in the penalty's backward
     assert list(p["backward"]) == [1]
+
+
+# -- 7. files from elsewhere --------------------------------------------------------------------------
+
+
+def _two_shards(tmp_path):
+    from hookkit.observers import features as fmt
+
+    out = tmp_path / "f"
+    out.mkdir()
+    shards = []
+    for k in range(2):
+        fmt.write_shard(str(out / fmt.shard_name(k)), {"fc": [np.full((2, 3), k, np.float32)]})
+        shards.append({"file": fmt.shard_name(k), "count": 2, "batch_sizes": [2]})
+    index = {
+        "format": fmt.FORMAT,
+        "version": 1,
+        "metadata": {},
+        "layers": {"fc": {"shape": [3], "dtype": "float32"}},
+        "shards": shards,
+        "count": 4,
+        "batches": 2,
+        "complete": True,
+    }
+    fmt.write_json(str(out / "index.json"), index)
+    return out, index
+
+
+@pytest.mark.parametrize(
+    "order, match",
+    [
+        ([0, 0], r"lists shard 'shard-00000.safetensors' twice \(entries 0 and 1\)"),
+        ([1, 0], r"lists shard 'shard-00001.safetensors' as entry 0; .* expected 'shard-00000.safetensors'"),
+        ([1], r"expected 'shard-00000.safetensors'"),
+    ],
+)
+def test_load_features_refuses_an_index_with_shards_twice_or_out_of_order(tmp_path, order, match):
+    """Rows duplicated or reordered are refused, naming the file, never returned."""
+    from hookkit.observers import features as fmt
+
+    out, index = _two_shards(tmp_path)
+    np.testing.assert_array_equal(np.asarray(hookkit.load_features(out)["fc"])[:, 0], [0, 0, 1, 1])
+    shards = [index["shards"][k] for k in order]
+    fmt.write_json(str(out / "index.json"), index | {"shards": shards, "count": 2 * len(order), "batches": len(order)})
+    with pytest.raises(hookkit.FeaturesError, match=match):
+        hookkit.load_features(out)
+
+
+def test_load_features_refuses_a_wrong_batch_count(tmp_path):
+    from hookkit.observers import features as fmt
+
+    out, index = _two_shards(tmp_path)
+    fmt.write_json(str(out / "index.json"), index | {"batches": 5})
+    with pytest.raises(hookkit.FeaturesError, match="counts 5 batches but its shards list 2"):
+        hookkit.load_features(out)
