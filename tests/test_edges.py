@@ -266,3 +266,149 @@ def test_load_features_refuses_a_wrong_batch_count(tmp_path):
     fmt.write_json(str(out / "index.json"), index | {"batches": 5})
     with pytest.raises(hookkit.FeaturesError, match="counts 5 batches but its shards list 2"):
         hookkit.load_features(out)
+
+
+# -- 8. the extract command line: one model per folder -------------------------------------------------
+
+GPT2_KW = ["--kw", "n_layer=1", "--kw", "n_embd=16", "--kw", "n_head=2", "--kw", "vocab_size=100", "--kw", "n_positions=16"]
+
+
+def _gpt2_args(tmp_path, data="ids.npy", out="f", kw=True):
+    return ["extract", "transformers:GPT2Model", *(GPT2_KW if kw else []), "--layers", "h.0", "--reduce", "mean:1", "--batch-size", "8"] + [
+        "--shard-size",
+        "200B",
+        "--data",
+        str(tmp_path / data),
+        "--out",
+        str(tmp_path / out),
+    ]
+
+
+@pytest.fixture
+def ids_file(tmp_path):
+    np.save(tmp_path / "ids.npy", np.random.default_rng(0).integers(0, 100, (40, 8)))
+    return tmp_path
+
+
+def test_cli_resume_gets_the_same_random_weights_and_refuses_others(ids_file, capsys):
+    """A killed run re-run as the docs say writes its later rows from the same model: the random
+    weights come from --seed (default 0); another seed in the same folder is refused, naming the weights."""
+    import json
+
+    from hookkit.apps.cli import main
+    from hookkit.observers import features as fmt
+
+    tmp = ids_file
+    assert main(_gpt2_args(tmp)) == 0
+    whole = np.asarray(hookkit.load_features(tmp / "f")["h.0"]).copy()
+    # what kill -9 leaves: an index that lists the first shards only, not complete
+    index = json.loads((tmp / "f" / "index.json").read_text())
+    assert len(index["shards"]) > 2
+    kept = index["shards"][:2]
+    index.update(shards=kept, count=sum(s["count"] for s in kept), batches=sum(len(s["batch_sizes"]) for s in kept), complete=False)
+    fmt.write_json(str(tmp / "f" / "index.json"), index)
+    assert main(_gpt2_args(tmp)) == 0
+    np.testing.assert_array_equal(np.asarray(hookkit.load_features(tmp / "f")["h.0"]), whole)
+    capsys.readouterr()
+    assert main([*_gpt2_args(tmp), "--seed", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "weights:" in err and "wte.weight" in err and "Traceback" not in err
+
+
+def test_cli_weights_from_a_file_and_a_pretrained_folder(ids_file, capsys):
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    from hookkit.apps.cli import main
+
+    tmp = ids_file
+    torch.manual_seed(7)
+    model = GPT2Model(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=100, n_positions=16)).eval()
+    from safetensors.torch import save_file
+
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp / "w.safetensors"))
+    torch.save(model.state_dict(), tmp / "w.pt")
+    model.save_pretrained(tmp / "pretrained")
+    ids = torch.tensor(np.load(tmp / "ids.npy"))
+    with hookkit.capture(model, "h.0") as cap, torch.no_grad():
+        model(ids)
+    out = cap["h.0"]
+    want = (out[0] if isinstance(out, tuple) else out).mean(1).numpy()
+    for i, source in enumerate(["w.safetensors", "w.pt", "pretrained"]):
+        args = _gpt2_args(tmp, out=f"f{i}", kw=source != "pretrained") + ["--weights", str(tmp / source)]
+        assert main(args) == 0, capsys.readouterr().err
+        np.testing.assert_allclose(np.asarray(hookkit.load_features(tmp / f"f{i}")["h.0"]), want, rtol=1e-5, atol=1e-6)
+    # weights of another model: refused before anything runs, naming the keys
+    small = GPT2Model(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=100, n_positions=16))
+    save_file({k: v.contiguous() for k, v in small.state_dict().items()}, str(tmp / "other.safetensors"))
+    assert main(_gpt2_args(tmp, out="g") + ["--weights", str(tmp / "other.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "do not fit the model" in err and "wte.weight [100, 8] (the model has [100, 16])" in err
+    assert not (tmp / "g").exists()
+    assert main(_gpt2_args(tmp, out="g") + ["--weights", str(tmp / "missing.pt")]) == 2
+    assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_cli_weights_file_on_both_frameworks(fw, tmp_path, capsys):
+    from hookkit.apps.cli import main
+
+    model = fw.linear(6, 3)
+    x = np.random.default_rng(1).standard_normal((10, 6)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    if fw.name == "torch":
+        fw.lib.save(model.state_dict(), tmp_path / "w.pt")
+        path, target, kw = tmp_path / "w.pt", "torch.nn:Linear", ["in_features=6", "out_features=3"]
+    else:
+        fw.lib.save(model.state_dict(), str(tmp_path / "w.pdparams"))
+        path, target, kw = tmp_path / "w.pdparams", "paddle.nn:Linear", ["in_features=6", "out_features=3"]
+    want = fw.numpy(model(fw.tensor(x)))
+    args = [
+        "extract",
+        target,
+        "--kw",
+        kw[0],
+        "--kw",
+        kw[1],
+        "--layers",
+        "",
+        "--data",
+        str(tmp_path / "x.npy"),
+        "--out",
+        str(tmp_path / "f"),
+    ]
+    assert main([*args, "--weights", str(path)]) == 0, capsys.readouterr().err
+    np.testing.assert_allclose(np.asarray(hookkit.load_features(tmp_path / "f")[""]), want, rtol=1e-6)
+    assert main([*args[:-1], str(tmp_path / "g"), "--weights", str(tmp_path / "x.npy")]) == 2
+    assert "reads" in capsys.readouterr().err and not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize(
+    "data, hint",
+    [("float", "--data-dtype int64"), ("long", "n_positions")],
+)
+def test_cli_forward_failures_are_one_line_with_a_hint_and_leave_no_index(ids_file, capsys, data, hint):
+    from hookkit.apps.cli import main
+
+    tmp = ids_file
+    ids = np.load(tmp / "ids.npy")
+    np.save(tmp / "bad.npy", ids.astype(np.float32) if data == "float" else np.tile(ids, (1, 3)))  # 24 > n_positions=16
+    assert main(_gpt2_args(tmp, data="bad.npy")) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "Traceback" not in err
+    assert err.startswith("hookkit extract: error: the model failed in the forward of batch 0") and hint in err
+    assert not (tmp / "f").exists()  # no folder, no index.json tying it to these arguments
+    assert main(_gpt2_args(tmp)) == 0  # the same folder then takes a good run
+
+
+def test_extract_failing_before_its_first_shard_leaves_the_folder_free(fw, tmp_path):
+    """The library too: a first forward that raises leaves no index.json; the folder takes other arguments."""
+    model = fw.mlp((4, 3))
+    out = tmp_path / "f"
+    out.mkdir()
+    bad = [fw.randn(2, 5)]  # 5 features for a 4-input layer
+    with pytest.raises(Exception) as err:
+        hookkit.extract(model, bad, "0", out)
+    assert any("forward of batch 0" in n for n in getattr(err.value, "__notes__", []))
+    assert out.exists() and not (out / "index.json").exists()
+    feats = hookkit.extract(model, [fw.randn(2, 4)], "0", out, dtype="float16")
+    assert feats["0"].shape == (2, 3)
