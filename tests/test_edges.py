@@ -412,3 +412,70 @@ def test_extract_failing_before_its_first_shard_leaves_the_folder_free(fw, tmp_p
     assert out.exists() and not (out / "index.json").exists()
     feats = hookkit.extract(model, [fw.randn(2, 4)], "0", out, dtype="float16")
     assert feats["0"].shape == (2, 3)
+
+
+# -- 9. clip_grad under a gradient scaler ---------------------------------------------------------------
+
+
+def test_clip_grad_with_a_scaler_clips_the_unscaled_gradient(torch_fw):
+    """Under loss scaling the backward carries 65,536 x the gradient: scaler= makes value / norm
+    apply to the true gradient (what unscale_ then clip_grad_value_ gives)."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    x = torch.randn(16, 4)
+    model(x).pow(2).sum().backward()
+    plain = {n: p.grad.clone() for n, p in model.named_parameters()}
+    v, n = 0.05, 0.1
+    want = {k: g.clamp(-v, v) for k, g in plain.items()}
+    want = {k: g * min(1.0, n / (g.norm().item() + 1e-6)) if k.startswith("2.") else g for k, g in want.items()}
+    for kind in ("with", "without"):
+        model.zero_grad()
+        scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        with (
+            hookkit.clip_grad(model, ["0", "2"], value=v, target="params", scaler=scaler if kind == "with" else None),
+            hookkit.clip_grad(model, "2", norm=n, target="params", scaler=scaler if kind == "with" else None),
+        ):
+            scaler.scale(model(x).pow(2).sum()).backward()
+        scaler.unscale_(opt)
+        got = {k: p.grad for k, p in model.named_parameters()}
+        if kind == "with":
+            for k in want:
+                torch.testing.assert_close(got[k], want[k], rtol=1e-5, atol=1e-7)
+        else:  # the documented rule without scaler=: the thresholds met the scaled gradient
+            assert got["0.weight"].abs().max() <= v / 2.0**16 * (1 + 1e-5)
+
+
+def test_clip_grad_with_a_scaler_leaves_an_overflow_for_the_scaler(torch_fw):
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    before = [p.detach().clone() for p in model.parameters()]
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**16)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookkit.clip_grad(model, ["0", "1"], value=1.0, scaler=scaler):
+        scaler.scale(model(torch.randn(3, 4)).sum() * 1e36).backward()  # overflows once scaled
+    scaler.step(opt)
+    scaler.update()
+    assert scaler.get_scale() == 2.0**15  # the scaler saw the overflow and skipped the step
+    for p, b in zip(model.parameters(), before):
+        torch.testing.assert_close(p.detach(), b)
+
+
+def test_clip_grad_scaler_argument(fw):
+    model = fw.mlp((3, 2))
+    with pytest.raises(ValueError, match=r"clip_grad\(\): scaler must be None or the gradient scaler"):
+        hookkit.clip_grad(model, "0", value=1.0, scaler="amp")
+    assert not hooks_left(model)
+    if fw.name == "paddle":  # Paddle's scaler is off on the CPU: the gradient is the true one
+        import paddle
+
+        scaler = paddle.amp.GradScaler(init_loss_scaling=1024)
+        x = fw.randn(5, 3)
+        with hookkit.clip_grad(model, "0", value=1e-3, target="params", scaler=scaler):
+            scaler.scale(model(x).sum()).backward()
+        assert np.abs(fw.grad(model[0].weight)).max() <= 1e-3 + 1e-9
+        assert np.abs(fw.grad(model[0].weight)).max() >= 1e-3 - 1e-9
