@@ -56,7 +56,6 @@ from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, load_stats
 from hookkit.observers.summary import Summary, summary
 
-
 __all__ = [
     "__version__",
     "ALL",
