@@ -479,3 +479,87 @@ def test_clip_grad_scaler_argument(fw):
             scaler.scale(model(x).sum()).backward()
         assert np.abs(fw.grad(model[0].weight)).max() <= 1e-3 + 1e-9
         assert np.abs(fw.grad(model[0].weight)).max() >= 1e-3 - 1e-9
+
+
+# -- 3. a forward inside a forward ---------------------------------------------------------------------
+
+
+def _three_layers(fw):
+    return fw.sequential(fw.linear(4, 4), fw.relu(), fw.linear(4, 2))
+
+
+def test_a_forward_inside_a_forward_keeps_the_outer_step_and_calls(fw):
+    """A hook that runs a reference pass of the model: the outer forward's later layers keep the
+    outer step and call numbers; the inner pass is numbered on its own."""
+    model = _three_layers(fw)
+    ref = fw.randn(1, 4)
+    inner_done = []
+
+    def reference_pass(layer, args, output):
+        if not inner_done:
+            inner_done.append(1)
+            model(ref)
+
+    with hookkit.capture(model, ["0", "2"]) as cap, hookkit.on_forward(model, "0", reference_pass):
+        model(fw.randn(3, 4))
+        model(fw.randn(3, 4))
+    assert [(r.step, r.call) for r in cap.calls("0")] == [(1, 0), (0, 0), (2, 0)]
+    assert [(r.step, r.call) for r in cap.calls("2")] == [(1, 0), (0, 0), (2, 0)]
+    assert [tuple(r.output.shape)[0] for r in cap.calls("2")] == [1, 3, 3]  # the inner pass's batch is its own
+    # in the order the calls happened: the inner pass ran inside the outer one's layer "0"
+    assert [(r.name, r.step) for r in cap.records()] == [("0", 1), ("2", 1), ("0", 0), ("2", 0), ("0", 2), ("2", 2)]
+
+
+def test_a_forward_that_raised_is_not_taken_for_an_outer_one(fw):
+    model = _three_layers(fw)
+    with hookkit.capture(model, ["2"]) as cap:
+        with pytest.raises(Exception):
+            model(fw.randn(3, 5))  # the wrong width: raises in layer "0"
+        model(fw.randn(3, 4))
+        model(fw.randn(3, 4))
+    assert [(r.step, r.call) for r in cap.calls("2")] == [(1, 0), (2, 0)]
+
+
+def test_gradient_steps_after_a_nested_forward(fw):
+    """The backward of the outer forward is numbered with the outer step."""
+    model = _three_layers(fw)
+    done = []
+
+    def reference_pass(layer, args, output):
+        if not done:
+            done.append(1)
+            with fw.no_grad():
+                model(fw.randn(1, 4))
+
+    with hookkit.GradientStats(model, ["0", "2"]) as gstats, hookkit.on_forward(model, "0", reference_pass):
+        model(fw.randn(3, 4)).sum().backward()
+    assert list(gstats.layer_stats("2")["step"]) == [0] and list(gstats.param_stats("0")["step"]) == [0]
+
+
+# -- 4. records in the order the calls happened -------------------------------------------------------
+
+
+def test_records_come_in_call_order_not_registration_order(fw):
+    """``head`` is registered before ``body`` but runs after it; ``a`` and ``b`` interleave."""
+
+    class Net(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = fw.linear(4, 2)
+            self.a = fw.linear(4, 4)
+            self.b = fw.linear(4, 4)
+            self.body = fw.linear(4, 4)
+
+        def forward(self, x):
+            x = self.body(x)
+            for _ in range(2):
+                x = self.b(self.a(x))
+            return self.head(x)
+
+    model = Net()
+    with hookkit.capture(model) as cap:
+        model(fw.randn(2, 4))
+        model(fw.randn(2, 4))
+    order = [(r.name, r.step, r.call) for r in cap.records()]
+    one = [("body", 0), ("a", 0), ("b", 0), ("a", 1), ("b", 1), ("head", 0)]
+    assert order == [(n, 0, c) for n, c in one] + [(n, 1, c) for n, c in one]

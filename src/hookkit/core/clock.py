@@ -20,10 +20,14 @@ from typing import Any
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "frame", "outer")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
+        # the framework's frame running the root's call, while it runs, as (id, code): a forward
+        # inside it finds it among its callers; no reference to the frame and its locals
+        self.frame: tuple | None = None
+        self.outer: Forward | None = None
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
@@ -47,10 +51,21 @@ class Clock:
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
 
-    def tick(self, transformed: bool = False) -> Forward:
-        """Start the next forward in the calling thread."""
+    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
+        """Start the next forward in the calling thread. ``frame``: the framework's frame running
+        the call of ``root``. A forward started inside a running one (a reference pass run from a
+        hook) is numbered on its own, and the outer one continues with its step and calls when it
+        returns."""
         fw = Forward(self.count, transformed)
         self.count += 1
+        prev = getattr(self.local, "fw", None)
+        if prev is not None and prev.frame is not None:
+            if frame is not None and _running(prev.frame, frame.f_back, root):
+                fw.outer = prev
+            else:  # that forward raised (its root never returned): it is over
+                prev.frame = None
+        if frame is not None:
+            fw.frame = (id(frame), frame.f_code)
         self.local.fw = self.last = fw
         return fw
 
@@ -65,8 +80,29 @@ class Clock:
         return fw
 
     def finish(self) -> None:
-        """The root's forward returned: later calls take the general path."""
-        self.current().hot = False
+        """The root's forward returned: later calls take the general path; a forward that ran inside
+        another gives the thread back to the outer one."""
+        fw = self.current()
+        fw.hot = False
+        fw.frame = None
+        outer = fw.outer
+        if outer is not None:
+            fw.outer = None
+            self.local.fw = outer
+            if self.last is fw:
+                self.last = outer
+
+
+def _running(target: tuple, frame: Any, root: Any) -> bool:
+    """Whether the frame ``target`` names (id, code) is among ``frame`` and its callers, still
+    running the call of ``root`` (a frame made later at a freed frame's address runs another)."""
+    ident, code = target
+    while frame is not None:
+        if id(frame) == ident and frame.f_code is code:
+            owner = frame.f_locals.get("self", root)  # the framework's call frame holds the layer as self
+            return owner is root
+        frame = frame.f_back
+    return False
 
 
 class Scope:

@@ -19,6 +19,7 @@ a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce_
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
@@ -162,7 +163,7 @@ class LayerHooks(GradPlumbing):
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         recompute = bool(self._in_backward())
         if self.root_clock is not None and not recompute:
-            self.root_clock.tick(self.backend.in_transform())
+            self.root_clock.tick(self.backend.in_transform(), sys._getframe(1), layer)  # the framework's call of the root
         if not self._scopes:
             return None
         numbers = number(self._scopes, recompute, commit=False)

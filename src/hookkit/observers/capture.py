@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
 from functools import partial
+from itertools import count
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
 
@@ -90,10 +91,11 @@ class Record:
     """One call of one layer: ``name``, ``call`` (index within the forward), ``step`` (forward count),
     ``inputs``, ``kwargs``, ``output``, and ``grad`` (mirrors ``output``'s structure after backward)."""
 
-    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "_grads", "_structure")
+    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "_grads", "_structure", "_seq")
 
-    def __init__(self, name: str, call: int, step: int, output: Any = None):
+    def __init__(self, name: str, call: int, step: int, output: Any = None, seq: int = 0):
         self.name, self.call, self.step, self.output = name, call, step, output
+        self._seq = seq  # when the call happened, among all the capture's records
         self.inputs = self.kwargs = self.grad = self._structure = None
         self._grads: list | tuple = _NO_GRADS
 
@@ -185,6 +187,7 @@ class capture(HandleGroup):
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
         self._records: dict[str, list[Record]] = {}
+        self._seq = count()  # numbers records in the order the calls happened, across layers
         self.grads = _Grads(self)
         named = select(model, layers)
         self.names = [n for n, _ in named]
@@ -215,10 +218,11 @@ class capture(HandleGroup):
             return partial(self._on_forward, name)
         # bound once: the layer's list is never replaced (clear() empties it in place)
         append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep
+        seq = self._seq
 
         def on_forward(ev: Event) -> None:
             out = ev.output
-            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out)))
+            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), next(seq)))
 
         return on_forward
 
@@ -256,7 +260,7 @@ class capture(HandleGroup):
     def _on_forward(self, name: str, ev: Event) -> None:
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
             self._new_step(ev.step)
-        rec = Record(name, ev.call, ev.step)
+        rec = Record(name, ev.call, ev.step, None, next(self._seq))
         if self._outputs:
             rec.output = self._keep(ev.output)
         if self._inputs:
@@ -321,9 +325,10 @@ class capture(HandleGroup):
         return list(self._records[name])
 
     def records(self) -> list[Record]:
-        """All records of all layers, in the order the calls happened."""
+        """All records of all layers, in the order the calls happened (interleaved calls of several
+        layers included; a forward run inside another comes where it ran)."""
         out = [r for recs in self._records.values() for r in recs]
-        return sorted(out, key=lambda r: (r.step, self.names.index(r.name), r.call))
+        return sorted(out, key=lambda r: r._seq)
 
     def clear(self) -> None:
         """Forget what was recorded; keep recording."""
