@@ -96,3 +96,7 @@ class TensorMath:
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
+
+    def isfinite(self, t: Any) -> Any:
+        """Elementwise: True where ``t`` is neither NaN nor infinite (bool)."""
+        raise _missing("isfinite")

@@ -81,5 +81,8 @@ class PaddleTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return paddle.take_along_axis(t, index, axis=dim)
 
+    def isfinite(self, t: Any) -> Any:
+        return paddle.isfinite(t)
+
 
 OPS = PaddleTensorMath()

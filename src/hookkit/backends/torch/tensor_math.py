@@ -75,5 +75,8 @@ class TorchTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return t.gather(dim, index)
 
+    def isfinite(self, t: Any) -> Any:
+        return torch.isfinite(t)
+
 
 OPS = TorchTensorMath()
