@@ -96,3 +96,12 @@ class TensorMath:
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
+
+    def interpolate_aligned(self, t: Any, size: Sequence[int], mode: str) -> Any:
+        """Resize channels-first ``[N, C, *spatial]`` to ``size`` with the corner pixels aligned
+        (``align_corners=True``, as ``UpsamplingBilinear2d``): ``mode`` "linear", "bilinear", "trilinear"."""
+        raise _missing("interpolate_aligned")
+
+    def nan_to_zero(self, t: Any) -> Any:
+        """``t`` with every NaN replaced by 0."""
+        raise _missing("nan_to_zero")
