@@ -622,3 +622,31 @@ def test_paddle_lenet_gives_torch_maps_with_the_same_weights(torch_fw, paddle_fw
         # Grad-CAM++'s weights g^2 / (2 g^2 + sum(A) g^3 + 1e-6) amplify the last bits in which the
         # frameworks' gradients differ (1e-7 here) about a thousandfold where g is small
         np.testing.assert_allclose(a, b, atol=5e-4 if method == "gradcam++" else 1e-4, err_msg=method)
+
+
+def residual_model(fw):
+    class Residual(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = fw.conv2d(2, 4, 3, padding=1)
+            self.conv2 = fw.conv2d(4, 4, 3, padding=1)
+            self.fc = fw.linear(4, 3)
+
+        def forward(self, x):
+            h = fw.F.relu(self.conv1(x))
+            return self.fc(spatial_mean(fw.F.relu(self.conv2(h) + h)))  # a skip connection around conv2
+
+    fw.seed(5)
+    return Residual()
+
+
+@pytest.mark.parametrize("n", [3, 1])
+def test_ablation_rows_multiply_at_the_layer_or_inputs_are_copied(fw, n):
+    """With k channels per forward, the layers before run once on the inputs and the ablated rows multiply
+    at the layer; a skip connection from before the layer makes hookkit copy the inputs instead (or, for one
+    sample, broadcast): the same maps as one channel per forward."""
+    x = fw.tensor(images(n=n, seed=8))
+    for model in (tiny_cnn(fw), residual_model(fw)):
+        one_by_one = hookkit.cam(model, "conv2", x, "ablationcam", target=1, batch_size=n)
+        np.testing.assert_allclose(hookkit.cam(model, "conv2", x, "ablationcam", target=1, batch_size=64), one_by_one, atol=1e-6)
+        assert hookkit.remove_all(model) == 0

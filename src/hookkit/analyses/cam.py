@@ -80,6 +80,10 @@ def replace_items(obj: Any, items: dict) -> Any:
         return new
 
 
+class _RowMismatch(Exception):
+    """The model's output does not have one row per row fed at the layer."""
+
+
 class _Recorder:
     """An intervention on the target layers: keeps each call's output (made a leaf that takes gradients when
     nothing before it does) and hands the model a copy, so a later in-place op cannot change what is kept."""
@@ -125,10 +129,11 @@ class _Layer:
         self.acts, self.grads, self.x, self.scores = acts, grads, x, scores
         self.size = run.size
         self.chunk = max(1, run.rows // max(1, acts.shape[0]))
+        self.expand: bool | None = None  # AblationCAM: does the rest of the model take more rows than the inputs?
 
-    def row_scores(self, rows: Any, k: int, replace: Any = None) -> Any:
-        """Run the model on ``k * N`` channel-major rows (``replace``: this layer's output instead of its own)
-        and return the targets' scores ``[k, N]``."""
+    def row_scores(self, rows: Any, k: int, replace: Any = None, check: bool = False) -> Any:
+        """Run the model on ``rows`` (``replace``: this layer's output instead of its own) and return the
+        targets' scores ``[k, N]`` of the ``k * N`` channel-major rows that come out."""
         run, be = self.run, self.be
         handle = None
         if replace is not None:
@@ -138,7 +143,26 @@ class _Layer:
         finally:
             if handle is not None:
                 handle.remove()
+        if check:
+            first = first_tensor(output, be.is_tensor)
+            if first is None or not first.shape or first.shape[0] != k * self.acts.shape[0]:
+                raise _RowMismatch
         return run.split_scores(output, k)
+
+    def ablated_scores(self, ablated: Any, k: int) -> Any:
+        """Scores ``[k, N]`` with this layer's output replaced by ``ablated`` (``k * N`` rows): the model runs on
+        the N inputs and the rows multiply at this layer; when the rest of the model cannot take that
+        (a skip connection from before the layer, a reshape by the input's batch size), it runs on k copies."""
+        if self.expand is not False:
+            try:
+                scores = self.row_scores(self.x, k, replace=ablated, check=True)
+                self.expand = True
+                return scores
+            except Exception:  # noqa: BLE001 - retried below on k copies of the inputs, where a real error shows
+                if self.expand:
+                    raise
+                self.expand = False
+        return self.row_scores(self.m.cat([self.x] * k, 0), k, replace=ablated)
 
     def onehot(self, start: int, k: int, n: int, shape: list[int]) -> Any:
         c = max(shape)

@@ -107,7 +107,8 @@ def _scorecam(p: Any) -> Any:
 
 def _ablationcam(p: Any) -> Any:
     """(score - score with channel c ablated) / score, the ablated channel set to 0 (or min - 1e7 where the
-    layer's minimum is not 0) across all positions of the layer's own output."""
+    layer's minimum is not 0) across all positions of the layer's own output. The layers before run once
+    on the N samples when the rest of the model takes the k x N ablated rows (else on k copies)."""
     m, be, raw = p.m, p.be, p.raw
     n, c = p.acts.shape[0], p.acts.shape[1]
     r = len(raw.shape)
@@ -122,7 +123,7 @@ def _ablationcam(p: Any) -> Any:
         hot = p.onehot(start, k, n, onehot_shape)  # [k*N, ..., C at axis, ...]
         rep = m.cat([raw] * k, 0)
         ablated = rep * (1 - hot) + hot * m.cat([value] * k, 0)
-        new.append(p.row_scores(m.cat([p.x] * k, 0), k, replace=ablated))
+        new.append(p.ablated_scores(ablated, k))
     new = m.permute(m.cat(new, 0), [1, 0])  # [N, C]
     orig = m.reshape(p.scores, [n, 1])
     return (orig - new) / orig
