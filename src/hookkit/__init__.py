@@ -10,6 +10,8 @@
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
 from hookkit._version import __version__
+from hookkit.analyses.cam import cam
+from hookkit.analyses.cam_metrics import cam_metric
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -65,6 +67,8 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "cam",
+    "cam_metric",
     "capture",
     "channel_dropout",
     "clip_grad",

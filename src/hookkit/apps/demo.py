@@ -30,6 +30,10 @@ GRADCAM_LAYER = "conv3"
 HIST_RANGE, HIST_BINS = (-32.0, 32.0), 256
 FEATURE_MAP_SAMPLES = 3  # held-out digits of different classes, one per row
 GRADCAM_SAMPLES = 12
+#: the method comparison grid: (hookkit.cam method, column title), over the first CAM_GRID_SAMPLES digits
+CAM_GRID_METHODS = (("gradcam", "Grad-CAM"), ("gradcam++", "Grad-CAM++"), ("layercam", "LayerCAM"), ("eigencam", "EigenCAM"),
+                    ("scorecam", "ScoreCAM"), ("ablationcam", "AblationCAM"), ("fullgrad", "FullGrad"))  # fmt: skip
+CAM_GRID_SAMPLES = 5
 
 
 class DemoError(Exception):
@@ -336,6 +340,12 @@ def _figures(model: Any, backend: Backend, x_test: np.ndarray, y_test: np.ndarra
         cams = fn(model, GRADCAM_LAYER, x)
         fig = viz.gradcam_overlay(x_test[:n], cams, predicted=predicted[:n], labels=y_test[:n], ncols=6, title=f"{name} at {GRADCAM_LAYER}")
         keep(fig, file, "gradcam", f"{name} at {GRADCAM_LAYER}, target: the predicted class", section_intro=intro)
+    k = min(CAM_GRID_SAMPLES, n)
+    maps = {title: hookkit.cam(model, GRADCAM_LAYER, x_test[:k], method) for method, title in CAM_GRID_METHODS}
+    fig = viz.cam_grid(x_test[:k], maps, predicted=predicted[:k], labels=y_test[:k], title=f"hookkit.cam methods at {GRADCAM_LAYER}")
+    keep(
+        fig, "cam_methods.png", "gradcam", f"hookkit.cam: {len(maps)} methods side by side at {GRADCAM_LAYER} (FullGrad: every bias layer)"
+    )
     return listed
 
 
