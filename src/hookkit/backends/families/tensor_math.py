@@ -96,3 +96,15 @@ class TensorMath:
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
+
+    def tile_rows(self, t: Any, k: int) -> Any:
+        """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
+        raise _missing("tile_rows")
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        """Each row of ``t`` ``k`` times in a row along axis 0 (``[t0, t0, t1, t1, ...]``)."""
+        raise _missing("repeat_rows")
+
+    def abs(self, t: Any) -> Any:
+        """Elementwise absolute value."""
+        raise _missing("abs")

@@ -81,5 +81,14 @@ class PaddleTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return paddle.take_along_axis(t, index, axis=dim)
 
+    def tile_rows(self, t: Any, k: int) -> Any:
+        return paddle.tile(t, [k] + [1] * (t.ndim - 1))
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        return paddle.repeat_interleave(t, k, axis=0)
+
+    def abs(self, t: Any) -> Any:
+        return paddle.abs(t)
+
 
 OPS = PaddleTensorMath()

@@ -75,5 +75,14 @@ class TorchTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return t.gather(dim, index)
 
+    def tile_rows(self, t: Any, k: int) -> Any:
+        return t.repeat(k, *([1] * (t.dim() - 1)))
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        return t.repeat_interleave(k, dim=0)
+
+    def abs(self, t: Any) -> Any:
+        return t.abs()
+
 
 OPS = TorchTensorMath()
