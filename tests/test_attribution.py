@@ -270,23 +270,23 @@ def test_bert_classifier_at_the_embeddings(torch_fw):
     )
     model = BertForSequenceClassification(cfg)
     model.train()  # left as found: eval inside, train after
-    ids = torch.tensor([[2, 11, 23, 7, 3], [2, 31, 5, 9, 3]])
+    ids = torch.tensor([[2, 11, 23, 7, 3], [2, 31, 5, 3, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])  # the second sample is padded
     pad = torch.tensor([[2, 0, 0, 0, 3]])  # [CLS] pad ... [SEP], one sample for the batch
-    attr, delta = hookkit.attribute(
-        model, "bert.embeddings", ids, target=lambda out: out.logits[:, 1], baselines=pad, n_steps=20, return_delta=True
-    )
+    kw = dict(target=lambda out: out.logits[:, 1], baselines=pad, n_steps=20, forward_kwargs={"attention_mask": mask})
+    attr, delta = hookkit.attribute(model, "bert.embeddings", ids, return_delta=True, **kw)
     assert attr.shape == (2, 5, 16) and delta.shape == (2,)
     model.eval()
     with torch.no_grad():
-        f = model(ids).logits[:, 1] - model(pad.repeat(2, 1)).logits[:, 1]
+        f = model(ids, attention_mask=mask).logits[:, 1] - model(pad.repeat(2, 1), attention_mask=mask).logits[:, 1]
     model.train()
     np.testing.assert_allclose(attr.sum((1, 2)).numpy(), (f + delta).numpy(), rtol=1e-5, atol=1e-6)
     assert delta.abs().max() < 0.05 * f.abs().max()
     assert model.training and all(p.grad is None for p in model.parameters()) and not hooks_left(model)
-    chunked = hookkit.attribute(
-        model, "bert.embeddings", ids, target=lambda out: out.logits[:, 1], baselines=pad, n_steps=20, internal_batch_size=6
-    )
+    chunked = hookkit.attribute(model, "bert.embeddings", ids, internal_batch_size=6, **kw)
     torch.testing.assert_close(chunked, attr, rtol=1e-4, atol=1e-6)
+    one = hookkit.attribute(model, "bert.embeddings", ids, internal_batch_size="auto", max_memory=1, **kw)  # one sample at a time
+    torch.testing.assert_close(one, attr, rtol=1e-4, atol=1e-6)
     with pytest.raises(HookkitError, match="inputs"):
         hookkit.attribute(model, None, ids)  # token ids cannot be interpolated
 

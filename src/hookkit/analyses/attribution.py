@@ -60,6 +60,7 @@ def attribute(
     stdevs: float = 1.0,
     nt_samples: int = 5,
     seed: int | None = None,
+    forward_kwargs: dict[str, Any] | None = None,
     return_delta: bool = False,
     eval: bool = True,
 ) -> Any:
@@ -77,7 +78,9 @@ def attribute(
     tensor shaped like ``inputs`` (or one sample); token ids for a text model attributed at its
     embedding layer (e.g. a pad-token sequence). ``internal_batch_size``: "auto" runs the scaled
     inputs in chunks that fit ``max_memory`` bytes (default half the device's free memory), an int
-    as captum's, None all at once. ``return_delta``: also the completeness delta per sample
+    as captum's, None all at once. ``forward_kwargs``: more keyword arguments of the model (an
+    ``attention_mask``): tensors with one row per sample follow their samples into the scaled
+    batches (captum's ``additional_forward_args``). ``return_delta``: also the completeness delta per sample
     (integrated gradients and conductance): sum of attributions - (F(input) - F(baseline)).
 
     >>> attr = hookkit.attribute(model, "features.3", x, target=7)                       # doctest: +SKIP
@@ -100,6 +103,7 @@ def attribute(
         stdevs,
         nt_samples,
         seed,
+        forward_kwargs,
         return_delta,
         eval,
     )
@@ -139,6 +143,7 @@ class _Job:
     stdevs: float
     nt_samples: int
     seed: int | None
+    kwargs: dict = field(default_factory=dict)
     tap: Any = None
     kind: str = ""
     scores: dict = field(default_factory=dict)  # "input" / "baseline" -> per-sample scores
@@ -161,6 +166,7 @@ class _Job:
         stdevs,
         nt_samples,
         seed,
+        forward_kwargs,
         return_delta,
         eval,
     ) -> _Job:  # noqa: ANN001
@@ -250,6 +256,9 @@ class _Job:
             nt_samples,
             seed,
         )
+        if forward_kwargs is not None and not (isinstance(forward_kwargs, dict) and all(isinstance(k, str) for k in forward_kwargs)):
+            fail(FN, "forward_kwargs", "None or a dict of the model's keyword arguments", forward_kwargs, kind=ArgumentTypeError)
+        job.kwargs = dict(forward_kwargs or {})
         if method in PATH_METHODS:
             job.base = _baselines(be, baselines, x)
         job.kind = ("input" if layer is None else "neuron" if neuron is not None else "layer") + ":" + method
@@ -301,10 +310,10 @@ def _probe(job: _Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int
     saved = 0
     if measure:
         with job.ops.saved_bytes(job.model) as counter:
-            out = tap.run(job.model, x) if tap is not None else job.model(x)
+            out = _forward(job, x, range(job.n))
         saved = counter.bytes
     else:
-        out = tap.run(job.model, x) if tap is not None else job.model(x)
+        out = _forward(job, x, range(job.n))
     if job.neuron is None or job.method == "conductance":  # the other neuron methods explain the neuron alone
         if key == "input":
             job.target = resolve_target(be, out, job.target, job.n)
@@ -314,6 +323,21 @@ def _probe(job: _Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int
         _check_ran(job)
         value = be.detach(tap.value)
     return value, saved
+
+
+def _forward(job: _Job, x: Any, samples: Sequence[int]) -> Any:
+    """The model on rows ``x`` made from ``samples`` (with ``forward_kwargs`` picked for them);
+    None when the tap ended the forward early."""
+    kwargs = {}
+    if job.kwargs:
+        same = len(samples) == job.n and list(samples) == list(range(job.n))
+        for k, v in job.kwargs.items():
+            if job.be.is_tensor(v) and len(job.be.shape(v)) and job.be.shape(v)[0] == job.n and not same:
+                v = job.m.index_select(v, 0, list(samples))
+            kwargs[k] = v
+    if job.tap is None:
+        return job.model(x, **kwargs)
+    return job.tap.run(job.model, x, kwargs)
 
 
 def _check_ran(job: _Job) -> None:
@@ -416,7 +440,7 @@ def _layer_ig(job: _Job) -> Any:
             k = s1 - s0
             leaf = _leaf(job, _scaled(job, y_b, y_x, alphas[s0:s1], j0, j1))
             tap.replace = _replacer(job, leaf)
-            out = tap.run(job.model, job.m.tile_rows(job.x[j0:j1], k))
+            out = _forward(job, job.m.tile_rows(job.x[j0:j1], k), _rows(j0, j1, k))
             part = _weighted(job, _grad(job, _score(job, out, _rows(j0, j1, k)), leaf), weights[s0:s1], j1 - j0)
             acc = part if acc is None else acc + job.be.detach(part)
         blocks.append(acc)
@@ -446,7 +470,7 @@ def _layer_conductance(job: _Job) -> Any:
         for p0, p1 in spans(job.n_steps + 1, plan.points, overlap=1):
             k = p1 - p0
             tap.replace = cut
-            out = tap.run(job.model, _scaled(job, job.base, job.x, alphas[p0:p1], j0, j1))
+            out = _forward(job, _scaled(job, job.base, job.x, alphas[p0:p1], j0, j1), _rows(j0, j1, k))
             y = cut.leaf
             g = _grad(job, _score(job, out, _rows(j0, j1, k)), y)
             part = None
@@ -483,7 +507,7 @@ def _layer_point(job: _Job) -> Any:
     tap, cut, blocks = job.tap, _cutter(job), []
     for j0, j1 in _blocks(job, plan):
         tap.replace = cut
-        out = tap.run(job.model, job.x[j0:j1])
+        out = _forward(job, job.x[j0:j1], range(j0, j1))
         g = _grad(job, _score(job, out, list(range(j0, j1))), cut.leaf)
         blocks.append(job.be.detach(g * cut.leaf if job.method == "gradient_x_activation" else g))
     return job.m.cat(blocks, 0)
@@ -503,7 +527,7 @@ def _neuron_path(job: _Job) -> Any:
             k = s1 - s0
             x = _leaf(job, _scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
             tap.replace, tap.stop = cut, not conductance
-            out = tap.run(job.model, x)
+            out = _forward(job, x, _rows(j0, j1, k))
             g = _grad(job, _neuron_of(job, tap.value).sum(), x)
             if conductance:  # dF/dneuron from the part after the layer, dneuron/dx from the part before
                 g_n = _neuron_of(job, _grad(job, _score(job, out, _rows(j0, j1, k)), cut.leaf))
@@ -522,7 +546,7 @@ def _neuron_point(job: _Job) -> Any:
     for j0, j1 in _blocks(job, plan):
         x = _leaf(job, job.x[j0:j1])
         tap.replace, tap.stop = None, True
-        tap.run(job.model, x)
+        _forward(job, x, range(j0, j1))
         g = _grad(job, _neuron_of(job, tap.value).sum(), x)
         blocks.append(job.be.detach(g * x if job.method == "gradient_x_activation" else g))
     return job.m.cat(blocks, 0)
@@ -539,7 +563,7 @@ def _input_ig(job: _Job) -> Any:
         for s0, s1 in spans(job.n_steps, plan.points):
             k = s1 - s0
             x = _leaf(job, _scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
-            part = _weighted(job, _grad(job, _score(job, job.model(x), _rows(j0, j1, k)), x), weights[s0:s1], j1 - j0)
+            part = _weighted(job, _grad(job, _score(job, _forward(job, x, _rows(j0, j1, k)), _rows(j0, j1, k)), x), weights[s0:s1], j1 - j0)
             acc = part if acc is None else acc + job.be.detach(part)
         blocks.append(acc)
     return job.m.cat(blocks, 0) * (job.x - job.base)
@@ -552,7 +576,7 @@ def _input_point(job: _Job) -> Any:
     blocks = []
     for j0, j1 in _blocks(job, plan):
         x = _leaf(job, job.x[j0:j1])
-        g = _grad(job, _score(job, job.model(x), list(range(j0, j1))), x)
+        g = _grad(job, _score(job, _forward(job, x, range(j0, j1)), list(range(j0, j1))), x)
         g = g * x if job.method == "gradient_x_activation" else job.m.abs(g) if job.method == "saliency" else g
         blocks.append(job.be.detach(g))
     return job.m.cat(blocks, 0)
@@ -572,7 +596,7 @@ def _smoothgrad(job: _Job) -> Any:
     for j0, j1 in spans(job.n, max(1, plan.samples * plan.points // nt)):
         x = _leaf(job, noisy[j0 * nt : j1 * nt])
         samples = [j for j in range(j0, j1) for _ in range(nt)]
-        g = _grad(job, _score(job, job.model(x), samples), x)
+        g = _grad(job, _score(job, _forward(job, x, samples), samples), x)
         shape = list(be.shape(g))
         blocks.append(be.detach(job.m.mean(job.m.reshape(g, [j1 - j0, nt, *shape[1:]]), [1])))
     return job.m.cat(blocks, 0)

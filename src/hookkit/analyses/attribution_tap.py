@@ -36,11 +36,11 @@ class LayerTap(HandleGroup):
         event, fn = ("forward", self._on_output) if where == "output" else ("forward_pre", self._on_input)
         self.add(attach(model, [(name, layer)], event, fn, INTERVENTION))
 
-    def run(self, model: Any, x: Any) -> Any:
-        """``model(x)`` with this tap; None when the tap ended the forward (``stop``)."""
+    def run(self, model: Any, x: Any, kwargs: dict | None = None) -> Any:
+        """``model(x, **kwargs)`` with this tap; None when the tap ended the forward (``stop``)."""
         self.value, self.calls = None, 0
         try:
-            return model(x)
+            return model(x, **(kwargs or {}))
         except _Stopped:
             return None
 
