@@ -10,6 +10,7 @@
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
 from hookkit._version import __version__
+from hookkit.analyses.attribution import attribute
 from hookkit.analyses.cam import cam
 from hookkit.analyses.cam_metrics import cam_metric
 from hookkit.apps.report import report
@@ -69,6 +70,7 @@ __all__ = [
     "ActivationStats",
     "cam",
     "cam_metric",
+    "attribute",
     "capture",
     "channel_dropout",
     "clip_grad",

@@ -108,3 +108,14 @@ class TensorMath:
     def nan_to_zero(self, t: Any) -> Any:
         """``t`` with every NaN replaced by 0."""
         raise _missing("nan_to_zero")
+    def tile_rows(self, t: Any, k: int) -> Any:
+        """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
+        raise _missing("tile_rows")
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        """Each row of ``t`` ``k`` times in a row along axis 0 (``[t0, t0, t1, t1, ...]``)."""
+        raise _missing("repeat_rows")
+
+    def abs(self, t: Any) -> Any:
+        """Elementwise absolute value."""
+        raise _missing("abs")

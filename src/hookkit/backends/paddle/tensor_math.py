@@ -89,6 +89,14 @@ class PaddleTensorMath(TensorMath):
 
     def nan_to_zero(self, t: Any) -> Any:
         return paddle.where(paddle.isnan(t), paddle.zeros_like(t), t)
+    def tile_rows(self, t: Any, k: int) -> Any:
+        return paddle.tile(t, [k] + [1] * (t.ndim - 1))
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        return paddle.repeat_interleave(t, k, axis=0)
+
+    def abs(self, t: Any) -> Any:
+        return paddle.abs(t)
 
 
 OPS = PaddleTensorMath()

@@ -82,6 +82,14 @@ class TorchTensorMath(TensorMath):
 
     def nan_to_zero(self, t: Any) -> Any:
         return torch.nan_to_num(t, nan=0.0, posinf=float("inf"), neginf=float("-inf"))
+    def tile_rows(self, t: Any, k: int) -> Any:
+        return t.repeat(k, *([1] * (t.dim() - 1)))
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        return t.repeat_interleave(k, dim=0)
+
+    def abs(self, t: Any) -> Any:
+        return t.abs()
 
 
 OPS = TorchTensorMath()
