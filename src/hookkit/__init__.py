@@ -9,6 +9,9 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+from hookkit.analyses.diff import diff
+from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.port import Ported, PortError, port_weights
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -71,6 +74,8 @@ __all__ = [
     "drop_block",
     "drop_path",
     "DropHookModel",
+    "diff",
+    "Diff",
     "dropout",
     "dummy_eval",
     "edit",
@@ -107,6 +112,9 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "port_weights",
+    "Ported",
+    "PortError",
     "prune",
     "Pruning",
     "Record",
