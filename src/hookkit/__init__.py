@@ -13,6 +13,9 @@ from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
 from hookkit.analyses.cam import cam
 from hookkit.analyses.cam_metrics import cam_metric
+from hookkit.analyses.diff import diff
+from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.port import Ported, PortError, port_weights
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -77,6 +80,8 @@ __all__ = [
     "drop_block",
     "drop_path",
     "DropHookModel",
+    "diff",
+    "Diff",
     "dropout",
     "dummy_eval",
     "edit",
@@ -113,6 +118,9 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "port_weights",
+    "Ported",
+    "PortError",
     "prune",
     "Pruning",
     "Record",

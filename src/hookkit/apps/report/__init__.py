@@ -55,11 +55,11 @@ def report(
     """Write the HTML report and return its path.
 
     ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` objects
-    (one, or a list). ``out``: the HTML file (default ``DIR/report.html`` for a folder, else
-    ``hookkit-report.html``). ``summary``: a ``hookkit.summary(...)`` result (or its ``to_dict()``);
-    its layer classes also label the plots ("conv1 (Conv2d)"). ``scalars``: your own curves, ``{"loss":
-    [...], "accuracy": [...]}`` (one value per step) or ``{name: {"step": [...], "value": [...]}}``;
-    a folder's ``scalars.json`` is read the same way.
+    or ``hookkit.diff`` results (one, or a list). ``out``: the HTML file (default ``DIR/report.html`` for a
+    folder, else ``hookkit-report.html``). ``summary``: a ``hookkit.summary(...)`` result (or its
+    ``to_dict()``); its layer classes also label the plots ("conv1 (Conv2d)"). ``scalars``: your own
+    curves, ``{"loss": [...], "accuracy": [...]}`` (one value per step) or ``{name: {"step": [...],
+    "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
@@ -73,6 +73,7 @@ def report(
         fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
     acts = grads = None
     folder = None
+    diffs: list[Any] = []
     if isinstance(source, (str, os.PathLike)):
         folder = pathlib.Path(source)
         saved = _load_folder(folder)
@@ -88,8 +89,16 @@ def report(
                 grads = obj
             elif hasattr(obj, "layer_stats"):
                 acts = obj
+            elif hasattr(obj, "first_in"):  # a hookkit.diff result
+                diffs.append(obj)
             else:
-                fail("report", "source", "a folder, ActivationStats or GradientStats (or a list of them)", obj, kind=ArgumentTypeError)
+                fail(
+                    "report",
+                    "source",
+                    "a folder, ActivationStats, GradientStats or a hookkit.diff result (or a list of them)",
+                    obj,
+                    kind=ArgumentTypeError,
+                )
     if hasattr(summary, "to_dict"):
         summary = summary.to_dict()
     if scalars:
@@ -118,6 +127,10 @@ def report(
     sections += figure_sections(figures or [], FIGURE_SECTIONS)
     if dropout:
         sections.append(dropout_section(dropout))
+    if diffs:
+        from hookkit.apps.report.diff_section import diff_section
+
+        sections += [diff_section(d) for d in diffs]
     if not sections:
         where = f"folder {str(folder)!r}" if folder else "the objects given"
         raise HookkitError(f"nothing to report in {where}: save ActivationStats / GradientStats there first (stats.save(DIR))")
