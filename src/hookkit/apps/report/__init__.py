@@ -21,6 +21,7 @@ from hookkit.apps.report.render import (
     gradient_section,
     page,
     summary_section,
+    update_ratio_section,
 )
 from hookkit.core.errors import HookkitError
 
@@ -52,7 +53,7 @@ def report(
 ) -> pathlib.Path:
     """Write the HTML report and return its path.
 
-    ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` objects
+    ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` / ``WeightStats`` objects
     (one, or a list). ``out``: the HTML file (default ``DIR/report.html`` for a folder, else
     ``hookkit-report.html``). ``summary``: a ``hookkit.summary(...)`` result (or its ``to_dict()``).
 
@@ -66,27 +67,35 @@ def report(
     check_str(title, fn="report", arg="title")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
-    acts = grads = None
+    acts = grads = weights = None
     folder = None
     if isinstance(source, (str, os.PathLike)):
         folder = pathlib.Path(source)
         saved = _load_folder(folder)
-        acts, grads = saved.pop("activations"), saved.pop("gradients")
+        acts, grads, weights = saved.pop("activations"), saved.pop("gradients"), saved.pop("weights")
         summary = summary if summary is not None else saved["summary"]
         dropout = dropout if dropout is not None else saved["dropout"]
         figures = (saved["figures"] or []) + list(figures or [])
         meta = {**(saved["meta"] or {}), **(meta or {})}
     else:
         for obj in source if isinstance(source, (list, tuple)) else [source]:
-            if hasattr(obj, "param_stats"):
+            if hasattr(obj, "update_ratios"):
+                weights = obj
+            elif hasattr(obj, "param_stats"):
                 grads = obj
             elif hasattr(obj, "layer_stats"):
                 acts = obj
             else:
-                fail("report", "source", "a folder, ActivationStats or GradientStats (or a list of them)", obj, kind=ArgumentTypeError)
+                fail(
+                    "report",
+                    "source",
+                    "a folder, ActivationStats, GradientStats or WeightStats (or a list of them)",
+                    obj,
+                    kind=ArgumentTypeError,
+                )
     if hasattr(summary, "to_dict"):
         summary = summary.to_dict()
-    live = [s for s in (acts, grads) if s is not None]
+    live = [s for s in (acts, grads, weights) if s is not None]
     if any(getattr(s, "rank", 0) != 0 for s in live):
         # distributed training: every rank reads (the cross-rank reduction is a collective), rank 0 writes
         for s in live:
@@ -100,6 +109,8 @@ def report(
         sections += activation_sections(acts)
     if grads is not None and list(grads.names):
         sections.append(gradient_section(grads))
+    if weights is not None and list(weights.names):
+        sections.append(update_ratio_section(weights))
     sections += figure_sections(figures or [], FIGURE_SECTIONS)
     if dropout:
         sections.append(dropout_section(dropout))

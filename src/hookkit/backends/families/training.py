@@ -55,10 +55,15 @@ class Training:
         how that was measured."""
         raise _missing("peak_bytes")
 
-    def weight_row(self, w: Any, prev: Any) -> Any:
-        """One row ``[sum, sum of squares, max |w|, ||w - prev||^2, ||prev||^2]`` of ``w`` as a
-        float32 tensor on its device (no host read); ``prev`` None: NaN in the last two."""
-        raise _missing("weight_row")
+    def weight_rows(self, ws: Sequence[Any], prevs: Sequence[Any]) -> Any:
+        """One row per tensor of ``ws``: ``[mean, sum of squared deviations from the mean, max |w|,
+        ||w - prev||^2, ||prev||^2]``, as one float32 ``[len(ws), 5]`` tensor on their device (no host
+        read); where ``prevs[i]`` is None, NaN in the last two."""
+        raise _missing("weight_rows")
+
+    def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
+        """Copy each ``srcs[i]``'s values into ``dsts[i]`` in place, outside autograd."""
+        raise _missing("copy_all")
 
     def group_parameters(self, ts: Sequence[Any]) -> list[Any]:
         """``ts`` without duplicates (by identity), in order."""

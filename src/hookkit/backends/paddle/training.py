@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import paddle
@@ -137,17 +137,29 @@ class PaddleTraining(Training):
         fn()
         return core.host_memory_stat_peak_value("Allocated", 0) - start, "Paddle's host allocator statistics (peak of 'Allocated')"
 
-    def weight_row(self, w: Any, prev: Any) -> Any:
-        wf = w.detach().astype("float32")
-        nan = paddle.full([], float("nan"), dtype="float32")
-        if wf.size == 0:
-            return paddle.stack([paddle.zeros([]), paddle.zeros([]), nan, nan, nan])
-        peak = paddle.maximum(-wf.min(), wf.max())
-        if prev is None:
-            return paddle.stack([wf.sum(), (wf * wf).sum(), peak, nan, nan])
-        pf = prev.astype("float32")
-        d = wf - pf
-        return paddle.stack([wf.sum(), (wf * wf).sum(), peak, (d * d).sum(), (pf * pf).sum()])
+    def weight_rows(self, ws: Sequence[Any], prevs: Sequence[Any]) -> Any:
+        rows = []
+        for w, prev in zip(ws, prevs):
+            wf = w.detach().astype("float32")
+            nan = paddle.full([], float("nan"), dtype="float32")
+            if wf.size == 0:
+                rows.append(paddle.stack([nan, paddle.zeros([]), nan, nan, nan]))
+                continue
+            mean = wf.mean()
+            dev = wf - mean
+            peak = paddle.maximum(-wf.min(), wf.max())
+            if prev is None:
+                rows.append(paddle.stack([mean, (dev * dev).sum(), peak, nan, nan]))
+            else:
+                pf = prev.astype("float32")
+                d = wf - pf
+                rows.append(paddle.stack([mean, (dev * dev).sum(), peak, (d * d).sum(), (pf * pf).sum()]))
+        return paddle.stack(rows)
+
+    def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
+        with paddle.no_grad():
+            for d, s in zip(dsts, srcs):
+                paddle.assign(s.detach(), output=d)
 
 
 OPS = PaddleTraining()

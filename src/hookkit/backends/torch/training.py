@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -87,19 +87,28 @@ class TorchTraining(Training):
                 peak = max(peak, live)
         return peak, "the CPU allocator's allocations and frees, recorded by torch.profiler (profile_memory=True)"
 
-    def weight_row(self, w: Any, prev: Any) -> Any:
-        w = w.detach()
-        wf = w if w.dtype == torch.float32 else w.float()
-        sq = torch.linalg.vector_norm(wf).square()
-        if wf.numel():
-            peak = wf.abs().max()
-        else:
-            peak = torch.full((), float("nan"), device=w.device)
-        if prev is None:
-            nan = torch.full((), float("nan"), device=w.device)
-            return torch.stack([wf.sum(), sq, peak, nan, nan])
-        pf = prev if prev.dtype == torch.float32 else prev.float()
-        return torch.stack([wf.sum(), sq, peak, torch.linalg.vector_norm(wf - pf).square(), torch.linalg.vector_norm(pf).square()])
+    def weight_rows(self, ws: Sequence[Any], prevs: Sequence[Any]) -> Any:
+        rows = []
+        for w, prev in zip(ws, prevs):
+            wf = w.detach()
+            wf = wf if wf.dtype == torch.float32 else wf.float()
+            if not wf.numel():
+                rows.append(torch.tensor([float("nan"), 0.0, float("nan"), float("nan"), float("nan")], device=w.device))
+                continue
+            var, mean = torch.var_mean(wf, correction=0)
+            peak = torch.linalg.vector_norm(wf, float("inf"))
+            if prev is None:
+                nan = torch.full((), float("nan"), device=w.device)
+                rows.append(torch.stack([mean, var * wf.numel(), peak, nan, nan]))
+            else:
+                pf = prev if prev.dtype == torch.float32 else prev.float()
+                step = torch.linalg.vector_norm(wf - pf)
+                rows.append(torch.stack([mean, var * wf.numel(), peak, step * step, torch.linalg.vector_norm(pf).square()]))
+        return torch.stack(rows)
+
+    def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
+        with torch.no_grad():
+            torch._foreach_copy_(list(dsts), [s.detach() for s in srcs])
 
 
 OPS = TorchTraining()

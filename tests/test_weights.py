@@ -1,0 +1,134 @@
+"""WeightStats: weights and update-to-weight ratios per parameter at each optimizer step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hookkit
+
+
+def _sgd(fw, model, lr=0.1):
+    if fw.name == "torch":
+        return fw.lib.optim.SGD(model.parameters(), lr=lr)
+    return fw.lib.optimizer.SGD(learning_rate=lr, parameters=model.parameters())
+
+
+def _train_step(fw, model, opt, x):
+    model(x).sum().backward()
+    fw.step(opt)
+
+
+def test_update_ratio_is_the_hand_value_after_sgd_steps(fw):
+    model = fw.mlp((4, 6, 3))
+    opt = _sgd(fw, model)
+    stats = hookkit.WeightStats(model, optimizer=opt)
+    assert stats.names == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    snaps = []
+    for i in range(3):
+        snaps.append({n: fw.numpy(p).astype(np.float64).copy() for n, p in zip(stats.names, fw.params(model))})
+        _train_step(fw, model, opt, fw.randn(5, 4))
+    snaps.append({n: fw.numpy(p).astype(np.float64).copy() for n, p in zip(stats.names, fw.params(model))})
+    for name in stats.names:
+        s = stats.param_stats(name)
+        np.testing.assert_array_equal(s["step"], [0, 1, 2])
+        assert np.isnan(s["update_ratio"][0])  # the first step: no previous weights
+        for k in (1, 2):
+            prev, now = snaps[k][name], snaps[k + 1][name]
+            hand = np.linalg.norm(now - prev) / np.linalg.norm(prev)
+            np.testing.assert_allclose(s["update_ratio"][k], hand, rtol=1e-5)
+        now = snaps[3][name]
+        np.testing.assert_allclose(s["mean"][2], now.mean(), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(s["std"][2], now.std(ddof=1), rtol=1e-5)
+        np.testing.assert_allclose(s["norm"][2], np.linalg.norm(now), rtol=1e-5)
+        np.testing.assert_allclose(s["max_abs"][2], np.abs(now).max(), rtol=1e-6)
+    stats.remove()
+    _train_step(fw, model, opt, fw.randn(5, 4))
+    assert len(stats.param_stats("0.weight")["step"]) == 3  # removed: no more records
+    assert "step" not in vars(opt) and "minimize" not in vars(opt)  # Paddle's wrapper is gone
+
+
+def test_every(fw):
+    model = fw.linear(3, 2)
+    opt = _sgd(fw, model)
+    stats = hookkit.WeightStats(model, optimizer=opt, every=2, hist=True, bins=8, range=(-4, 4))
+    snaps = []
+    for _ in range(5):
+        snaps.append(fw.numpy(fw.params(model)[0]).astype(np.float64).copy())
+        _train_step(fw, model, opt, fw.randn(4, 3))
+    s = stats.param_stats("weight")
+    np.testing.assert_array_equal(s["step"], [0, 2, 4])
+    assert np.isnan(s["update_ratio"][0])
+    hand = np.linalg.norm(fw.numpy(fw.params(model)[0]) - snaps[4]) / np.linalg.norm(snaps[4])  # one step's update
+    np.testing.assert_allclose(s["update_ratio"][2], hand, rtol=1e-5)
+    assert s["hist"].shape == (3, 8) and s["hist"].sum(axis=1).tolist() == [6, 6, 6]
+    stats.remove()
+
+
+def test_zero_previous_norm_gives_nan(fw):
+    model = fw.linear(3, 2)
+    with fw.no_grad():
+        for p in fw.params(model):
+            p.set_value(np.zeros(p.shape, "float32")) if fw.name == "paddle" else p.zero_()
+    opt = _sgd(fw, model, lr=0.0)  # the weights stay zero
+    with hookkit.WeightStats(model, optimizer=opt) as stats:
+        for _ in range(2):
+            _train_step(fw, model, opt, fw.randn(4, 3))
+    s = stats.param_stats("weight")
+    assert np.isnan(s["update_ratio"]).all() and s["norm"].tolist() == [0.0, 0.0]
+
+
+def test_without_optimizer_records_training_forwards(fw):
+    model = fw.mlp((4, 5, 2))
+    opt = _sgd(fw, model)
+    stats = hookkit.WeightStats(model, "0")
+    assert stats.names == ["0.weight", "0.bias"]
+    before = fw.numpy(fw.params(model)[0]).astype(np.float64).copy()
+    _train_step(fw, model, opt, fw.randn(3, 4))
+    model.eval()
+    model(fw.randn(3, 4))  # eval forwards are not recorded
+    model.train()
+    model(fw.randn(3, 4))
+    s = stats.param_stats("0.weight")
+    np.testing.assert_array_equal(s["step"], [0, 2])
+    now = fw.numpy(fw.params(model)[0]).astype(np.float64)
+    assert np.isnan(s["update_ratio"][0])
+    # the copy was taken at step 0: the ratio at step 2 spans the update in between
+    np.testing.assert_allclose(s["norm"][1], np.linalg.norm(now), rtol=1e-5)
+    assert before.shape == now.shape
+    stats.remove()
+    assert not any(hookkit.core.router.attached(model).values())
+
+
+def test_save_load_report(fw, tmp_path):
+    model = fw.mlp((4, 6, 3))
+    opt = _sgd(fw, model)
+    with hookkit.WeightStats(model, optimizer=opt, hist=True) as stats:
+        for _ in range(3):
+            _train_step(fw, model, opt, fw.randn(5, 4))
+    stats.save(tmp_path)
+    loaded = hookkit.WeightStats.load(tmp_path)
+    again = hookkit.load_stats(tmp_path)["weight_stats"]
+    for name in stats.names:
+        for key, value in stats.param_stats(name).items():
+            np.testing.assert_array_equal(loaded.param_stats(name)[key], value)
+            np.testing.assert_array_equal(again.param_stats(name)[key], value)
+    assert loaded.hist_ranges == stats.hist_ranges
+    names, steps, ratios = loaded.update_ratios()
+    assert names == stats.names and steps.tolist() == [0, 1, 2] and ratios.shape == (4, 3)
+    page = hookkit.report(tmp_path).read_text()
+    assert "Update-to-weight ratio" in page
+
+
+def test_errors_leave_nothing_attached(fw):
+    model = fw.mlp()
+    other = _sgd(fw, fw.mlp())
+    with pytest.raises(ValueError, match="optimizer"):
+        hookkit.WeightStats(model, optimizer=other)
+    with pytest.raises(ValueError, match="bins"):
+        hookkit.WeightStats(model, bins=0)
+    with pytest.raises(ValueError, match="layers"):
+        hookkit.WeightStats(model, layers="1")  # ReLU: no parameters
+    with hookkit.WeightStats(model) as stats, pytest.raises(KeyError, match="0.weight"):
+        stats.param_stats("0.weight_")
+    assert not any(hookkit.core.router.attached(model).values())
