@@ -25,7 +25,7 @@ def test_update_ratio_is_the_hand_value_after_sgd_steps(fw):
     stats = hookkit.WeightStats(model, optimizer=opt)
     assert stats.names == ["0.weight", "0.bias", "2.weight", "2.bias"]
     snaps = []
-    for i in range(3):
+    for _ in range(3):
         snaps.append({n: fw.numpy(p).astype(np.float64).copy() for n, p in zip(stats.names, fw.params(model))})
         _train_step(fw, model, opt, fw.randn(5, 4))
     snaps.append({n: fw.numpy(p).astype(np.float64).copy() for n, p in zip(stats.names, fw.params(model))})
@@ -132,3 +132,69 @@ def test_errors_leave_nothing_attached(fw):
     with hookkit.WeightStats(model) as stats, pytest.raises(KeyError, match="0.weight"):
         stats.param_stats("0.weight_")
     assert not any(hookkit.core.router.attached(model).values())
+
+
+# -- the training-loop callbacks: weight statistics and histograms, read back from the files ------------
+from test_integrations import BATCH, N, lightning, paddle_fit  # noqa: E402, F401  (fixtures: a real Lightning / Paddle fit)
+
+STEPS_PER_EPOCH = N // BATCH
+
+
+def _trimmed(counts):
+    filled = np.flatnonzero(counts)
+    return counts[filled[0] : filled[-1] + 1]
+
+
+def test_lightning_logs_weight_histograms_to_tensorboard(lightning, tmp_path):  # noqa: F811
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from hookkit.integrations.lightning import HookkitCallback
+
+    writer = SummaryWriter(str(tmp_path))
+    cb = HookkitCallback(activation_stats=False, gradient_stats=False, weight_stats=True, hist=True, layers="net.2", writer=writer)
+    lightning(cb, epochs=2)
+    writer.close()
+    w = cb.weight_stats
+    assert w.names == ["net.2.weight", "net.2.bias"]  # scoped by layers=
+    s = w.param_stats("net.2.weight")
+    np.testing.assert_array_equal(s["step"], np.arange(2 * STEPS_PER_EPOCH))  # one record per optimizer step
+    assert np.isnan(s["update_ratio"][0]) and np.isfinite(s["update_ratio"][1:]).all()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"histograms": 0, "scalars": 0})
+    acc.Reload()
+    tags = acc.Tags()
+    assert not [t for t in tags["histograms"] if "net.0" in t]
+    events = acc.Histograms("weight_hist/net.2.weight")
+    assert [e.step for e in events] == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
+    lo, hi = w.hist_ranges["net.2.weight"]
+    for event, last in zip(events, [STEPS_PER_EPOCH - 1, 2 * STEPS_PER_EPOCH - 1]):
+        counts = s["hist"][last]  # the weights after the epoch's last step
+        np.testing.assert_allclose(event.histogram_value.bucket, _trimmed(counts))
+        assert event.histogram_value.num == 16 * 3 and lo <= event.histogram_value.min < event.histogram_value.max <= hi
+    ratios = [e.value for e in acc.Scalars("weight/net.2.weight/update_ratio")]
+    np.testing.assert_allclose(ratios[1], s["update_ratio"][STEPS_PER_EPOCH:].mean(), rtol=1e-5)
+    norms = [e.value for e in acc.Scalars("weight/net.2.weight/norm")]
+    np.testing.assert_allclose(norms[0], s["norm"][:STEPS_PER_EPOCH].mean(), rtol=1e-5)
+
+
+def test_paddle_hapi_logs_weight_histograms_to_visualdl(paddle_fit, tmp_path):  # noqa: F811
+    visualdl = pytest.importorskip("visualdl")
+    import glob
+
+    from hookkit.integrations.paddle_hapi import HookkitPaddleCallback
+
+    log_writer = visualdl.LogWriter(logdir=str(tmp_path))
+    cb = HookkitPaddleCallback(activation_stats=False, gradient_stats=False, weight_stats=True, hist=True, writer=log_writer)
+    net = paddle_fit(cb, epochs=2)
+    log_writer.close()
+    w = cb.weight_stats
+    assert w.names == ["body.0.weight", "body.0.bias", "body.2.weight", "body.2.bias"]
+    s = w.param_stats("body.0.weight")
+    np.testing.assert_array_equal(s["step"], np.arange(2 * STEPS_PER_EPOCH))  # hapi's minimize, wrapped, once per batch
+    np.testing.assert_allclose(s["norm"][-1], np.linalg.norm(net.body[0].weight.numpy()), rtol=1e-5)
+    (path,) = glob.glob(str(tmp_path / "vdlrecords.*"))
+    reader = visualdl.LogReader(file_path=path)
+    assert "weight/body.0.weight/update_ratio" in reader.get_tags()["scalar"]
+    records = reader.get_data("histogram", "weight_hist/body.0.weight")
+    assert [r.id for r in records] == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
+    np.testing.assert_allclose(list(records[-1].histogram.hist), _trimmed(s["hist"][-1]))
