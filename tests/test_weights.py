@@ -198,3 +198,74 @@ def test_paddle_hapi_logs_weight_histograms_to_visualdl(paddle_fit, tmp_path):  
     records = reader.get_data("histogram", "weight_hist/body.0.weight")
     assert [r.id for r in records] == [STEPS_PER_EPOCH, 2 * STEPS_PER_EPOCH]
     np.testing.assert_allclose(list(records[-1].histogram.hist), _trimmed(s["hist"][-1]))
+
+
+# -- 2 ranks (gloo on 127.0.0.1): DDP replicas and FSDP2 shards read the one-process figures -------------
+def _weight_rank(rank: int, world: int, port: int, out: str) -> None:
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from test_distributed import flat, torch_batches, torch_model, torch_train
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        ddp = torch.nn.parallel.DistributedDataParallel(torch_model())
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+        w = hookkit.WeightStats(ddp, optimizer=opt, hist=True, bins=12)  # ranges agreed across ranks
+        torch_train(ddp, torch_batches(), rank, world, opt)
+        np.savez(os.path.join(out, f"ddp{rank}.npz"), **flat(w.to_numpy()))
+        model = torch_model()
+        mesh = init_device_mesh("cpu", (world,))
+        for layer in (model[0], model[2], model[4]):
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        w = hookkit.WeightStats(model, optimizer=opt, hist=True, bins=12)
+        torch_train(model, torch_batches(), rank, world, opt)
+        np.savez(os.path.join(out, f"fsdp{rank}.npz"), **flat(w.to_numpy()))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_two_rank_ddp_and_fsdp2_read_the_one_process_figures(tmp_path):
+    pytest.importorskip("torch.distributed.fsdp")
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import TIMEOUT, flat, torch_batches, torch_model, torch_train
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, __file__, str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    import torch
+
+    model = torch_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookkit.WeightStats(model, optimizer=opt, hist=True, bins=12) as w:
+        torch_train(model, torch_batches(), opt=opt)
+    expected = flat(w.to_numpy())
+    for kind in ("ddp", "fsdp"):
+        for rank in (0, 1):
+            got = dict(np.load(tmp_path / f"{kind}{rank}.npz"))
+            assert got.keys() == expected.keys()
+            for k, v in expected.items():
+                np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=f"{kind} rank {rank}: {k}")
+
+
+if __name__ == "__main__":
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch.multiprocessing as mp
+
+    from test_distributed import free_port
+
+    mp.spawn(_weight_rank, args=(2, free_port(), sys.argv[1]), nprocs=2)

@@ -61,6 +61,10 @@ class Training:
         read); where ``prevs[i]`` is None, NaN in the last two."""
         raise _missing("weight_rows")
 
+    def local(self, t: Any) -> Any:
+        """This rank's shard of a sharded parameter (FSDP2's DTensor), else ``t`` itself."""
+        return t
+
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         """Copy each ``srcs[i]``'s values into ``dsts[i]`` in place, outside autograd."""
         raise _missing("copy_all")

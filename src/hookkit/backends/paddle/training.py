@@ -142,8 +142,9 @@ class PaddleTraining(Training):
         for w, prev in zip(ws, prevs):
             wf = w.detach().astype("float32")
             nan = paddle.full([], float("nan"), dtype="float32")
-            if wf.size == 0:
-                rows.append(paddle.stack([nan, paddle.zeros([]), nan, nan, nan]))
+            if wf.size == 0:  # an empty shard: neutral for the merge
+                gone = nan if prev is None else paddle.zeros([])
+                rows.append(paddle.stack([nan, paddle.zeros([]), paddle.zeros([]), gone, gone]))
                 continue
             mean = wf.mean()
             dev = wf - mean
@@ -155,6 +156,9 @@ class PaddleTraining(Training):
                 d = wf - pf
                 rows.append(paddle.stack([mean, (dev * dev).sum(), peak, (d * d).sum(), (pf * pf).sum()]))
         return paddle.stack(rows)
+
+    def local(self, t: Any) -> Any:
+        return t
 
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         with paddle.no_grad():

@@ -92,8 +92,9 @@ class TorchTraining(Training):
         for w, prev in zip(ws, prevs):
             wf = w.detach()
             wf = wf if wf.dtype == torch.float32 else wf.float()
-            if not wf.numel():
-                rows.append(torch.tensor([float("nan"), 0.0, float("nan"), float("nan"), float("nan")], device=w.device))
+            if not wf.numel():  # an empty shard: neutral for the merge (the max of |w| >= 0, sums)
+                gone = float("nan") if prev is None else 0.0
+                rows.append(torch.tensor([float("nan"), 0.0, 0.0, gone, gone], device=w.device))
                 continue
             var, mean = torch.var_mean(wf, correction=0)
             peak = torch.linalg.vector_norm(wf, float("inf"))
@@ -105,6 +106,10 @@ class TorchTraining(Training):
                 step = torch.linalg.vector_norm(wf - pf)
                 rows.append(torch.stack([mean, var * wf.numel(), peak, step * step, torch.linalg.vector_norm(pf).square()]))
         return torch.stack(rows)
+
+    def local(self, t: Any) -> Any:
+        to_local = getattr(t, "to_local", None)  # a DTensor (FSDP2): this rank's shard
+        return t if to_local is None else to_local()
 
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         with torch.no_grad():

@@ -164,7 +164,7 @@ class WeightStats(_Recorder, WeightData):
         settings = {"every": every, "hist": hist, "bins": bins, "ranges": ranges}
         WeightData.__init__(self, [n for n, _ in params], be.name, settings)
         self._refs = [weakref.ref(p) for _, p in params]
-        self._numels = [be.numel(p) for _, p in params]
+        self._numels = [be.numel(self._ops.local(p)) for _, p in params]
         self._sharded = np.array([be.is_sharded(p) for _, p in params], dtype=bool)
         self._prev: list[Any] = [None] * len(params)
         self._prev_step = -2  # the step whose weights ``_prev`` holds (after it)
@@ -194,7 +194,8 @@ class WeightStats(_Recorder, WeightData):
     def _ranges(self, params: list[Any]) -> list[list[float]]:
         """Per parameter +-(the power of two above max |w|), agreed across ranks (a max, once)."""
         be = self._backend
-        peaks = np.array([float(np.max(np.abs(be.to_numpy(p)))) if be.numel(p) else 0.0 for p in params], np.float64)
+        local = [self._ops.local(p) for p in params]
+        peaks = np.array([float(np.max(np.abs(be.to_numpy(p)))) if be.numel(p) else 0.0 for p in local], np.float64)
         if be.world()[1] > 1:
             peaks = np.max(np.stack([r.reshape(-1) for r in be.all_gather_rows(peaks.reshape(1, -1))]), axis=0)
         return [[-_pow2_above(a), _pow2_above(a)] for a in peaks]
@@ -210,7 +211,8 @@ class WeightStats(_Recorder, WeightData):
         record, keep = step % every == 0, (step + 1) % every == 0
         if not (record or keep):
             return
-        ws = [r() for r in self._refs]
+        local = self._ops.local
+        ws = [None if w is None else local(w) for w in (r() for r in self._refs)]
         live = [i for i, w in enumerate(ws) if w is not None]
         if not live:
             return
