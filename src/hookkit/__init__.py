@@ -59,7 +59,7 @@ from hookkit.observers.features import ExtractError, FeatureArray, Features, Fea
 from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
-from hookkit.observers.stats import ActivationStats, GradientStats, load_stats
+from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
 
 __all__ = [
@@ -137,4 +137,5 @@ __all__ = [
     "total_params",
     "UnsupportedModel",
     "watch_nonfinite",
+    "WeightStats",
 ]

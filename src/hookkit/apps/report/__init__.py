@@ -22,6 +22,7 @@ from hookkit.apps.report.render import (
     page,
     scalars_section,
     summary_section,
+    update_ratio_section,
 )
 from hookkit.core.errors import HookkitError
 
@@ -54,12 +55,12 @@ def report(
 ) -> pathlib.Path:
     """Write the HTML report and return its path.
 
-    ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` objects
-    or ``hookkit.diff`` results (one, or a list). ``out``: the HTML file (default ``DIR/report.html`` for a
-    folder, else ``hookkit-report.html``). ``summary``: a ``hookkit.summary(...)`` result (or its
-    ``to_dict()``); its layer classes also label the plots ("conv1 (Conv2d)"). ``scalars``: your own
-    curves, ``{"loss": [...], "accuracy": [...]}`` (one value per step) or ``{name: {"step": [...],
-    "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
+    ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` / ``WeightStats``
+    objects or ``hookkit.diff`` results (one, or a list). ``out``: the HTML file (default
+    ``DIR/report.html`` for a folder, else ``hookkit-report.html``). ``summary``: a
+    ``hookkit.summary(...)`` result (or its ``to_dict()``); its layer classes also label the plots
+    ("conv1 (Conv2d)"). ``scalars``: your own curves, ``{"loss": [...], "accuracy": [...]}`` (one value
+    per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
@@ -71,13 +72,13 @@ def report(
     check_str(title, fn="report", arg="title")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
-    acts = grads = None
+    acts = grads = weights = None
     folder = None
     diffs: list[Any] = []
     if isinstance(source, (str, os.PathLike)):
         folder = pathlib.Path(source)
         saved = _load_folder(folder)
-        acts, grads = saved.pop("activations"), saved.pop("gradients")
+        acts, grads, weights = saved.pop("activations"), saved.pop("gradients"), saved.pop("weights")
         summary = summary if summary is not None else saved["summary"]
         dropout = dropout if dropout is not None else saved["dropout"]
         figures = (saved["figures"] or []) + list(figures or [])
@@ -85,7 +86,9 @@ def report(
         scalars = {**(saved["scalars"] or {}), **(scalars or {})}
     else:
         for obj in source if isinstance(source, (list, tuple)) else [source]:
-            if hasattr(obj, "param_stats"):
+            if hasattr(obj, "update_ratios"):
+                weights = obj
+            elif hasattr(obj, "param_stats"):
                 grads = obj
             elif hasattr(obj, "layer_stats"):
                 acts = obj
@@ -95,7 +98,7 @@ def report(
                 fail(
                     "report",
                     "source",
-                    "a folder, ActivationStats, GradientStats or a hookkit.diff result (or a list of them)",
+                    "a folder, ActivationStats, GradientStats, WeightStats or a hookkit.diff result (or a list of them)",
                     obj,
                     kind=ArgumentTypeError,
                 )
@@ -108,7 +111,7 @@ def report(
             fail("report", "scalars", '{name: [values]} or {name: {"step": [...], "value": [...]}}', scalars, kind=ArgumentTypeError)
         scalars = check_scalars(scalars, "report(): scalars")
     types = {r["name"]: r["type"] for r in (summary or {}).get("rows", []) if r.get("call", 0) == 0}
-    live = [s for s in (acts, grads) if s is not None]
+    live = [s for s in (acts, grads, weights) if s is not None]
     if any(getattr(s, "rank", 0) != 0 for s in live):
         # distributed training: every rank reads (the cross-rank reduction is a collective), rank 0 writes
         for s in live:
@@ -124,6 +127,8 @@ def report(
         sections += activation_sections(acts, types)
     if grads is not None and list(grads.names):
         sections.append(gradient_section(grads))
+    if weights is not None and list(weights.names):
+        sections.append(update_ratio_section(weights))
     sections += figure_sections(figures or [], FIGURE_SECTIONS)
     if dropout:
         sections.append(dropout_section(dropout))

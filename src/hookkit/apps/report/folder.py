@@ -224,7 +224,7 @@ def load_folder(folder: pathlib.Path) -> dict[str, Any]:
 
     if not folder.is_dir():
         raise HookkitError(f"report(): {str(folder)!r} is not a folder of saved statistics")
-    for name in ("activation_stats.json", "activation_stats.safetensors", "gradient_stats.json", "gradient_stats.safetensors"):
+    for name in [f"{kind}.{ext}" for kind in ("activation_stats", "gradient_stats", "weight_stats") for ext in ("json", "safetensors")]:
         if (folder / name).exists() or (folder / name).is_symlink():
             confined(folder, name, str(folder / name))  # statistics linked from outside the folder are refused too
     try:
@@ -239,6 +239,7 @@ def load_folder(folder: pathlib.Path) -> dict[str, Any]:
     return {
         "activations": stats.get("activation_stats"),
         "gradients": stats.get("gradient_stats"),
+        "weights": stats.get("weight_stats"),
         "summary": None if summary is None else check_summary(summary, str(folder / "summary.json")),
         "dropout": None if dropout is None else check_dropout(dropout, str(folder / "dropout.json")),
         "meta": None if meta is None else check_meta(meta, str(folder / "meta.json")),

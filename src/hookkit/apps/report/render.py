@@ -201,6 +201,39 @@ def gradient_section(grads: Any) -> Section:
     return sec
 
 
+def update_ratio_section(weights: Any) -> Section:
+    """The update-to-weight ratio of each parameter over the steps (``hookkit.WeightStats``), log scale,
+    with the usual 1e-3 guide line, and the last recorded ratio of each parameter."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names, steps, ratios = weights.update_ratios()
+    sec = Section(
+        "update-ratio",
+        "Update-to-weight ratio",
+        "||w_t - w_(t-1)|| / ||w_(t-1)|| of each parameter at each optimizer step (hookkit.WeightStats). Around 1e-3 (dashed) "
+        "is the usual sign of a well-set learning rate; far above, the weights churn; far below, the layer barely learns.",
+    )
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    for name, row in zip(names, ratios):
+        ok = np.isfinite(row) & (row > 0)
+        if ok.any():
+            ax.plot(steps[ok], row[ok], lw=1, label=name)
+    ax.axhline(1e-3, color="k", ls="--", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("update / weight")
+    if 0 < len(names) <= 12:
+        ax.legend(fontsize=7, ncol=2, loc="upper right")
+    sec.items.append(img(png_bytes(fig), f"{len(names)} parameters, one line each (log scale); dashed: 1e-3"))
+    last = []
+    for name, row in zip(names, ratios):
+        finite = row[np.isfinite(row)]
+        last.append([name, f"{finite[-1]:.2e}" if len(finite) else "--", f"{np.median(finite):.2e}" if len(finite) else "--"])
+    sec.items.append(table(["Parameter", "Last ratio", "Median ratio"], last, numeric={1, 2}))
+    return sec
+
+
 def dropout_section(dropout: dict[str, Any]) -> Section:
     """What the plug-in dropout hooks did: ``{layer: {"kind", "p", "fraction", "calls"}}``."""
     sec = Section(
