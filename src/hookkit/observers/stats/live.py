@@ -49,10 +49,11 @@ class Pending:
     tensors in host memory are written by the C kernel into ``host`` instead (preallocated rows,
     no tensor per call: ``Backend.activation_sums_into``, ``tensor_sums_into``)."""
 
-    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks", "host")
+    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks", "host", "width")
 
-    def __init__(self, backend: Any, bins: int = 0):
+    def __init__(self, backend: Any, bins: int = 0, width: int = 3):
         self.backend = backend
+        self.width = width  # values per device row (a 2-d row block holds several rows)
         self.host = HostRows(bins)
         self.rows: list[Any] = []
         self.hists: list[Any] = []
@@ -74,13 +75,16 @@ class Pending:
             del self.hists[:]
 
     def drain(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(steps, calls, numels, rows [k, 3] float64, hists [k, bins] or None)``; empties the lists."""
+        """``(steps, calls, numels, rows [k, width] float64, hists [k, bins] or None)``; empties the lists."""
         self.stack()
-        to_numpy = self.backend.to_numpy
+        to_numpy, w = self.backend.to_numpy, self.width
         rows = (
-            np.concatenate([np.asarray(to_numpy(c), np.float64).reshape(-1, 3) for c in self.chunks]) if self.chunks else np.zeros((0, 3))
+            np.concatenate([np.asarray(to_numpy(c), np.float64).reshape(-1, w) for c in self.chunks]) if self.chunks else np.zeros((0, w))
         )
-        hists = np.concatenate([np.asarray(to_numpy(c), np.float64) for c in self.hist_chunks]) if self.hist_chunks else None
+        hists = None
+        if self.hist_chunks:
+            parts = [np.asarray(to_numpy(c), np.float64) for c in self.hist_chunks]
+            hists = np.concatenate([h.reshape(-1, h.shape[-1]) for h in parts])
         out = (np.array(self.steps, np.int64), np.array(self.calls, np.int64), np.array(self.numels, np.float64), rows, hists)
         self.chunks, self.hist_chunks = [], []
         del self.steps[:], self.calls[:], self.numels[:]
