@@ -563,3 +563,45 @@ def test_records_come_in_call_order_not_registration_order(fw):
     order = [(r.name, r.step, r.call) for r in cap.records()]
     one = [("body", 0), ("a", 0), ("b", 0), ("a", 1), ("b", 1), ("head", 0)]
     assert order == [(n, 0, c) for n, c in one] + [(n, 1, c) for n, c in one]
+
+
+# -- 5. copies that can be cleaned ----------------------------------------------------------------------
+
+
+def _native_hooks(model) -> int:
+    n = 0
+    for _, layer in hookkit.select(model, hookkit.ALL):
+        for attr in ("_forward_hooks", "_forward_pre_hooks", "_forward_post_hooks"):
+            n += len(getattr(layer, attr, {}) or {})
+    return n
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "save_load"])
+def test_remove_all_cleans_the_inert_hooks_a_copy_carries(fw, tmp_path, how):
+    """An EMA copy, or a model saved while hooked and loaded again, carries inert hooks; remove_all
+    on it removes them, and hooking it afterwards leaves no inert hook behind."""
+    import copy
+
+    model = fw.mlp((4, 4, 4, 2))
+    with hookkit.capture(model, hookkit.LEAVES), hookkit.GradientStats(model):
+        if how == "deepcopy":
+            twin = copy.deepcopy(model)
+        elif fw.name == "torch":
+            fw.lib.save(model, tmp_path / "m.pt")
+            twin = fw.lib.load(tmp_path / "m.pt", weights_only=False)
+        else:
+            import pickle
+
+            twin = pickle.loads(pickle.dumps(model))
+    assert not hooks_left(model)
+    assert _native_hooks(twin) > 0  # inert: they feed nothing, but cost a call each
+    assert hookkit.remove_all(twin) > 0
+    assert _native_hooks(twin) == 0 and not hooks_left(twin)
+    # a copy that gets hooked loses its inert hooks first: only its own remain, then none
+    with hookkit.capture(model, hookkit.LEAVES):
+        ema = copy.deepcopy(model)
+    assert _native_hooks(ema) > 0
+    with hookkit.capture(ema, hookkit.LEAVES) as cap:
+        ema(fw.randn(2, 4))
+    assert [r.step for r in cap.calls("0")] == [0]
+    assert _native_hooks(ema) == 0

@@ -243,8 +243,15 @@ _registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionar
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
+        backend.drop_forward_hooks(layer, _inert)  # a copy's inert hooks go before it gets its own
         hooks = _registry[layer] = LayerHooks(backend)
     return hooks
+
+
+def _inert(fn: Any) -> bool:
+    """Whether a native hook is an inert one a deep copy or unpickled model carries."""
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, LayerHooks) and owner.backend is None
 
 
 def attach(
@@ -364,7 +371,8 @@ def advance(model: Any) -> None:
 
 def remove_all(model: Any) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
-    many layers had some. Hooks placed by the user or other libraries stay.
+    many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
+    (they feed nothing): those are removed too. Hooks placed by the user or other libraries stay.
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
@@ -374,8 +382,10 @@ def remove_all(model: Any) -> int:
     removed = 0
     for _, layer in backend.named_layers(model):
         hooks = _registry.get(layer)
-        if hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post):
+        had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
+        if had:
             hooks.clear(layer)
+        if backend.drop_forward_hooks(layer, _inert) or had:  # a copy's inert hooks too
             removed += 1
     for p in backend.parameters(model, recurse=True):
         phooks = param_hooks(p)
