@@ -605,3 +605,44 @@ def test_remove_all_cleans_the_inert_hooks_a_copy_carries(fw, tmp_path, how):
         ema(fw.randn(2, 4))
     assert [r.step for r in cap.calls("0")] == [0]
     assert _native_hooks(ema) == 0
+
+
+# -- 9. names and scope ------------------------------------------------------------------------------------
+
+
+def test_a_shared_layer_answers_each_of_its_names(fw):
+    """``self.a = self.b = shared``: named_layers lists it once; capture answers "b" as well."""
+
+    class Tied(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            shared = fw.linear(3, 3)
+            self.a = shared
+            self.b = shared
+            self.out = fw.linear(3, 1)
+
+        def forward(self, x):
+            return self.out(self.b(self.a(x)))
+
+    model = Tied()
+    assert hookkit.select(model, "b").names == ["b"] and hookkit.select(model, ["out", "b", "a"]).names == ["a", "b", "out"]
+    with hookkit.capture(model, "b") as cap:
+        model(fw.randn(2, 3))
+    assert [(r.name, r.call) for r in cap.calls("b")] == [("b", 0), ("b", 1)]
+    with pytest.raises(hookkit.LayerNotFound, match="no layer matches 'c'"):
+        hookkit.select(model, "c")
+    assert not hooks_left(model)
+
+
+def test_steps_of_a_new_context_start_at_zero(fw):
+    """Features attached together share one numbering; once all are gone, the next starts at 0."""
+    model = fw.mlp((4, 3))
+    with hookkit.ActivationStats(model, train_only=False) as first:
+        for _ in range(3):
+            model(fw.randn(2, 4))
+        with hookkit.capture(model, "0") as joined:  # attached while another runs: its numbering
+            model(fw.randn(2, 4))
+    assert list(first.layer_stats("0")["step"]) == [0, 1, 2, 3] and [r.step for r in joined.calls("0")] == [3]
+    with hookkit.ActivationStats(model, train_only=False) as second:
+        model(fw.randn(2, 4))
+    assert list(second.layer_stats("0")["step"]) == [0]

@@ -340,6 +340,8 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
     if not clock.users and root is not None and root_hooks.root_clock is clock:
         root_hooks.root_clock = None
         root_hooks._sync_native(root)
+        if clocks.clock_of(root) is clock:  # the last feature on this root is gone: the next one counts from step 0
+            clocks.forget(root)
 
 
 def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
