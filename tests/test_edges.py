@@ -646,3 +646,31 @@ def test_steps_of_a_new_context_start_at_zero(fw):
     with hookkit.ActivationStats(model, train_only=False) as second:
         model(fw.randn(2, 4))
     assert list(second.layer_stats("0")["step"]) == [0]
+
+
+def test_summary_is_not_a_forward_of_the_features_left_open(fw):
+    """summary() runs a trial forward of its own: a capture or statistics left open do not record
+    it, and the model's steps do not move; run_until is a forward on the user's data and counts."""
+    model = fw.mlp((4, 3))
+    with hookkit.capture(model, "0") as cap, hookkit.ActivationStats(model, train_only=False) as stats:
+        model(fw.randn(2, 4))
+        table = hookkit.summary(model, (5, 4))
+        assert "Linear" in str(table)
+        model(fw.randn(2, 4))
+        with hookkit.run_until(model, "0") as run:
+            run(fw.randn(6, 4))
+    assert [(r.step, tuple(r.output.shape)[0]) for r in cap.calls("0")] == [(0, 2), (1, 2), (2, 6)]
+    assert list(stats.layer_stats("0")["step"]) == [0, 1, 2]
+    assert not hooks_left(model)
+
+
+def test_a_layer_swapped_in_after_attaching_is_named_in_the_error(fw):
+    """Hooks stay on the layer object they were placed on: a head swapped in later is not hooked,
+    and reading it says so instead of only "has not run"."""
+    model = fw.mlp((4, 3, 2))
+    with hookkit.capture(model, ["0", "2"]) as cap:
+        model[2] = fw.linear(3, 2)
+        model(fw.randn(2, 4))
+        assert "0" in cap
+        with pytest.raises(KeyError, match="'2' was replaced after the capture started, and the new layer is not hooked"):
+            cap["2"]

@@ -20,7 +20,7 @@ from typing import Any
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "frame", "outer")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "frame", "outer", "hidden")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
@@ -28,6 +28,7 @@ class Forward:
         # inside it finds it among its callers; no reference to the frame and its locals
         self.frame: tuple | None = None
         self.outer: Forward | None = None
+        self.hidden: frozenset[int] = frozenset()  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
@@ -43,13 +44,14 @@ class Clock:
     ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
     thread has none: autograd's device threads run backward hooks)."""
 
-    __slots__ = ("count", "local", "last", "users", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "private", "__weakref__")
 
     def __init__(self) -> None:
         self.count = 0  # forwards started, all threads
         self.local = threading.local()
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
+        self.private: frozenset[int] | None = None  # during a private pass: the consumers it is hidden from
 
     def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
         """Start the next forward in the calling thread. ``frame``: the framework's frame running
@@ -57,7 +59,10 @@ class Clock:
         hook) is numbered on its own, and the outer one continues with its step and calls when it
         returns."""
         fw = Forward(self.count, transformed)
-        self.count += 1
+        if self.private is not None:  # hookkit's own pass (summary): no step of the root's, seen by its own consumers only
+            fw.hidden, fw.hot = self.private, False
+        else:
+            self.count += 1
         prev = getattr(self.local, "fw", None)
         if prev is not None and prev.frame is not None:
             if frame is not None and _running(prev.frame, frame.f_back, root):

@@ -22,7 +22,8 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -152,6 +153,8 @@ class LayerHooks(GradPlumbing):
                 if transformed:
                     _warn_transformed(c.scope.name)
                 return None
+            if c.observer and c.scope.clock.private is not None and id(c) in c.scope.clock.current().hidden:
+                return None  # a private pass: not a forward this observer records
             ev = made.get(c.scope)
             if ev is None:
                 ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
@@ -342,6 +345,26 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
         root_hooks._sync_native(root)
         if clocks.clock_of(root) is clock:  # the last feature on this root is gone: the next one counts from step 0
             clocks.forget(root)
+
+
+@contextmanager
+def private_pass(model: Any) -> Iterator[None]:
+    """The forwards of ``model`` run inside are hookkit's own (``summary``'s trial forward): the
+    observers attached before (a ``capture`` or statistics left open) do not record them, and they
+    count as no step of the model; interventions and user hooks still run (the model as it runs).
+
+    >>> with private_pass(model):   # doctest: +SKIP
+    ...     handles = attach(model, named, "forward", record, OBSERVER); model(x)
+    """
+    clock = clocks.clock_of(model)
+    if clock is None or clock.private is not None:  # nobody else is attached, or already private
+        yield
+        return
+    clock.private = frozenset(clock.users)
+    try:
+        yield
+    finally:
+        clock.private = None
 
 
 def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:

@@ -191,6 +191,7 @@ class capture(HandleGroup):
         self.grads = _Grads(self)
         named = select(model, layers)
         self.names = [n for n, _ in named]
+        self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
         for name in self.names:
             self._records[name] = []
         try:
@@ -295,8 +296,22 @@ class capture(HandleGroup):
 
             raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(close_matches(name, self.names) or self.names[:8])}")
         if not recs:
-            raise KeyError(f"layer {name!r} has not run since the capture started")
+            raise KeyError(f"layer {name!r} has not run since the capture started{self._swapped(name)}")
         return recs[-1]
+
+    def _swapped(self, name: str) -> str:
+        """A hint when the model now holds another layer under ``name`` than the one hooked."""
+        model = self._model()
+        try:
+            now = dict(select(model, name)).get(name) if model is not None else None
+        except (LookupError, ValueError):
+            now = None
+        if now is None or now is self._hooked[name]():
+            return ""
+        return (
+            f": the model's {name!r} was replaced after the capture started, and the new layer is not hooked "
+            "(hooks stay on the layer object they were placed on); start the capture after swapping layers"
+        )
 
     def __getitem__(self, name: str) -> Any:
         """The last output (or inputs, if outputs=False) of layer ``name``."""
