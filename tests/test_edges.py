@@ -674,3 +674,15 @@ def test_a_layer_swapped_in_after_attaching_is_named_in_the_error(fw):
         assert "0" in cap
         with pytest.raises(KeyError, match="'2' was replaced after the capture started, and the new layer is not hooked"):
             cap["2"]
+
+
+def test_attach_params_skips_frozen_parameters(fw):
+    """Any parameter feature: the router places no gradient hook on a frozen weight."""
+    from hookkit.core.router import attach_params
+
+    model = lora_model(fw)
+    base = model.q.base
+    seen = []
+    with attach_params(model, [("q.base", base, "weight", base.weight), ("head", model.head, "weight", model.head.weight)], seen.append):
+        model(fw.randn(2, 6)).sum().backward()
+    assert [ev.name for ev in seen] == ["head"]

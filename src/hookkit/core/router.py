@@ -291,12 +291,13 @@ def attach_params(
 ) -> HandleGroup:
     """Add ``fn(event) -> None | new gradient`` on the gradient of each ``(layer name, layer,
     parameter name, parameter)``: one native hook per parameter whatever the number of consumers;
-    ``event.step`` is the root's forward whose backward this is.
+    ``event.step`` is the root's forward whose backward this is. A frozen parameter
+    (``requires_grad=False`` / ``stop_gradient=True``) takes no gradient: it is skipped, no hook.
 
     >>> attach_params(model, [("fc", model.fc, "weight", model.fc.weight)], clip)   # doctest: +SKIP
     """
     backend = backend_for(model)
-    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params]
+    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params if backend.requires_grad(p)]
     return _attach_each(model, backend, targets, fn, priority, partial(param_consumer, backend))
 
 
