@@ -33,6 +33,7 @@ from typing import Any
 from hookkit.backends import Backend, backend_for
 from hookkit.core.errors import annotate
 from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 from hookkit.core.tree import leaves
 
 INTERVENTION = 0
@@ -51,7 +52,11 @@ class Halt(BaseException):
 class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
     the current forward of the root it was attached through; ``step`` counts those forwards.
-    ``param_grad`` events also carry ``param`` and ``param_name`` (the parameter's name in its layer)."""
+    ``param_grad`` events also carry ``param`` and ``param_name`` (the parameter's name in its layer).
+    Token positions (``hookkit.core.positions``): ``offset`` (positions a KV cache held before this
+    forward), ``gen_step`` (0 for the forward starting a sequence, +1 per cached forward after it),
+    ``tokens`` (tokens the forward feeds); ``selected``: the absolute positions of the slice an edit
+    with ``positions=`` is handed (None: the whole output)."""
 
     __slots__ = (
         "layer",
@@ -67,12 +72,31 @@ class Event:
         "grad_outputs",
         "param",
         "param_name",
+        "pos",
+        "selected",
     )
 
-    def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
+    def __init__(
+        self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None, pos: TokenPos = OUTSIDE
+    ):
         self.layer, self.name, self.call, self.step = layer, name, call, step
-        self.args, self.kwargs, self.output = args, kwargs, output
-        self.grad = self.index = self.grad_inputs = self.grad_outputs = None  # param and param_name: param_grad only
+        self.args, self.kwargs, self.output, self.pos = args, kwargs, output, pos
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.selected = None  # param and param_name: param_grad only
+
+    @property
+    def offset(self) -> int:
+        """Positions the KV cache held before this forward: the output's first position along the token axis."""
+        return self.pos.offset
+
+    @property
+    def gen_step(self) -> int:
+        """Generation step: 0 for the forward that starts a sequence, +1 per cached forward after it."""
+        return self.pos.gen_step
+
+    @property
+    def tokens(self) -> int | None:
+        """Tokens this forward feeds (None when the root's token input was not found)."""
+        return self.pos.tokens
 
     def __repr__(self) -> str:
         return f"<Event {self.name!r} call={self.call} step={self.step}>"
@@ -82,10 +106,12 @@ class Event:
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "slow")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "slow", "pos", "done")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
+        self.pos: TokenPos = OUTSIDE  # set by the root's pre-hook (hookkit.core.positions)
+        self.done = False  # the root's forward returned
         # The dispatchers' general path: inside a transform, or once the root's forward returned
         # (a later call is a checkpoint recompute, or a direct call of a layer).
         self.slow = transformed
@@ -100,10 +126,11 @@ class Clock:
     ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
     thread has none: autograd's device threads run backward hooks)."""
 
-    __slots__ = ("count", "local", "last", "users", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "__weakref__")
 
     def __init__(self) -> None:
         self.count = 0  # forwards started, all threads
+        self.seqs = Sequences()  # token positions and generation steps of the root's forwards
         self.local = threading.local()
         self.last: Forward | None = None
         self.users: set[int] = set()
@@ -300,7 +327,9 @@ class LayerHooks:
     # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         if self.ticks is not None and not self._in_backward():
-            self.ticks.tick(self.backend.in_transform())
+            clock = self.ticks
+            prev = getattr(clock.local, "fw", None)
+            clock.tick(self.backend.in_transform()).pos = clock.seqs.begin(self.backend, layer, args, kwargs, prev and prev.pos)
         if not self._scopes:
             return None
         numbers, recompute = self._number(commit=False)
@@ -314,7 +343,7 @@ class LayerHooks:
                 ev = events.get(c.scope)
                 if ev is None:
                     call, step = numbers[c.scope]
-                    ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs)
+                    ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs, None, _pos(c.scope, recompute))
                 ev.args, ev.kwargs = args, kwargs
                 try:
                     r = c.fn(ev)
@@ -350,7 +379,7 @@ class LayerHooks:
                 changed = False
                 fns = self._fwd_fns
                 if fns:
-                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output)
+                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output, fw.pos)
                     for fn in fns:
                         try:
                             r = fn(ev)
@@ -385,7 +414,7 @@ class LayerHooks:
                 ev = events.get(c.scope)
                 if ev is None:
                     call, step = numbers[c.scope]
-                    ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs, output)
+                    ev = events[c.scope] = Event(layer, c.scope.name, call, step, args, kwargs, output, _pos(c.scope, recompute))
                 ev.output = output
                 try:
                     r = c.fn(ev)
@@ -497,7 +526,14 @@ class LayerHooks:
 def _finish(clock: Clock) -> None:
     """The root's forward returned."""
     fw = clock.current()
-    fw.slow = True
+    fw.slow = fw.done = True
+
+
+def _pos(scope: Scope, recompute: bool) -> TokenPos:
+    """The token position of a call in ``scope``'s current forward (a recompute keeps its forward's;
+    a call after the root's forward returned, or before any, is outside)."""
+    fw = scope.clock.current()
+    return fw.pos if recompute or not fw.done else OUTSIDE
 
 
 def _no(*args: Any) -> bool:
