@@ -9,6 +9,7 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+from hookkit._version import __version__
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -55,9 +56,8 @@ from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, load_stats
 from hookkit.observers.summary import Summary, summary
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "ALL",
     "INTERVENTION",
     "LEAVES",

@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.viz.figures import new_figure
+
 
 def _as_array(capture_or_tensor: Any, layer: str | None) -> tuple[np.ndarray, str]:
     """The [N, C, H, W] (or [C, H, W]) array of one layer, and a title for it."""
@@ -60,8 +62,6 @@ def feature_maps(
     ...     model(x)
     >>> hookkit.viz.feature_maps(cap, "conv1", sample=0).savefig("conv1.png")
     """
-    import matplotlib.pyplot as plt
-
     if scale not in ("channel", "shared"):
         raise ValueError(f"feature_maps: scale must be 'channel' or 'shared'; got {scale!r}")
     arr, name = _as_array(capture_or_tensor, layer)
@@ -90,7 +90,7 @@ def feature_maps(
         y0 = r * th + (th - h)
         tiles[y0 : y0 + h, c * (w + gap) : c * (w + gap) + w] = shown[i]
     if fig is None:
-        fig = plt.figure(figsize=(1.1 * ncols + (1.0 if colorbar else 0.2), 1.05 * nrows + 0.5))
+        fig = new_figure(figsize=(1.1 * ncols + (1.0 if colorbar else 0.2), 1.05 * nrows + 0.5), layout=None)
     ax = fig.add_subplot(1, 1, 1)
     ax.axis("off")
     image = ax.imshow(tiles, cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
@@ -126,8 +126,6 @@ def feature_maps_by_layer(
 
     ``ncols``: tiles per row, one for all layers or one per layer; ``tile``: inches per tile.
     """
-    import matplotlib.pyplot as plt
-
     layers = list(layers)
     if not layers:
         raise ValueError("feature_maps_by_layer: layers is empty; name at least one captured layer")
@@ -144,7 +142,7 @@ def feature_maps_by_layer(
     if image is not None:
         widths = [max(1.4, 0.45 * height)] + widths
     widths[-1] += 0.8  # the colorbar
-    fig = plt.figure(figsize=(sum(widths), height), layout="constrained")
+    fig = new_figure(figsize=(sum(widths), height))
     subs = list(np.ravel(fig.subfigures(1, len(widths), width_ratios=widths, wspace=0.02)))
     if image is not None:
         img, _ = _as_array(image, None) if not isinstance(image, np.ndarray) else (np.asarray(image, np.float32), "")
@@ -198,8 +196,9 @@ def gradcam_overlay(
     >>> cams = hookkit.gradcam(model, "conv3", x)                             # doctest: +SKIP
     >>> hookkit.viz.gradcam_overlay(x, cams, predicted=pred, labels=y).savefig("cam.png")
     """
-    import matplotlib.pyplot as plt
     from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
 
     imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
     if imgs.ndim == 4:
@@ -211,7 +210,7 @@ def gradcam_overlay(
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
     if fig is None:
-        fig = plt.figure(figsize=(tile * ncols + 1.0, (tile + 0.35) * nrows + (0.5 if title else 0.1)), layout="constrained")
+        fig = new_figure(figsize=(tile * ncols + 1.0, (tile + 0.35) * nrows + (0.5 if title else 0.1)))
     axes = fig.subplots(nrows, ncols, squeeze=False)
     colors = colormaps[cmap]
     for i, ax in enumerate(axes.flat):
@@ -238,6 +237,6 @@ def gradcam_overlay(
     if title:
         fig.suptitle(title, fontsize=12)
     if n:
-        mappable = plt.cm.ScalarMappable(cmap=colors, norm=plt.Normalize(0, 1))
+        mappable = ScalarMappable(cmap=colors, norm=Normalize(0, 1))
         fig.colorbar(mappable, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02).set_label("Grad-CAM (0: none, 1: most)", fontsize=9)
     return fig

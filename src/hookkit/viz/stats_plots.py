@@ -15,6 +15,7 @@ import numpy as np
 
 from hookkit.core.errors import HookkitError, LayerNotFound
 from hookkit.core.suggest import close_matches
+from hookkit.viz.figures import subplots
 
 GRAD_KINDS = ("norm", "mean", "std", "max_abs")
 
@@ -139,10 +140,7 @@ def _axes(ax: Any, figsize: tuple[float, float]) -> tuple[Any, Any]:
     """(figure, axes): ``ax`` if given, else a new figure with one Axes."""
     if ax is not None:
         return ax.figure, ax
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    return fig, ax
+    return subplots(figsize=figsize)
 
 
 def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None, figsize: tuple[float, float] = (12, 3)) -> Any:
@@ -162,9 +160,7 @@ def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None
         ("near_zero", f"fraction <= {threshold:g}" if threshold is not None else "fraction near zero"),
     ]
     if ax is None:
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 3, figsize=figsize, layout="constrained")
+        fig, axes = subplots(1, 3, figsize=figsize)
     elif isinstance(ax, (Sequence, np.ndarray)):
         axes = list(np.ravel(np.asarray(ax, dtype=object)))
         if len(axes) != 3:

@@ -36,14 +36,15 @@ def anchor(text: str) -> str:
 
 
 def png_bytes(fig: Any, dpi: int = 90) -> bytes:
-    """The PNG of a matplotlib Figure; the figure is closed afterwards."""
-    import matplotlib.pyplot as plt
-
+    """The PNG of a matplotlib Figure (one of pyplot's is closed afterwards; hookkit's own are not in pyplot)."""
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     finally:
-        plt.close(fig)
+        if getattr(fig.canvas, "manager", None) is not None:  # registered with pyplot: release it
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
     return buf.getvalue()
 
 

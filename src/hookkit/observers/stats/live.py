@@ -149,6 +149,11 @@ class _Recorder(HandleGroup):
             self.remove()  # nothing half-attached
             raise
 
+    def __repr__(self) -> str:  # the statistics' own display, not HandleGroup's
+        from hookkit.observers.stats.display import text
+
+        return text(self)
+
     def __enter__(self) -> Any:
         return self
 
@@ -351,10 +356,6 @@ class ActivationStats(_Recorder, ActivationData):
         >>> stats = hookkit.ActivationStats.load("runs/act"); stats.layer_stats("conv1")   # doctest: +SKIP
         """
         return read_files(directory, "activation_stats")  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        n = sum(len(r) for r in self._local) + sum(len(p) for p in self._pending)
-        return f"<hookkit.ActivationStats {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
 
 
 def _weak(t: Any) -> Any:
@@ -560,10 +561,6 @@ class GradientStats(_Recorder, GradientData):
     def load(directory: Any) -> GradientData:
         """Read statistics written by ``GradientStats.save(directory)``."""
         return read_files(directory, "gradient_stats")  # type: ignore[return-value]
-
-    def __repr__(self) -> str:
-        n = sum(len(r) for r in self._local[: len(self.names)]) + sum(len(p) for p in self._pending)
-        return f"<hookkit.GradientStats {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
 
 
 def _per_step(steps: np.ndarray, state: np.ndarray) -> Block:

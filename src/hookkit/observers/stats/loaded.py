@@ -124,7 +124,14 @@ class StatsData:
         return 1
 
     def __repr__(self) -> str:
-        return f"<hookkit.{type(self).__name__} {len(self.names)} layers>"
+        from hookkit.observers.stats.display import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from hookkit.observers.stats.display import html
+
+        return html(self)
 
 
 class ActivationData(StatsData):
