@@ -357,3 +357,20 @@ def test_paddle_transformer_decoder_incremental_decoding():
     with pytest.raises(InvalidArgument, match="position 9 .*never reached on layer 'layers.0'"):
         with hookkit.steer(dec, "layers.0", v, positions=[9]):
             incremental()
+
+
+def test_steer_generated_the_same_under_static_cache_and_beam_search():
+    model = gpt2()
+    ids, mask = prompt()
+    v = torch.randn(32, generator=torch.Generator().manual_seed(5)) * 3
+    runs = {}
+    for name, kw in {"dynamic": {}, "static": {"cache_implementation": "static"}}.items():
+        with hookkit.steer(model, "transformer.h.0", v, positions="generated"):
+            runs[name] = greedy(model, ids, mask, **kw)
+    assert torch.equal(runs["dynamic"].sequences, runs["static"].sequences)
+    for a, b in zip(runs["dynamic"].logits, runs["static"].logits):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    steps = []
+    with hookkit.edit(model, "transformer.h.0", lambda part, ev: steps.append((ev.gen_step, part.shape[0], list(ev.selected))), positions="generated"):
+        model.generate(ids, attention_mask=mask, max_new_tokens=3, num_beams=2, do_sample=False)
+    assert steps == [(1, 4, [5]), (2, 4, [6])]  # beam slots: batch 2 x 2 beams
