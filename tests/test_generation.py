@@ -353,6 +353,14 @@ def test_paddle_transformer_decoder_incremental_decoding():
     with hookkit.capture(dec, "layers.0") as ref, hookkit.edit(dec, "layers.0", shift):
         want = dec(tgt, memory, causal)
     np.testing.assert_allclose(got.numpy(), want.numpy(), atol=1e-5)
+    with hookkit.steer(dec, "layers.0", v, positions=where):  # one full forward: positions 1 and 3 at once
+        np.testing.assert_allclose(dec(tgt, memory, causal).numpy(), want.numpy(), atol=1e-5)
+    with hookkit.capture(dec, "layers.0") as clean:
+        dec(tgt, memory, causal)
+    with hookkit.patch(dec, "layers.0", clean, positions=[0, 2]), hookkit.capture(dec, "layers.0") as patched:
+        dec(tgt * 0, memory, causal)
+    np.testing.assert_allclose(patched["layers.0"].numpy()[:, [0, 2]], clean["layers.0"].numpy()[:, [0, 2]], atol=1e-6)
+    assert not np.allclose(patched["layers.0"].numpy()[:, 1], clean["layers.0"].numpy()[:, 1])
     np.testing.assert_allclose(cap.sequence("layers.0").numpy(), ref["layers.0"].numpy(), atol=1e-5)
     with pytest.raises(InvalidArgument, match="position 9 .*never reached on layer 'layers.0'"):
         with hookkit.steer(dec, "layers.0", v, positions=[9]):
