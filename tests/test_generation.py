@@ -379,6 +379,8 @@ def test_steer_generated_the_same_under_static_cache_and_beam_search():
     for a, b in zip(runs["dynamic"].logits, runs["static"].logits):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     steps = []
-    with hookkit.edit(model, "transformer.h.0", lambda part, ev: steps.append((ev.gen_step, part.shape[0], list(ev.selected))), positions="generated"):
+    with hookkit.edit(
+        model, "transformer.h.0", lambda part, ev: steps.append((ev.gen_step, part.shape[0], list(ev.selected))), positions="generated"
+    ):
         model.generate(ids, attention_mask=mask, max_new_tokens=3, num_beams=2, do_sample=False)
     assert steps == [(1, 4, [5]), (2, 4, [6])]  # beam slots: batch 2 x 2 beams

@@ -15,7 +15,6 @@ output are selected.
 from __future__ import annotations
 
 import numbers
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -242,12 +241,11 @@ class Reach:
     """Which explicit positions a consumer met, per layer and sequence, so that a generation that
     ended before one of them is reported (at the next sequence and when the handle's ``with`` ends)."""
 
-    __slots__ = ("positions", "seen", "_root", "__weakref__")
+    __slots__ = ("positions", "seen")
 
-    def __init__(self, positions: Positions, root: Any):
+    def __init__(self, positions: Positions):
         self.positions = positions
         self.seen: dict[str, tuple[int, set[int], int]] = {}  # layer -> (seq, reached, end)
-        self._root = weakref.ref(root) if root is not None else None
 
     def note(self, layer: str, pos: TokenPos, sel: Selection | None, length: int) -> None:
         if not self.positions.explicit or not pos.cached:

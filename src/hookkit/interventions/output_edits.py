@@ -195,7 +195,7 @@ def edit_outputs(
         def fn(t: Any, pos: int, ev: Event) -> Any:  # noqa: F811 - the guarded op
             return guarded(t, pos, ev, layer=ev.name)
 
-    reach = Reach(spec, model) if spec is not None and spec.explicit else None
+    reach = Reach(spec) if spec is not None and spec.explicit else None
     op = fn
     if spec is not None:
 

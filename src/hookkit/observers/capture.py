@@ -16,6 +16,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.sequences import select_output, stitch
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.validate import check_bool, check_model, fail
 
@@ -297,8 +298,6 @@ class capture(HandleGroup):
         output = ev.output
         selected = None
         if self._positions is not None:
-            from hookkit.core.sequences import select_output
-
             found = select_output(self._backend, ev, self._positions, self._token_dim, self._index)
             if found is None:
                 return
@@ -385,8 +384,6 @@ class capture(HandleGroup):
         ...     out = model.generate(ids, max_new_tokens=8)
         >>> cap.sequence("transformer.h.0").shape     # [B, ids.shape[1] + 7, D]
         """
-        from hookkit.core.sequences import stitch
-
         if name not in self._records:
             self._last(name)
         dim = self._token_dim
