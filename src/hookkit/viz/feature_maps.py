@@ -172,6 +172,26 @@ def feature_maps_by_layer(
     return fig
 
 
+def _images(images: Any) -> np.ndarray:
+    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]`` / ``[N, 1 or 3, H, W]`` arrays or tensors."""
+    imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
+    if imgs.ndim == 4:
+        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+    return imgs
+
+
+def _overlay(ax: Any, img: np.ndarray, cam: Any, colors: Any, alpha: float, outline: bool) -> None:
+    """One image with its heatmap over it: opacity grows with the map's value, the strokes outlined in white."""
+    img = (img - img.min()) / (img.max() - img.min() + 1e-7)
+    ax.imshow(img, cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
+    cam = np.clip(np.asarray(cam, np.float64), 0.0, 1.0)
+    rgba = colors(cam)
+    rgba[..., 3] = alpha * (0.15 + 0.85 * cam)  # low values nearly clear: the image shows through
+    ax.imshow(rgba, interpolation="bilinear")
+    if outline and img.ndim == 2 and img.shape == cam.shape:
+        ax.contour(img, levels=[0.5], colors="white", linewidths=1.0, alpha=0.9)
+
+
 def gradcam_overlay(
     images: Any,
     cams: np.ndarray,
@@ -200,9 +220,7 @@ def gradcam_overlay(
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
-    if imgs.ndim == 4:
-        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+    imgs = _images(images)
     cams = np.asarray(cams)
     if len(imgs) != len(cams):
         raise ValueError(f"gradcam_overlay: {len(imgs)} images but {len(cams)} heatmaps")
@@ -217,15 +235,7 @@ def gradcam_overlay(
         ax.axis("off")
         if i >= n:
             continue
-        img = imgs[i]
-        img = (img - img.min()) / (img.max() - img.min() + 1e-7)
-        ax.imshow(img, cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
-        cam = np.clip(np.asarray(cams[i], np.float64), 0.0, 1.0)
-        rgba = colors(cam)
-        rgba[..., 3] = alpha * (0.15 + 0.85 * cam)  # low values nearly clear: the image shows through
-        ax.imshow(rgba, interpolation="bilinear")
-        if outline and img.ndim == 2 and img.shape == cam.shape:
-            ax.contour(img, levels=[0.5], colors="white", linewidths=1.0, alpha=0.9)
+        _overlay(ax, imgs[i], cams[i], colors, alpha, outline)
         parts = []
         if predicted is not None:
             parts.append(f"pred {int(predicted[i])}")
@@ -239,4 +249,56 @@ def gradcam_overlay(
     if n:
         mappable = ScalarMappable(cmap=colors, norm=Normalize(0, 1))
         fig.colorbar(mappable, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02).set_label("Grad-CAM (0: none, 1: most)", fontsize=9)
+    return fig
+
+
+def cam_grid(
+    images: Any,
+    maps: dict[str, Any],
+    *,
+    predicted: Sequence[int] | None = None,
+    labels: Sequence[int] | None = None,
+    alpha: float = 0.6,
+    cmap: str = "jet",
+    outline: bool = True,
+    tile: float = 1.5,
+    title: str | None = None,
+    fig: Any = None,
+) -> Any:
+    """Several CAM methods side by side: one row per image (the image, then each method's map over it),
+    one column per entry of ``maps`` (``{"Grad-CAM": maps [N, H, W], ...}``); returns a Figure.
+
+    >>> maps = {m: hookkit.cam(model, "conv3", x, m) for m in ("gradcam", "scorecam", "eigencam")}   # doctest: +SKIP
+    >>> hookkit.viz.cam_grid(x, maps, predicted=pred, labels=y).savefig("methods.png")
+    """
+    from matplotlib import colormaps
+
+    imgs = _images(images)
+    names = list(maps)
+    for name in names:
+        if len(maps[name]) != len(imgs):
+            raise ValueError(f"cam_grid: {len(imgs)} images but {len(maps[name])} maps for {name!r}")
+    n, ncols = len(imgs), len(names) + 1
+    if fig is None:
+        fig = new_figure(figsize=(tile * ncols + 0.4, tile * n + 0.5 + (0.4 if title else 0)))
+    axes = fig.subplots(max(n, 1), ncols, squeeze=False)
+    colors = colormaps[cmap]
+    for i in range(n):
+        ax = axes[i, 0]
+        img = imgs[i]
+        ax.imshow((img - img.min()) / (img.max() - img.min() + 1e-7), cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
+        parts = ([f"pred {int(predicted[i])}"] if predicted is not None else []) + (
+            [f"true {int(labels[i])}"] if labels is not None else []
+        )
+        wrong = predicted is not None and labels is not None and int(predicted[i]) != int(labels[i])
+        ax.set_ylabel(" / ".join(parts), fontsize=9, color="crimson" if wrong else "black")
+        for j, name in enumerate(names, start=1):
+            _overlay(axes[i, j], img, np.asarray(maps[name])[i], colors, alpha, outline)
+        for ax in axes[i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for j, name in enumerate(["input", *names]):
+        axes[0, j].set_title(name, fontsize=10)
+    if title:
+        fig.suptitle(title, fontsize=12)
     return fig
