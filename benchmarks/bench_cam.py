@@ -331,6 +331,40 @@ def timing(gc, repeats: int) -> None:
         print(f"| {method} | " + " | ".join(table[method]) + " |")
 
 
+def metrics(gc) -> float:
+    """cam_metric against pytorch-grad-cam's ROAD classes and CamMultImageConfidenceChange on the
+    VGG-style model (imputation noise 0 on both sides: their noise comes from torch's global generator)."""
+    from pytorch_grad_cam.metrics import road
+    from pytorch_grad_cam.metrics.cam_mult_image import CamMultImageConfidenceChange
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    init = road.NoisyLinearImputer.__init__
+    road.NoisyLinearImputer.__init__ = lambda self, noise=0.01, weighting=road.neighbors_weights: init(self, 0.0, weighting)
+    model, layer = models()["VGG-style"][:2]
+    x = 5 * torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))  # logits that move
+    target = [1, 4, 2, 8]
+    maps = hookkit.cam(model, layer, x, target=target)
+    targets = [ClassifierOutputTarget(t) for t in target]
+    pcts = [10, 30, 50, 70, 90]
+    cases = {
+        "road-most-relevant-first": road.ROADMostRelevantFirstAverage(pcts),
+        "road-least-relevant-first": road.ROADLeastRelevantFirstAverage(pcts),
+        "road-combined": road.ROADCombined(pcts),
+        "confidence-drop": CamMultImageConfidenceChange(),
+    }
+    worst = 0.0
+    print("\ncam_metric vs pytorch-grad-cam's metrics (VGG-style, 4 images, percentiles 10..90 step 20, noise 0):")
+    for metric, theirs_metric in cases.items():
+        with torch.no_grad():
+            b = theirs_metric(x, maps, targets, model)
+        a = hookkit.cam_metric(model, x, maps, target=target, metric=metric, percentiles=pcts, noise=0.0)
+        d = float(np.abs(a - np.asarray(b).reshape(-1)).max())
+        worst = max(worst, d)
+        print(f"  {metric:26s} max abs diff {d:.1e} (largest score {np.abs(a).max():.2f})")
+    road.NoisyLinearImputer.__init__ = init
+    return worst
+
+
 def fullgrad_order(gc) -> None:
     """For information: the ResNet-style model with torchvision's registration order (``downsample`` after
     ``bn2``, called first): pytorch-grad-cam pairs the biases (module order) with gradients (forward order)
@@ -468,6 +502,7 @@ def main() -> int:
     worst = agreement(gc, args.quick)
     print(f"\nworst: {worst:.1e} ({'OK' if worst <= 1e-4 else 'FAIL'}: tolerance 1e-4)")
     fullgrad_order(gc)
+    metrics(gc)
     paddle_vs_torch()
     if not args.no_time:
         print("\ntime per batch of 8 (CPU time, median of interleaved runs): hookkit / pytorch-grad-cam")
