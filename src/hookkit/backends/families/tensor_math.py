@@ -105,3 +105,8 @@ class TensorMath:
     def nan_to_zero(self, t: Any) -> Any:
         """``t`` with every NaN replaced by 0."""
         raise _missing("nan_to_zero")
+
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        """Eigen-decomposition of a batch of symmetric matrices ``[..., n, n]``: ``(values, vectors)``, the
+        values ascending, ``vectors[..., :, i]`` the unit eigenvector of ``values[..., i]``."""
+        raise _missing("eigh")

@@ -88,5 +88,8 @@ class PaddleTensorMath(TensorMath):
     def nan_to_zero(self, t: Any) -> Any:
         return paddle.where(paddle.isnan(t), paddle.zeros_like(t), t)
 
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        return tuple(paddle.linalg.eigh(t))
+
 
 OPS = PaddleTensorMath()

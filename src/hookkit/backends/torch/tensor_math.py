@@ -81,5 +81,8 @@ class TorchTensorMath(TensorMath):
     def nan_to_zero(self, t: Any) -> Any:
         return torch.nan_to_num(t, nan=0.0, posinf=float("inf"), neginf=float("-inf"))
 
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        return tuple(torch.linalg.eigh(t))
+
 
 OPS = TorchTensorMath()
