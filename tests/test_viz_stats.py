@@ -289,6 +289,7 @@ def test_a_range_that_misses_the_values_says_so(fw):
     note = range_note(acts, "0")
     assert note.startswith("values below 0 are outside the recorded range [0, 10] and not counted (step ")
     assert note in color_dim(acts, "0").axes[0].get_title().replace("\n", " ")
+    assert note in hist(acts, "0").axes[0].get_title().replace("\n", " ")  # hist() says it as well
     above, _ = _record_outputs(fw, (-10, 0), 40, steps=3)
     assert range_note(above, "0").startswith("values above 0 are outside the recorded range [-10, 0]")
     assert range_note(acts, "1") == ""  # ReLU outputs: all inside [0, 10]

@@ -202,6 +202,10 @@ def _run(
             transient=False,
         ) as progress:
             task = progress.add_task(f"training ({framework})", total=epochs * n_batches, info="")
+            curves: dict[str, dict[str, list[float]]] = {
+                "training loss": {"step": [], "value": []},
+                "held-out accuracy": {"step": [], "value": []},
+            }
             for epoch in range(epochs):
                 backend.set_training(model, True)
                 order = rng.permutation(len(x_train))
@@ -215,8 +219,16 @@ def _run(
                     losses.append(backend.detach(loss))
                     progress.advance(task)
                 # one host sync per epoch, not per step
-                mean_loss = float(np.mean([float(backend.to_numpy(v)) for v in losses]))
-                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f}")
+                step_losses = [float(backend.to_numpy(v)) for v in losses]
+                mean_loss = float(np.mean(step_losses))
+                curves["training loss"]["step"] += list(range(epoch * n_batches, (epoch + 1) * n_batches))
+                curves["training loss"]["value"] += step_losses
+                backend.set_training(model, False)
+                with backend.no_grad():
+                    held_out = float((backend.to_numpy(model(_tensor(backend, x_test))).argmax(axis=1) == y_test).mean())
+                curves["held-out accuracy"]["step"].append((epoch + 1) * n_batches - 1)
+                curves["held-out accuracy"]["value"].append(held_out)
+                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f} held-out accuracy {held_out:.3f}")
         backend.set_training(model, False)
         with backend.no_grad():
             logits = backend.to_numpy(model(_tensor(backend, x_test)))
@@ -252,7 +264,8 @@ def _run(
         "NaN/Inf watch": "none found",  # watch_nonfinite would have raised, naming the layer
     }
     figures = _figures(model, backend, x_test, y_test, predicted, out)
-    for name, data in (("summary.json", summary.to_dict()), ("dropout.json", dropout), ("meta.json", meta), ("figures.json", figures)):
+    files = {"summary.json": summary.to_dict(), "dropout.json": dropout, "meta.json": meta, "figures.json": figures, "scalars.json": curves}
+    for name, data in files.items():
         (out / name).write_text(json.dumps(data, indent=2), encoding="utf-8")
     path = hookkit.report(out, title="hookkit demo: a small CNN on handwritten digits")
     seconds = time.perf_counter() - t0
