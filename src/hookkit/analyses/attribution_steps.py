@@ -20,7 +20,11 @@ def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
     if tap is not None:
         tap.replace, tap.stop = None, False
     saved = 0
-    if measure:
+    if measure:  # record what the chunks will: the graph down to the inputs, or from the layer on
+        if job.layer is None or job.neuron is not None:
+            x = leaf(job, x)
+        else:
+            tap.replace = Cut(job)
         with job.ops.saved_bytes(job.model) as counter:
             out = forward(job, x, range(job.n))
         saved = counter.bytes
