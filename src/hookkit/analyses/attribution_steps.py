@@ -10,12 +10,13 @@ from typing import Any
 from hookkit.analyses.attribution_budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost
 from hookkit.analyses.attribution_job import FN, Job
 from hookkit.analyses.targets import expand_target, resolve_target, target_scores
+from hookkit.core.tree import leaves
 from hookkit.core.validate import InvalidArgument, fail
 
 
 def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
     """One forward of the ``N`` samples: the per-sample scores under ``key``, the layer's value
-    (detached) and, with ``measure``, the bytes autograd kept for a backward."""
+    (detached) and, with ``measure``, the bytes the forward kept for a backward plus its output's."""
     be, tap = job.be, job.tap
     if tap is not None:
         tap.replace, tap.stop = None, False
@@ -27,7 +28,8 @@ def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
             tap.replace = Cut(job)
         with job.ops.saved_bytes(job.model) as counter:
             out = forward(job, x, range(job.n))
-        saved = counter.bytes
+        # what autograd keeps for the backward, and the output (an LM's logits for every position)
+        saved = counter.bytes + sum(be.numel(t) * be.itemsize(t) for t in leaves(out, be.is_tensor))
     else:
         out = forward(job, x, range(job.n))
     if job.neuron is None or job.method == "conductance":  # the other neuron methods explain the neuron alone
