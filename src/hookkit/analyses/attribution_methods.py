@@ -81,13 +81,13 @@ def _neuron_path(job: Job) -> Any:
     weights, alphas = quadrature(job.rule, job.n_steps)
     plan = st.plan(job, job.n_steps, saved)
     tap, blocks = job.tap, []
-    cut = st.Cut(job) if conductance else None
+    cut = st.Cut(job)
     for j0, j1 in spans(job.n, plan.samples):
         acc, b = None, j1 - j0
         for s0, s1 in spans(job.n_steps, plan.points):
             k = s1 - s0
             x = st.leaf(job, st.scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
-            tap.replace, tap.stop = cut, not conductance
+            tap.replace, tap.stop = (cut if conductance else None), not conductance
             out = st.forward(job, x, st.rows(j0, j1, k))
             g = st.grad(job, st.neuron_of(job, tap.value).sum(), x)
             if conductance:  # dF/dneuron from the part after the layer, dneuron/dx from the part before

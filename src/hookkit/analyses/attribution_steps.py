@@ -93,10 +93,11 @@ def score(job: Job, out: Any, samples: list[int]) -> Any:
 
 
 def neuron_of(job: Job, value: Any) -> Any:
-    shape = tuple(job.be.shape(value))[1:]
-    if len(job.neuron) != len(shape) or not all(-s <= i < s for i, s in zip(job.neuron, shape)):
+    """The selected neuron's value per row ``[rows]``."""
+    neuron, shape = tuple(job.neuron or ()), tuple(job.be.shape(value))[1:]
+    if len(neuron) != len(shape) or not all(-s <= i < s for i, s in zip(neuron, shape)):
         fail(FN, "neuron", f"an index into the layer's output per sample, shape {list(shape)}", job.neuron)
-    return value[(slice(None), *job.neuron)]
+    return value[(slice(None),) + neuron]
 
 
 def grad(job: Job, score: Any, wrt: Any) -> Any:
@@ -149,7 +150,8 @@ class Cut:
     after the layer is differentiated, what ran before it is not."""
 
     def __init__(self, job: Job):
-        self.job, self.leaf = job, None
+        self.job = job
+        self.leaf: Any = None
 
     def __call__(self, value: Any) -> Any:
         self.leaf = leaf(self.job, value)
