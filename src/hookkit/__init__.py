@@ -9,6 +9,7 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+from hookkit.analyses.patterns import attention_patterns
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -65,6 +66,7 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "attention_patterns",
     "capture",
     "channel_dropout",
     "clip_grad",

@@ -201,7 +201,9 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
     return per_call, every
 
 
-def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def patch(
+    model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, index: int | None = 0, heads: Any = None, head_layout: Any = None
+) -> HandleGroup:
     """Replace selected layers' outputs with stored ones (activation patching).
 
     ``values``: a ``hookkit.capture`` of a clean run (each call gets the record of the same call of
@@ -212,7 +214,14 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
     ...     model(clean_ids)
     >>> with hookkit.patch(model, "h.1", clean):
     ...     patched = model(corrupt_ids)
+
+    ``heads=`` (attention layers): the values are per-head records ``[B, H_selected, T, d_head]``,
+    e.g. a ``capture(..., heads=)`` of the clean run.
     """
+    if heads is not None:
+        from hookkit.interventions.heads import patch_heads
+
+        return patch_heads(model, layers, values, calls, heads, head_layout)
     check_model(model, fn="patch")
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
@@ -276,17 +285,36 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
 ABLATIONS = ("zero", "mean")
 
 
-def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = None, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def ablate(
+    model: Any,
+    layers: LayerSpec,
+    mode: str = "zero",
+    *,
+    mean: Any = None,
+    calls: Any = None,
+    index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
+) -> HandleGroup:
     """Zero or mean ablation of selected layers' outputs. ``mode="mean"`` replaces each sample by the
     mean over the batch (dim 0), or by ``mean=`` (shape ``output.shape[1:]``; a dict name -> mean
     per layer).
 
     >>> h = hookkit.ablate(model, "h.0.mlp", mode="mean")   # doctest: +SKIP
+
+    ``heads=`` (a list of head indices) on an attention layer of a known family ablates those heads'
+    slices of the output projection's input (``head_layout=`` describes another layer):
+
+    >>> h = hookkit.ablate(model, "transformer.h.0.attn", heads=[1, 3])   # doctest: +SKIP
     """
     check_model(model, fn="ablate")
     check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
     if mean is not None and mode != "mean":
         fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
+    if heads is not None:
+        from hookkit.interventions.heads import ablate_heads
+
+        return ablate_heads(model, layers, heads, mode, mean, calls, head_layout)
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     means = None
@@ -316,14 +344,30 @@ def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = Non
     return edit_outputs(model, layers, batch_mean, calls=calls, index=index, name="ablate", kinds=("float", "complex"))
 
 
-def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def steer(
+    model: Any,
+    layers: LayerSpec,
+    vector: Any,
+    scale: float = 1.0,
+    *,
+    calls: Any = None,
+    index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
+) -> HandleGroup:
     """Add ``scale * vector`` to selected layers' outputs; ``vector`` has the size of the last dim
     (broadcast over the others) or any shape that broadcasts into the output; a dict name -> vector
     gives one per layer.
 
     >>> h = hookkit.steer(model, "h.1", direction, scale=4.0)   # doctest: +SKIP
+
+    ``heads=``: add a ``[d_head]`` vector (or ``[H_selected, d_head]``) to each selected head's slice.
     """
     check_model(model, fn="steer")
+    if heads is not None:
+        from hookkit.interventions.heads import steer_heads
+
+        return steer_heads(model, layers, vector, scale, calls, heads, head_layout)
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     vectors = {
@@ -344,13 +388,28 @@ def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, cal
     return edit_outputs(model, layers, add, calls=calls, index=index, name="steer", kinds=("float", "complex"))
 
 
-def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def edit(
+    model: Any,
+    layers: LayerSpec,
+    fn: Callable[[Any, Event], Any],
+    *,
+    calls: Any = None,
+    index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
+) -> HandleGroup:
     """Apply ``fn(output, ev) -> new | None`` to selected layers' outputs (the tensor at ``index``;
     ``ev`` has ``name``, ``call``, ``step``, ``args``). None keeps the output.
 
     >>> h = hookkit.edit(model, "fc", lambda out, ev: out * 2)   # doctest: +SKIP
+
+    ``heads=``: ``fn`` gets and returns the selected heads' record ``[B, H_selected, T, d_head]``.
     """
     check_model(model, fn="edit")
+    if heads is not None:
+        from hookkit.interventions.heads import edit_with_heads
+
+        return edit_with_heads(model, layers, fn, calls, heads, head_layout)
     check_callable(fn, fn="edit", arg="fn", signature="fn(output, ev)")
 
     def apply(t: Any, pos: int, ev: Event) -> Any:

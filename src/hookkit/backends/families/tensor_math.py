@@ -96,3 +96,11 @@ class TensorMath:
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
+
+    def repeat_rows(self, t: Any, n: int) -> Any:
+        """``t [N, ...]`` stacked ``n`` times along dim 0: ``[n * N, ...]`` (copy ``j`` in rows ``j * N .. (j + 1) * N - 1``)."""
+        raise _missing("repeat_rows")
+
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        """The ``k`` largest entries along ``dim``, largest first: ``(values, int64 indices)``."""
+        raise _missing("topk")

@@ -81,5 +81,12 @@ class PaddleTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return paddle.take_along_axis(t, index, axis=dim)
 
+    def repeat_rows(self, t: Any, n: int) -> Any:
+        return paddle.tile(t, [n] + [1] * (t.ndim - 1))
+
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        values, indices = paddle.topk(t, k, axis=dim)
+        return values, indices
+
 
 OPS = PaddleTensorMath()

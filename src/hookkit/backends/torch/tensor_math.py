@@ -75,5 +75,12 @@ class TorchTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return t.gather(dim, index)
 
+    def repeat_rows(self, t: Any, n: int) -> Any:
+        return t.repeat(n, *([1] * (t.dim() - 1)))
+
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        values, indices = torch.topk(t, k, dim=dim)
+        return values, indices
+
 
 OPS = TorchTensorMath()
