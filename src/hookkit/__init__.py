@@ -9,6 +9,9 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+from hookkit.analyses.attribution import attribution_patching
+from hookkit.analyses.lens import LensResult, logit_lens
+from hookkit.analyses.patching import patching_sweep
 from hookkit.analyses.patterns import attention_patterns
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
@@ -67,6 +70,7 @@ __all__ = [
     "ablate",
     "ActivationStats",
     "attention_patterns",
+    "attribution_patching",
     "capture",
     "channel_dropout",
     "clip_grad",
@@ -97,8 +101,10 @@ __all__ = [
     "Hooks",
     "in_channels",
     "LayerNotFound",
+    "LensResult",
     "load_features",
     "load_stats",
+    "logit_lens",
     "mask_activations",
     "model_sizes",
     "NonFiniteError",
@@ -109,6 +115,7 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "patching_sweep",
     "prune",
     "Pruning",
     "Record",
