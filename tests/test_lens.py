@@ -252,7 +252,7 @@ def test_patching_errors():
     model = gpt2()
     clean = ids(seed=1)
     for fn in (hookkit.patching_sweep, hookkit.attribution_patching):
-        with pytest.raises(ValueError, match=r"one value per batch row, shape \[(2|12)\].*got shape \[\]"):
+        with pytest.raises(ValueError, match=r"one value per batch row, shape \[\d+\].*got shape \[\]"):
             fn(model, clean, ids(seed=2), "transformer.h.0", lambda out: metric(out).sum())
         with pytest.raises(ValueError, match=r"positions must be .*6 tokens"):
             fn(model, clean, ids(seed=2), "transformer.h.0", metric, positions=[2, 9])
@@ -312,3 +312,35 @@ def test_attribution_patching_heads_is_the_formula_per_head_slice():
     prod = ((z["clean"] - z["corr"].detach()) * g).reshape(2, 6, 4, 8).sum(-1)  # [N, T, H]
     assert est.shape == (1, 4, 6)
     np.testing.assert_allclose(est[0], prod.permute(0, 2, 1).mean(0).numpy(), atol=1e-6)
+
+
+def test_patching_sweep_falls_back_when_the_model_cannot_broadcast_one_row():
+    class Rigid(torch.nn.Module):
+        """Reshapes with the batch size read at the start: one row broadcast into copies is refused."""
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.a, self.b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            n = x.shape[0]
+            return self.b(torch.tanh(self.a(x))).reshape(n, -1)
+
+    model = Rigid().eval()
+    g = torch.Generator().manual_seed(0)
+    clean, corrupt = torch.randn(2, 5, 4, generator=g), torch.randn(2, 5, 4, generator=g)
+
+    def last(out):
+        return out[:, -1]
+
+    grid = hookkit.patching_sweep(model, clean, corrupt, "a", last, per_row=True)
+    with torch.no_grad():
+        a_clean = model.a(clean)
+        ref = np.zeros((2, 1, 5))
+        for p in range(5):
+            h = model.a.register_forward_hook(lambda m, a, o, p=p: torch.cat([o[:, :p], a_clean[:, p : p + 1], o[:, p + 1 :]], 1))
+            ref[:, 0, p] = last(model(corrupt)).numpy()
+            h.remove()
+    np.testing.assert_allclose(grid, ref, atol=1e-6)
+    assert nothing_attached(model)

@@ -22,7 +22,7 @@ from hookkit.core.architectures import token_dim
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.tree import first_tensor
+from hookkit.core.tree import first_tensor, map_tensors
 from hookkit.core.validate import check_bool, check_callable, check_int, check_model, fail
 from hookkit.interventions.heads import HeadTarget, head_targets
 from hookkit.interventions.output_edits import apply_to
@@ -143,25 +143,72 @@ def patching_sweep(
     found = sites(model, layers, heads, "patching_sweep")
     stored = capture_clean(model, be, found, clean)
     n, pos = setup.rows, setup.positions
-    copies_max = max(1, batch_size // n)
+    prefix = [True]  # reuse the unpatched prefix until the model shows it cannot broadcast one row
     results = []
     for site in found:
         n_heads = site.head.layout.n_heads if site.head else 1
         cells = [(h, p) for h in range(n_heads) for p in pos]
         out = np.empty((len(cells), n), dtype=np.float64)
-        for start in range(0, len(cells), copies_max):
-            chunk = cells[start : start + copies_max]
-            out[start : start + len(chunk)] = _patched_run(model, be, site, stored[site.name], chunk, corrupted, metric, setup)
+        if not (prefix[0] and _sweep_rows(model, be, site, stored[site.name], cells, corrupted, metric, setup, batch_size, out)):
+            prefix[0] = False
+            copies_max = max(1, batch_size // n)
+            for start in range(0, len(cells), copies_max):
+                chunk = cells[start : start + copies_max]
+                out[start : start + len(chunk)] = _patched_run(model, be, site, stored[site.name], chunk, corrupted, metric, setup)
         results.append(out.reshape(n_heads, len(pos), n) if site.head else out.reshape(len(pos), n))
     grid = np.stack(results)  # [L, (H,) P, N]
     grid = np.moveaxis(grid, -1, 0)
     return grid if per_row else grid.mean(0)
 
 
+class _NoPrefix(Exception):
+    """The model could not run the one-row prefix broadcast into several patched copies."""
+
+
+def _row(be: Any, inputs: Any, i: int) -> Any:
+    return map_tensors(inputs, lambda t: t[i : i + 1] if len(be.shape(t)) else t, be.is_tensor)
+
+
+def _sweep_rows(
+    model: Any,
+    be: Any,
+    site: Site,
+    clean_act: Any,
+    cells: list,
+    corrupted: Any,
+    metric: Metric,
+    setup: Setup,
+    batch_size: int,
+    out: np.ndarray,
+) -> bool:
+    """The sweep of one site row by row, each forward running the corrupted row once up to the
+    site and ``batch_size`` patched copies after it (the layers before the site compute the same
+    thing for every copy: broadcasting one row is exact). False when the model cannot broadcast."""
+    one = dataclasses.replace(setup, rows=1)
+    try:
+        for i in range(setup.rows):
+            row_in, act = _row(be, corrupted, i), clean_act[i : i + 1]
+            for start in range(0, len(cells), batch_size):
+                chunk = cells[start : start + batch_size]
+                out[start : start + len(chunk), i] = _patched_run(model, be, site, act, chunk, row_in, metric, one, expand=True)[:, 0]
+    except _NoPrefix:
+        return False
+    return True
+
+
 def _patched_run(
-    model: Any, be: Any, site: Site, clean_act: Any, chunk: list[tuple[int, int]], corrupted: Any, metric: Metric, setup: Setup
+    model: Any,
+    be: Any,
+    site: Site,
+    clean_act: Any,
+    chunk: list[tuple[int, int]],
+    corrupted: Any,
+    metric: Metric,
+    setup: Setup,
+    expand: bool = False,
 ) -> np.ndarray:
-    """One forward of ``len(chunk)`` copies of the corrupted batch, copy ``j`` patched at ``chunk[j]``."""
+    """One forward of ``len(chunk)`` copies of the corrupted batch, copy ``j`` patched at ``chunk[j]``
+    (``expand``: the batch runs once up to the site, whose activation is repeated there)."""
     m = be.family("tensor_math")
     c, n, axis = len(chunk), setup.rows, setup.axis
     shape = tuple(be.shape(clean_act))
@@ -184,6 +231,10 @@ def _patched_run(
     source = m.repeat_rows(clean_act, c)
 
     def patch(t: Any, pos: int, ev: Event) -> Any:
+        if expand:
+            if tuple(be.shape(t)) != shape:
+                raise _NoPrefix
+            t = m.repeat_rows(t, c)
         if tuple(be.shape(t)) != tuple(be.shape(source)):
             raise ValueError(
                 f"patching_sweep(): the activation of {site.name!r} has shape {list(be.shape(t))} in the patched run; "
@@ -201,7 +252,18 @@ def _patched_run(
     handle = attach(model, [site.where], site.event, consume, INTERVENTION)
     try:
         with analysis_pass(model, be, grad=False), be.no_grad():
-            output = call_model(model, repeat_rows(be, corrupted, c))
+            if expand:
+                try:
+                    output = call_model(model, corrupted)
+                except _NoPrefix:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a model that needs every row repeated
+                    raise _NoPrefix from exc
+                rows = first_tensor(output, be.is_tensor)
+                if rows is None or not be.shape(rows) or be.shape(rows)[0] != c * n:
+                    raise _NoPrefix
+            else:
+                output = call_model(model, repeat_rows(be, corrupted, c))
             note = f" (this forward ran {c} patched copies of the {n}-row batch: {c * n} rows)" if c > 1 else ""
             values = metric_rows(be, metric, output, c * n, "patching_sweep", note)
     finally:
