@@ -3,7 +3,7 @@ TransformerLens and eager attention.
 
     PYTHONPATH=src /work/bench-venv/bin/python benchmarks/bench_lens.py [--threads 1] [--rounds 3]
 
-1. ``patching_sweep`` over 4 blocks x 64 positions (transformers GPT2LMHeadModel, 4 layers, width 128,
+1. ``patching_sweep`` over 4 blocks x 64 positions (transformers GPT2LMHeadModel, 4 layers, width 64 and 128,
    4 heads, vocabulary 1000, one 64-token prompt; logit difference at the last position):
    * plain loop: one corrupted forward per cell, the clean block output copied in at that position
      by a native forward hook (256 forwards);
@@ -35,6 +35,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--pattern-rounds", type=int, default=10)
     p.add_argument("--no-tl", action="store_true", help="skip TransformerLens")
+    p.add_argument("--widths", default="64,128", help="comma list of GPT-2 widths for the sweep")
     return p.parse_args()
 
 
@@ -60,9 +61,9 @@ def metric(out):
 
 
 # -- 1. the sweep ----------------------------------------------------------------------------------------
-def sweep_model():
+def sweep_model(width: int = 128):
     torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=1000, n_positions=64, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=width, n_head=4, vocab_size=1000, n_positions=64, bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(cfg).eval()
     g = torch.Generator().manual_seed(1)
     clean, corrupt = torch.randint(0, 1000, (1, 64), generator=g), torch.randint(0, 1000, (1, 64), generator=g)
@@ -114,11 +115,11 @@ def tl_sweep(bridge, clean, corrupt):
         return patching.get_act_patch_resid_pre(bridge, corrupt, cache, lambda logits: metric(logits).mean()).numpy()
 
 
-def bench_sweep() -> list[str]:
-    model, clean, corrupt = sweep_model()
+def bench_sweep(width: int) -> list[str]:
+    model, clean, corrupt = sweep_model(width)
     got = hookkit.patching_sweep(model, clean, corrupt, "transformer.h.*", metric)
     ref = plain_loop(model, clean, corrupt)
-    lines = [f"hookkit vs plain loop: max |difference| {np.abs(got - ref).max():.2e} over {got.size} cells"]
+    lines = [f"width {width}: hookkit vs plain loop: max |difference| {np.abs(got - ref).max():.2e} over {got.size} cells"]
     variants = [
         ("plain loop (256 forwards)", lambda: (lambda: plain_loop(model, clean, corrupt), lambda: None)),
         (
@@ -188,6 +189,8 @@ def bench_patterns() -> list[str]:
 
 if __name__ == "__main__":
     print(H.machine())
-    print("\n".join(bench_sweep()))
+    for width in [int(w) for w in ARGS.widths.split(",")]:
+        print("\n".join(bench_sweep(width)))
+        print()
     print()
     print("\n".join(bench_patterns()))

@@ -397,3 +397,46 @@ def test_attention_patterns_errors():
         hookkit.attention_patterns(torch.nn.Linear(3, 3), torch.randn(2, 3))
     with pytest.raises(ValueError, match="inputs"):
         hookkit.attention_patterns(model, "text")
+
+
+def test_more_families_t5_vit_neox_patterns_and_heads():
+    torch.manual_seed(0)
+    x = ids()
+    t5 = transformers.T5ForConditionalGeneration(
+        transformers.T5Config(d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=1, num_decoder_layers=1, vocab_size=61)
+    ).eval()
+    inputs = {"input_ids": x, "decoder_input_ids": x[:, :3]}
+    enc, cross = "encoder.block.0.layer.0.SelfAttention", "decoder.block.0.layer.1.EncDecAttention"
+    pats = hookkit.attention_patterns(t5, inputs, layers=[enc, cross])  # relative position bias, cross attention
+    t5.set_attn_implementation("eager")
+    with torch.no_grad():
+        ref = t5(**inputs, output_attentions=True)
+    torch.testing.assert_close(pats[enc], ref.encoder_attentions[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(pats[cross], ref.cross_attentions[0], atol=1e-5, rtol=0)
+    with hookkit.capture(t5, cross, heads=[1]) as cap:
+        t5(**inputs)
+    assert tuple(cap[cross].shape) == (2, 1, 3, 8)
+
+    neox = transformers.GPTNeoXForCausalLM(
+        transformers.GPTNeoXConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48, vocab_size=61)
+    ).eval()
+    pats = hookkit.attention_patterns(neox, x)
+    neox.set_attn_implementation("eager")
+    with torch.no_grad():
+        ref = neox(x, output_attentions=True)
+    torch.testing.assert_close(pats["gpt_neox.layers.0.attention"], ref.attentions[0], atol=1e-5, rtol=0)
+    lens = hookkit.logit_lens(neox, x)
+    torch.testing.assert_close(lens.logits[-1], ref.logits, atol=1e-6, rtol=0)
+
+    vit = transformers.ViTModel(
+        transformers.ViTConfig(
+            hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=48, image_size=16, patch_size=8
+        )
+    ).eval()
+    px = torch.randn(2, 3, 16, 16)
+    (name,) = [n for n, m in vit.named_modules() if type(m).__name__ == "ViTAttention"]
+    pats = hookkit.attention_patterns(vit, px, heads=[2])
+    vit.set_attn_implementation("eager")
+    with torch.no_grad():
+        ref = vit(px, output_attentions=True)
+    torch.testing.assert_close(pats[name], ref.attentions[0][:, [2]], atol=1e-5, rtol=0)

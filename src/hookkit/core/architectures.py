@@ -147,7 +147,8 @@ ATTENTION_FAMILIES: list[AttentionFamily] = [
 STACK_FAMILIES: list[StackFamily] = [
     StackFamily("gpt2", "transformer.h", "transformer.ln_f", "lm_head"),
     StackFamily("gpt2-base", "h", "ln_f"),
-    StackFamily("gpt-neox", "gpt_neox.layers", "gpt_neox.final_layer_norm", "embed_out"),
+    StackFamily("gpt-neox", "gpt_neox.layers", "gpt_neox.final_layer_norm", "lm_head"),
+    StackFamily("gpt-neox-old", "gpt_neox.layers", "gpt_neox.final_layer_norm", "embed_out"),
     StackFamily("llama", "model.layers", "model.norm", "lm_head"),  # Mistral, Qwen2, Gemma, ...
     StackFamily("llama-base", "layers", "norm"),
     StackFamily("opt", "model.decoder.layers", "model.decoder.final_layer_norm", "lm_head"),

@@ -218,7 +218,7 @@ def patch(
     ``heads=`` (attention layers): the values are per-head records ``[B, H_selected, T, d_head]``,
     e.g. a ``capture(..., heads=)`` of the clean run.
     """
-    if heads is not None:
+    if heads is not None and heads is not False:
         from hookkit.interventions.heads import patch_heads
 
         return patch_heads(model, layers, values, calls, heads, head_layout)
@@ -311,7 +311,7 @@ def ablate(
     check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
     if mean is not None and mode != "mean":
         fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
-    if heads is not None:
+    if heads is not None and heads is not False:
         from hookkit.interventions.heads import ablate_heads
 
         return ablate_heads(model, layers, heads, mode, mean, calls, head_layout)
@@ -364,7 +364,7 @@ def steer(
     ``heads=``: add a ``[d_head]`` vector (or ``[H_selected, d_head]``) to each selected head's slice.
     """
     check_model(model, fn="steer")
-    if heads is not None:
+    if heads is not None and heads is not False:
         from hookkit.interventions.heads import steer_heads
 
         return steer_heads(model, layers, vector, scale, calls, heads, head_layout)
@@ -406,7 +406,7 @@ def edit(
     ``heads=``: ``fn`` gets and returns the selected heads' record ``[B, H_selected, T, d_head]``.
     """
     check_model(model, fn="edit")
-    if heads is not None:
+    if heads is not None and heads is not False:
         from hookkit.interventions.heads import edit_with_heads
 
         return edit_with_heads(model, layers, fn, calls, heads, head_layout)

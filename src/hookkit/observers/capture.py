@@ -191,7 +191,7 @@ class capture(HandleGroup):
         self._detach, self._to, self._clone = detach, to, clone
         self._records: dict[str, list[Record]] = {}
         self.grads = _Grads(self)
-        if heads is not None:  # per-head records [B, H, T, d_head] of attention layers
+        if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
             self._heads(model, layers, heads, head_layout)
             return
         named = select(model, layers)
