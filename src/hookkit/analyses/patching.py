@@ -129,8 +129,11 @@ def patching_sweep(
     ``metric(output)`` gets the model's whole output and returns one value per batch row. The result
     (numpy) is ``[n_layers, n_positions]`` (``[n_layers, H, n_positions]`` with heads), the mean over
     rows of the metric with that cell's activation taken from the clean run; ``per_row=True`` keeps
-    the rows first: ``[N, n_layers, ...]``. Each forward runs up to ``batch_size`` rows: several
-    patched copies of the corrupted batch, so ``metric`` must work on any number of rows.
+    the rows first: ``[N, n_layers, ...]``. Only a layer's first call in a forward is patched.
+
+    Each forward runs one corrupted row up to the patched layer, then up to ``batch_size`` patched
+    copies of it (the clean run is captured once); a model that cannot broadcast one row there runs
+    whole copies of the batch instead. So ``metric`` must work on any number of rows, each on its own.
 
     >>> grid = hookkit.patching_sweep(model, clean_ids, corrupt_ids, "transformer.h.*",   # doctest: +SKIP
     ...     lambda out: out.logits[:, -1, good] - out.logits[:, -1, bad])
@@ -242,9 +245,12 @@ def _patched_run(
             )
         return be.where(where, source, t)
 
+    hit = []
+
     def consume(ev: Event) -> Any:
         if ev.call != 0:
             return None
+        hit.append(True)
         if site.head:
             return (patch(ev.args[0], 0, ev), *ev.args[1:]), ev.kwargs
         return apply_to(be, ev, 0, patch)
@@ -264,6 +270,8 @@ def _patched_run(
                     raise _NoPrefix
             else:
                 output = call_model(model, repeat_rows(be, corrupted, c))
+            if not hit:
+                raise RuntimeError(f"patching_sweep(): layer {site.where[0]!r} did not run in the patched forward")
             note = f" (this forward ran {c} patched copies of the {n}-row batch: {c * n} rows)" if c > 1 else ""
             values = metric_rows(be, metric, output, c * n, "patching_sweep", note)
     finally:
