@@ -9,7 +9,7 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
-from hookkit.analyses.attribution import attribution_patching
+from hookkit.analyses.attribution_patching import attribution_patching
 from hookkit.analyses.lens import LensResult, logit_lens
 from hookkit.analyses.patching import patching_sweep
 from hookkit.analyses.patterns import attention_patterns
