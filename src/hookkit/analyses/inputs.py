@@ -40,10 +40,10 @@ def batch_size(be: Any, inputs: Any) -> int:
     return int(be.shape(first_input(be, inputs))[0])
 
 
-def repeat_rows(be: Any, inputs: Any, n: int) -> Any:
+def tile_inputs(be: Any, inputs: Any, n: int) -> Any:
     """Every tensor of ``inputs`` (``[N, ...]``) stacked ``n`` times along dim 0: ``[n * N, ...]``,
     copy ``j`` in rows ``j * N .. (j + 1) * N - 1``."""
     if n == 1:
         return inputs
     m = be.family("tensor_math")
-    return map_tensors(inputs, lambda t: m.repeat_rows(t, n) if len(be.shape(t)) else t, be.is_tensor)
+    return map_tensors(inputs, lambda t: m.tile_rows(t, n) if len(be.shape(t)) else t, be.is_tensor)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.inputs import call_model, check_inputs, first_input, repeat_rows
+from hookkit.analyses.inputs import call_model, check_inputs, first_input, tile_inputs
 from hookkit.analyses.lens import check_positions
 from hookkit.analyses.passes import analysis_pass
 from hookkit.core.architectures import token_dim
@@ -231,13 +231,13 @@ def _patched_run(
             index[-1] = slice(h * d, (h + 1) * d)
         mask[tuple(index)] = True
     where = be.from_numpy(mask, like=clean_act)
-    source = m.repeat_rows(clean_act, c)
+    source = m.tile_rows(clean_act, c)
 
     def patch(t: Any, pos: int, ev: Event) -> Any:
         if expand:
             if tuple(be.shape(t)) != shape:
                 raise _NoPrefix
-            t = m.repeat_rows(t, c)
+            t = m.tile_rows(t, c)
         if tuple(be.shape(t)) != tuple(be.shape(source)):
             raise ValueError(
                 f"patching_sweep(): the activation of {site.name!r} has shape {list(be.shape(t))} in the patched run; "
@@ -269,7 +269,7 @@ def _patched_run(
                 if rows is None or not be.shape(rows) or be.shape(rows)[0] != c * n:
                     raise _NoPrefix
             else:
-                output = call_model(model, repeat_rows(be, corrupted, c))
+                output = call_model(model, tile_inputs(be, corrupted, c))
             if not hit:
                 raise RuntimeError(f"patching_sweep(): layer {site.where[0]!r} did not run in the patched forward")
             note = f" (this forward ran {c} patched copies of the {n}-row batch: {c * n} rows)" if c > 1 else ""

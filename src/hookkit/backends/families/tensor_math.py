@@ -97,10 +97,31 @@ class TensorMath:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
 
-    def repeat_rows(self, t: Any, n: int) -> Any:
-        """``t [N, ...]`` stacked ``n`` times along dim 0: ``[n * N, ...]`` (copy ``j`` in rows ``j * N .. (j + 1) * N - 1``)."""
-        raise _missing("repeat_rows")
-
     def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
         """The ``k`` largest entries along ``dim``, largest first: ``(values, int64 indices)``."""
         raise _missing("topk")
+
+    def isfinite(self, t: Any) -> Any:
+        """Elementwise: True where ``t`` is neither NaN nor infinite (bool)."""
+        raise _missing("isfinite")
+
+    def interpolate_aligned(self, t: Any, size: Sequence[int], mode: str) -> Any:
+        """Resize channels-first ``[N, C, *spatial]`` to ``size`` with the corner pixels aligned
+        (``align_corners=True``, as ``UpsamplingBilinear2d``): ``mode`` "linear", "bilinear", "trilinear"."""
+        raise _missing("interpolate_aligned")
+
+    def nan_to_zero(self, t: Any) -> Any:
+        """``t`` with every NaN replaced by 0."""
+        raise _missing("nan_to_zero")
+
+    def tile_rows(self, t: Any, k: int) -> Any:
+        """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
+        raise _missing("tile_rows")
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        """Each row of ``t`` ``k`` times in a row along axis 0 (``[t0, t0, t1, t1, ...]``)."""
+        raise _missing("repeat_rows")
+
+    def abs(self, t: Any) -> Any:
+        """Elementwise absolute value."""
+        raise _missing("abs")
