@@ -97,6 +97,10 @@ class TensorMath:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
 
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        """The ``k`` largest entries along ``dim``, largest first: ``(values, int64 indices)``."""
+        raise _missing("topk")
+
     def isfinite(self, t: Any) -> Any:
         """Elementwise: True where ``t`` is neither NaN nor infinite (bool)."""
         raise _missing("isfinite")
