@@ -190,7 +190,7 @@ def cmd_autocast(args) -> None:
     header, body, _ = d.table()
     keep = [i for i, r in enumerate(d.rows) if r.grows or r is d.first or r.layer in ("", "lm_head")]
     print(H.table([[body[i][j] for j in (1, 2, 5, 8, 9, 10, 11)] for i in keep], [header[j] for j in (1, 2, 5, 8, 9, 10, 11)]))
-    for phase in ("forward", "output-grad"):
+    for phase in ("forward", "output-grad") if args.backward else ("forward",):
         print(f"\n{phase}: relative error ||a-b||/||a|| by block and sublayer")
         cols = ["ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.act", "mlp.c_proj"]
         err = {r.layer: r.rel_err for r in d.rows if r.phase == phase}

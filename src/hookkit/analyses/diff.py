@@ -59,14 +59,12 @@ class _Plan:
         if any(not n for n, _ in sel_a):
             pairs[""] = ""  # the models' outputs always pair
         self.layers_a = sel_a
-        b_layers = dict(all_b)
         # with the default layers, b's layers nobody pairs with are attached too, to list their calls
-        wanted = set(pairs.values()) if layers is not None else set(b_layers)
+        wanted = set(pairs.values()) if layers is not None else {n for n, _ in all_b}
         self.layers_b = [(n, m) for n, m in all_b if n in wanted]
         self.b_to_a = {}
         for na, nb in pairs.items():
             self.b_to_a.setdefault(nb, []).append(na)
-        del b_layers
 
 
 def diff(

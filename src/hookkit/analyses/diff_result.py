@@ -202,8 +202,9 @@ class Diff:
 
     # -- the plot ---------------------------------------------------------------------------------
     def plot(self, *, ax: Any = None, figsize: tuple[float, float] = (10, 3.5)) -> Any:
-        """Relative error (``||a - b|| / ||a||``, log scale) by depth (the forward position of each
-        layer's call), forward and backward on one axis, the first divergence marked. Returns the
+        """Relative error (``||a - b|| / ||a||``, log scale; exact agreement on the grey line below the
+        smallest error) by depth (the forward position of each layer's call), forward and backward on
+        one axis, the first divergence marked. Returns the
         matplotlib Figure; pyplot is not used (nothing is left open).
 
         >>> fig = d.plot(); fig.savefig("diff.png")   # doctest: +SKIP
@@ -215,7 +216,8 @@ class Diff:
             ax = fig.add_subplot()
         else:
             fig = ax.figure
-        floor = 1e-12
+        nonzero = [r.rel_err for r in self.rows if 0 < r.rel_err < math.inf]
+        floor = min(nonzero) / 10 if nonzero else 1e-12  # exact agreement is drawn one decade below the smallest error
         styles = {
             "forward": ("C0", "o", "forward output"),
             "output-grad": ("C1", "s", "output gradient"),
@@ -238,6 +240,8 @@ class Diff:
         ax.set_yscale("log")
         ax.set_xlabel("depth (forward position of the layer's call)")
         ax.set_ylabel("relative error ||a-b||/||a||")
+        ax.axhline(floor, color="0.7", lw=0.5)
+        ax.annotate("exactly equal", (0, floor), xycoords=("axes fraction", "data"), fontsize=7, color="0.5", va="bottom")
         fa, fb = self.frameworks
         ax.set_title(f"diff: a ({fa}) vs b ({fb})")
         if self.rows:
