@@ -267,6 +267,42 @@ def test_bfloat16_loosens_tolerance_downstream():
     assert d.rows[0].rel_err > 1e-4  # bf16 weights: errors from the first layer
 
 
+def test_a_layer_called_twice_is_compared_per_call(fw):
+    class Twice(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = fw.nn.Linear(4, 4)
+            self.act = fw.nn.Tanh()
+
+        def forward(self, x):
+            return self.fc(self.act(self.fc(x)))
+
+    a = Twice()
+    b = copy.deepcopy(a)
+    with hookkit.edit(b, "fc", lambda out, ev: out + 0.01, calls=[1]):
+        d = hookkit.diff(a, b, X, backward=True)
+    assert [(r.layer, r.call) for r in d.rows if r.phase == "forward"] == [("fc", 0), ("act", 0), ("fc", 1), ("", 0)]
+    assert (d.first.layer, d.first.call, d.first.phase) == ("fc", 1, "forward")
+    # backward: call 1 of fc (and the output, the same tensor), then act, then call 0; the shared weight's gradient once
+    back = [(r.where, r.call) for r in d.rows if r.phase != "forward"]
+    assert back[:4] == [("fc", 1), ("(root)", 0), ("act", 0), ("fc", 0)] and sorted(back[4:]) == [("fc.bias", 0), ("fc.weight", 0)]
+
+
+def test_transformers_conv1d_weight_is_transposed_by_type():
+    from transformers.pytorch_utils import Conv1D
+
+    torch.manual_seed(0)
+    conv = Conv1D(8, 4)  # GPT-2's projection: weight [in=4, out=8]
+    linear = torch.nn.Linear(4, 8)
+    hookkit.port_weights(conv, linear)
+    assert torch.equal(linear.weight, conv.weight.T) and torch.equal(linear.bias, conv.bias)
+    assert hookkit.diff(conv, linear, X, backward=True).first is None
+    square = Conv1D(4, 4)
+    pd = paddle.nn.Linear(4, 4)  # both store [in, out]: copied as is, though the shape cannot tell
+    hookkit.port_weights(square, pd)
+    assert np.array_equal(pd.weight.numpy(), square.weight.detach().numpy())
+
+
 # -- pairing -------------------------------------------------------------------------------------------
 def test_pairing_by_structure_when_names_differ(fw):
     a = mlp(fw.name)

@@ -264,11 +264,12 @@ class _SideB:
             if key in self.a.records:
                 self.a.records.pop(key)
                 self.unpaired.append(Unpaired("a", key[0], key[1], "forward", "b made no call that pairs with it"))
-        for (name, call, index), _ in self.a.grads.items():
-            if (name, call) in {k for ks in self.pairs.values() for k in ks}:
+        paired = {k for ks in self.pairs.values() for k in ks}
+        for name, call, index in self.a.grads:
+            if (name, call) in paired:
                 self.unpaired.append(Unpaired("a", name, call, "output-grad", f"b's paired output {index} took no gradient"))
         self.a.grads.clear()
-        for (name, canonical), _ in self.a.param_grads.items():
+        for name, canonical in self.a.param_grads:
             if name in self.layer_pairs:
                 self.unpaired.append(
                     Unpaired(
