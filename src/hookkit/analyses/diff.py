@@ -11,6 +11,7 @@ training flags restored after; gradients are taken with ``grads_of`` (no ``.grad
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -190,6 +191,7 @@ class _SideA:
         else:
             self.recorded = {na for names in plan.b_to_a.values() for na in names}
         self.leaf_names = {n for n, m in plan.layers_a if n and not be.children(m)}
+        self._seen: dict[int, tuple[Any, Any]] = {}  # id(tensor) -> (weak ref, host copy), during a's forward
 
     def run(self, host_args: list, host_kwargs: dict, loss: Any) -> None:
         be, group = self.be, HandleGroup()
@@ -201,6 +203,7 @@ class _SideA:
             _run(self.model, be, host_args, host_kwargs, self.backward, loss, self._on_params)
         finally:
             group.remove()
+            self._seen.clear()
 
     def _on_forward(self, ev: Any) -> None:
         key = (ev.name, ev.call)
@@ -212,9 +215,22 @@ class _SideA:
         shapes = tuple(be.shape(t) for t in outs)
         depth = len(self.records) + len(self.unpaired)
         self.depth_of.setdefault(ev.name, depth)
-        self.records[key] = _Record([host(be.to_numpy(t)) for t in outs], shapes, tuple(be.dtype_name(t) for t in outs), depth)
+        self.records[key] = _Record([self._host(t) for t in outs], shapes, tuple(be.dtype_name(t) for t in outs), depth)
         if ev.name in self.leaf_names:
             self.sequence.append((key, shapes))
+
+    def _host(self, t: Any) -> Any:
+        """``t`` on the host, copied once: a container returning its last child's output tensor
+        (a Sequential, an attention block returning its projection) shares that child's record."""
+        seen = self._seen.get(id(t))
+        if seen is not None and seen[0]() is t:
+            return seen[1]
+        arr = host(self.be.to_numpy(t))
+        try:
+            self._seen[id(t)] = (weakref.ref(t), arr)
+        except TypeError:  # a tensor type without weak references: copied each time
+            pass
+        return arr
 
     def _on_grad(self, ev: Any) -> None:
         self.grads[ev.name, ev.call, ev.index] = (host(self.be.to_numpy(ev.grad)), self.be.dtype_name(ev.grad))
