@@ -9,6 +9,10 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+from hookkit._version import __version__
+from hookkit.analyses.attribution import attribute
+from hookkit.analyses.cam import cam
+from hookkit.analyses.cam_metrics import cam_metric
 from hookkit.analyses.diff import diff
 from hookkit.analyses.diff_result import Diff
 from hookkit.analyses.port import Ported, PortError, port_weights
@@ -55,12 +59,11 @@ from hookkit.observers.features import ExtractError, FeatureArray, Features, Fea
 from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
-from hookkit.observers.stats import ActivationStats, GradientStats, load_stats
+from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "ALL",
     "INTERVENTION",
     "LEAVES",
@@ -68,6 +71,9 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "cam",
+    "cam_metric",
+    "attribute",
     "capture",
     "channel_dropout",
     "clip_grad",
@@ -131,4 +137,5 @@ __all__ = [
     "total_params",
     "UnsupportedModel",
     "watch_nonfinite",
+    "WeightStats",
 ]
