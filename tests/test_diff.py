@@ -510,6 +510,7 @@ def test_table_plot_and_report(tmp_path):
     line = next(ln for ln in text.splitlines() if "<< first divergence" in ln)
     assert line.split()[1:3] == ["forward", "2"]
     assert "^ grows" in text
+    assert "The backward pass diverges too (first: param-grad of 4.weight)" in text
     fig = d.plot()
     assert plt.get_fignums() == [] and len(fig.axes) == 1
     assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} >= {"forward output", "output gradient", "parameter gradient"}

@@ -138,6 +138,12 @@ class Diff:
         lines = [f"a: {fa}, b: {fb}; {len(self.rows)} pairs compared (paired by {self.pairing})"]
         first = self.first
         lines.append(f"First divergence: {first}" if first else "No divergence: every pair within tolerance")
+        back = self.first_in("backward")
+        if first is not None and first.phase == "forward" and back is not None:
+            lines.append(
+                f"The backward pass diverges too (first: {back.phase} of {back.where}): gradients read the forward "
+                f"activations, which differ from {first.where} on; the forward divergence is the one to explain first"
+            )
         if self.unpaired:
             shown = ", ".join(f"{u.side}:{u.layer or '(root)'}#{u.call}" for u in self.unpaired[:6])
             more = f" and {len(self.unpaired) - 6} more" if len(self.unpaired) > 6 else ""
