@@ -400,6 +400,25 @@ def test_diff_across_frameworks_finds_the_changed_block():
     assert not any(r.diverged for r in d.rows[: d.rows.index(d.first)])
 
 
+def test_local_mode_names_the_changed_layer_forwards_and_backwards():
+    src = torch_lm(3)
+    pd = paddle_lm(3)
+    hookkit.port_weights(src, pd)
+    w = pd.blocks[1].mlp[2].weight
+    w.set_value(w.numpy() * 1.001)
+    d = hookkit.diff(src, pd, tokens(), backward=True, local=True)
+    assert d.local and (d.first.layer, d.first.phase) == ("blocks.1.mlp.2", "forward")
+    # every leaf of b ran on a's inputs: only the changed layer and the containers holding (or adding to) it differ
+    assert {r.layer for r in d.rows if r.phase == "forward" and r.diverged} == {"blocks.1.mlp.2", "blocks.1.mlp", "blocks.1", "blocks.2"}
+    # backward, each leaf handed a's gradient on: only the gradient the changed weight computes differs
+    assert [(r.where, r.phase) for r in d.rows if r.phase != "forward" and r.diverged] == [("blocks.1.mlp.1", "output-grad")]
+    assert d.first_in("backward").rel_err == pytest.approx(1e-3, rel=1e-2)
+    assert _nothing_attached(pd, hookkit.backends.backend_for(pd))
+    # without local=True the same change spreads to every row after it (forward) and from the loss on (backward)
+    spread = hookkit.diff(src, pd, tokens(), backward=True)
+    assert spread.first_in("backward").where == "head.weight" and sum(r.diverged for r in spread.rows) > 50
+
+
 def test_gradient_edit_in_paddle_found_across_frameworks():
     src = torch_lm(2)
     pd = paddle_lm(2)
@@ -477,6 +496,8 @@ def test_argument_errors_and_a_failing_forward_leave_nothing_attached():
         hookkit.diff(a, b, X, backward="yes")
     with pytest.raises(hookkit.HookkitError, match="rtol"):
         hookkit.diff(a, b, X, rtol=-1)
+    with pytest.raises(hookkit.HookkitError, match="local must be False when layers pair by structure"):
+        hookkit.diff(a, mlp("torch", names=True), X, local=True)
     with pytest.raises(RuntimeError):
         hookkit.diff(a, b, np.zeros((2, 7), "float32"))  # wrong input width: the model raises
     be = hookkit.backends.backend_for(a)

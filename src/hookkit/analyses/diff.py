@@ -36,6 +36,7 @@ def diff(
     loss: Callable[[Any], Any] | None = None,
     rtol: float | None = None,
     atol: float | None = None,
+    local: bool = False,
 ) -> Diff:
     """Run ``a`` and ``b`` on the same ``inputs`` and compare them layer by layer, call by call:
     outputs, and with ``backward=True`` each layer's output gradient and each parameter's gradient
@@ -49,6 +50,9 @@ def diff(
     leaf calls with matching output shapes) where most do not; ``map`` says it: a dict from ``a``'s
     names to ``b``'s (globs allowed), a callable ``f(a_name) -> b_name``, or "name" / "structure".
     ``rtol`` / ``atol``: override the defaults taken from the dtypes compared (see the docs' table).
+    ``local=True``: each leaf layer of ``b`` runs on the inputs its partner in ``a`` got, and (backward)
+    hands on ``a``'s output gradient, so every row measures that layer's own error rather than what it
+    inherited from upstream (PaDiff's "single step"; name or map pairing).
 
     >>> d = hookkit.diff(torch_model, paddle_model, x, backward=True)   # doctest: +SKIP
     >>> d.first
@@ -60,13 +64,21 @@ def diff(
     if a is b:
         fail(FN, "b", "a model other than a (to compare a model with itself changed, compare it with a copy: copy.deepcopy(a))", b)
     backward = check_bool(backward, fn=FN, arg="backward")
+    local = check_bool(local, fn=FN, arg="local")
     check_callable(loss, fn=FN, arg="loss", signature="loss(output) -> scalar tensor", optional=True)
     rtol = check_number(rtol, fn=FN, arg="rtol", low=0, optional=True)
     atol = check_number(atol, fn=FN, arg="atol", low=0, optional=True)
     check_map(map, FN)
     host_args, host_kwargs = to_host(inputs, FN)
     plan = Plan(a, be_a, b, be_b, layers, map, FN)
-    side = SideA(a, be_a, plan, backward)
+    if local and plan.mode == "structure":
+        fail(
+            FN,
+            "local",
+            "False when layers pair by structure (local=True feeds each layer of b its partner's inputs: give map= to pair by name)",
+            local,
+        )
+    side = SideA(a, be_a, plan, backward, local)
     side.run(host_args, host_kwargs, loss)
     rows, unpaired = SideB(b, be_b, plan, side, rtol, atol).run(host_args, host_kwargs, loss)
     if not rows:
@@ -75,7 +87,7 @@ def diff(
             f"a's layers: {_names(plan.layers_a)}; b's: {_names(plan.layers_b)}. "
             "Give map={a name or glob: b name} to say which layers correspond."
         )
-    return Diff(rows, unpaired, plan.mode, (be_a.name, be_b.name))
+    return Diff(rows, unpaired, plan.mode, (be_a.name, be_b.name), local=local)
 
 
 def _names(named: list) -> str:

@@ -84,8 +84,9 @@ class Diff:
     >>> print(d); d.plot()
     """
 
-    def __init__(self, rows: list[Row], unpaired: list[Unpaired], pairing: str, frameworks: tuple[str, str]):
+    def __init__(self, rows: list[Row], unpaired: list[Unpaired], pairing: str, frameworks: tuple[str, str], local: bool = False):
         self.rows = rows
+        self.local = local  # each leaf of b ran on a's inputs and a's output gradient
         self.unpaired = unpaired
         self.pairing = pairing  # "name", "map" or "structure"
         self.frameworks = frameworks
@@ -135,11 +136,12 @@ class Diff:
 
     def _footer(self) -> list[str]:
         fa, fb = self.frameworks
-        lines = [f"a: {fa}, b: {fb}; {len(self.rows)} pairs compared (paired by {self.pairing})"]
+        how = "; local: each leaf of b ran on a's inputs and a's output gradient" if self.local else ""
+        lines = [f"a: {fa}, b: {fb}; {len(self.rows)} pairs compared (paired by {self.pairing}{how})"]
         first = self.first
         lines.append(f"First divergence: {first}" if first else "No divergence: every pair within tolerance")
         back = self.first_in("backward")
-        if first is not None and first.phase == "forward" and back is not None:
+        if first is not None and first.phase == "forward" and back is not None and not self.local:
             lines.append(
                 f"The backward pass diverges too (first: {back.phase} of {back.where}): gradients read the forward "
                 f"activations, which differ from {first.where} on; the forward divergence is the one to explain first"
@@ -201,6 +203,7 @@ class Diff:
         return {
             "frameworks": list(self.frameworks),
             "pairing": self.pairing,
+            "local": self.local,
             "first": None if first is None else self.rows.index(first),
             "rows": [{**asdict(r), "shape": list(r.shape)} for r in self.rows],
             "unpaired": [asdict(u) for u in self.unpaired],

@@ -8,6 +8,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from hookkit.analyses.diff_inputs import float_tensors, model_place, to_model
 from hookkit.analyses.diff_metrics import compare, host, looser, precision, tolerance
 from hookkit.analyses.diff_pairing import Plan, StructureAligner
@@ -15,7 +17,7 @@ from hookkit.analyses.diff_result import Row, Unpaired
 from hookkit.analyses.passes import analysis_pass
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
-from hookkit.core.router import OBSERVER, attach
+from hookkit.core.router import INTERVENTION, OBSERVER, attach
 from hookkit.core.tree import leaves
 from hookkit.core.validate import fail
 
@@ -25,10 +27,11 @@ FN = "diff"
 class _Record:
     """One of ``a``'s calls kept on the host."""
 
-    __slots__ = ("arrays", "shapes", "dtypes", "depth")
+    __slots__ = ("arrays", "shapes", "dtypes", "depth", "inputs")
 
     def __init__(self, arrays: list, shapes: tuple, dtypes: tuple, depth: int):
         self.arrays, self.shapes, self.dtypes, self.depth = arrays, shapes, dtypes, depth
+        self.inputs: list | None = None  # local=True: a leaf's positional float inputs (None elsewhere)
 
 
 def run_model(
@@ -83,8 +86,8 @@ def _own_params(be: Any, layer: Any) -> list:
 class SideA:
     """Runs ``a``, keeping each paired call's output (and gradients) on the host."""
 
-    def __init__(self, a: Any, be: Any, plan: Plan, backward: bool):
-        self.model, self.be, self.plan, self.backward = a, be, plan, backward
+    def __init__(self, a: Any, be: Any, plan: Plan, backward: bool, local: bool = False):
+        self.model, self.be, self.plan, self.backward, self.local = a, be, plan, backward, local
         self.records: dict[tuple[str, int], _Record] = {}
         self.grads: dict[tuple[str, int, int], Any] = {}
         self.param_grads: dict[tuple[str, str], tuple[Any, str]] = {}  # (layer, canonical) -> (array, dtype)
@@ -120,9 +123,11 @@ class SideA:
         shapes = tuple(be.shape(t) for t in outs)
         depth = len(self.records) + len(self.unpaired)
         self.depth_of.setdefault(ev.name, depth)
-        self.records[key] = _Record([self._host(t) for t in outs], shapes, tuple(be.dtype_name(t) for t in outs), depth)
+        rec = self.records[key] = _Record([self._host(t) for t in outs], shapes, tuple(be.dtype_name(t) for t in outs), depth)
         if ev.name in self.leaf_names:
             self.sequence.append((key, shapes))
+            if self.local:  # usually the previous layer's output: shared, not copied again
+                rec.inputs = [self._host(t) if be.is_tensor(t) and be.dtype_kind(t) == "float" else None for t in ev.args]
 
     def _host(self, t: Any) -> Any:
         """``t`` on the host, copied once: a container returning its last child's output tensor
@@ -161,6 +166,8 @@ class SideB:
 
     def __init__(self, b: Any, be: Any, plan: Plan, side_a: SideA, rtol: float | None, atol: float | None):
         self.model, self.be, self.plan, self.a = b, be, plan, side_a
+        self.local = side_a.local
+        self.leaves_b = {n for n, m in plan.layers_b if n and not be.children(m)}
         self.rtol, self.atol = rtol, atol
         self.kind = "exact"  # the least precise dtype compared so far: tolerances loosen with it
         self.rows: list[Row] = []
@@ -175,8 +182,12 @@ class SideB:
         try:
             named = self.plan.layers_b
             group.add(attach(self.model, named, "forward", self._on_forward, OBSERVER))
+            if self.local:
+                leaves_b = [(n, m) for n, m in named if n in self.leaves_b]
+                group.add(attach(self.model, leaves_b, "forward_pre", self._feed_inputs, INTERVENTION))
             if self.a.backward:
-                group.add(attach(self.model, named, "grad", self._on_grad, OBSERVER))
+                # local: the consumer also hands a's gradient on, so it runs among the interventions
+                group.add(attach(self.model, named, "grad", self._on_grad, INTERVENTION if self.local else OBSERVER))
             run_model(self.model, self.be, host_args, host_kwargs, self.a.backward, loss, self._on_params)
         finally:
             group.remove()
@@ -241,6 +252,28 @@ class SideB:
             self.layer_pairs.setdefault(ka[0], ev.name)
             self.rows.append(self._row("forward", ka, (ev.name, ev.call), "", rec.arrays, ys, rec.dtypes, dtypes_b, shapes, rec.depth))
 
+    def _feed_inputs(self, ev: Any) -> Any:
+        """local=True: a leaf of ``b`` gets the inputs its partner in ``a`` got (same values; the
+        gradient still flows to ``b``'s own upstream layers)."""
+        names = self.plan.b_to_a.get(ev.name)
+        rec = self.a.records.get((names[0], ev.call)) if names else None
+        if rec is None or rec.inputs is None:
+            return None
+        be, args, changed = self.be, list(ev.args), False
+        for i, arr in enumerate(rec.inputs[: len(args)]):
+            t = args[i]
+            if arr is None or not be.is_tensor(t) or tuple(be.shape(t)) != arr.shape:
+                continue
+            v = self._like(arr, t)
+            args[i] = t + be.detach(v - t) if be.requires_grad(t) else v
+            changed = True
+        return (tuple(args), ev.kwargs) if changed else None
+
+    def _like(self, arr: Any, t: Any) -> Any:
+        """A copy of host ``arr`` as a tensor like ``t`` (framework, device, dtype)."""
+        v = self.be.from_numpy(np.array(arr, copy=True), like=t)
+        return v if self.be.dtype_name(v) == self.be.dtype_name(t) else self.be.cast(v, self.be.dtype_name(t))
+
     def _row(self, phase: str, ka: tuple, kb: tuple, part: str, xs: list, ys: list, da: tuple, db: tuple, shapes: tuple, depth: int) -> Row:
         for d in (*da, *db):
             self.kind = looser(self.kind, precision(d))
@@ -253,8 +286,9 @@ class SideB:
         )  # fmt: skip
 
     # -- backward -------------------------------------------------------------------------------
-    def _on_grad(self, ev: Any) -> None:
+    def _on_grad(self, ev: Any) -> Any:
         be = self.be
+        local = None
         for ka in self.pairs.get((ev.name, ev.call), []):
             got = self.a.grads.pop((ka[0], ka[1], ev.index), None)
             if got is None:
@@ -278,6 +312,9 @@ class SideB:
                     depth,
                 )
             )
+            if self.local and local is None and ev.name in self.leaves_b and tuple(arr.shape) == tuple(be.shape(ev.grad)):
+                local = self._like(arr, ev.grad)  # the layers before this one get a's gradient
+        return local
 
     def _on_params(self, targets: list, grads: tuple) -> None:
         be = self.be
