@@ -550,6 +550,8 @@ def test_cli_diff(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "No divergence" in out and "param-grad" in out
+    code = main(["diff", "test_diff:torch_mlp", "test_diff:paddle_mlp", "--input-size", "3,4", "--port", "--local"])
+    assert code == 0 and "local: each leaf of b ran on a's inputs" in capsys.readouterr().out
     code = main(["diff", "test_diff:torch_mlp", "test_diff:paddle_mlp", "--input-size", "3,4"])
     assert code == 1 and "First divergence: forward of 0" in capsys.readouterr().out
     code = main(["diff", "test_diff:torch_mlp", "test_diff:nope", "--input-size", "3,4"])
