@@ -19,10 +19,13 @@ def _train_step(fw, model, opt, x):
     fw.step(opt)
 
 
-def test_update_ratio_is_the_hand_value_after_sgd_steps(fw):
+@pytest.mark.parametrize("host_routes", [True, False])  # the C kernel on the CPU; the framework's ops elsewhere
+def test_update_ratio_is_the_hand_value_after_sgd_steps(fw, monkeypatch, host_routes):
     model = fw.mlp((4, 6, 3))
+    monkeypatch.setattr(type(hookkit.backends.backend_for(model)), "host_routes", host_routes)
     opt = _sgd(fw, model)
-    stats = hookkit.WeightStats(model, optimizer=opt)
+    stats = hookkit.WeightStats(model, optimizer=opt, hist=True, bins=16, range=(-2, 2))
+    assert stats._cpu == host_routes
     assert stats.names == ["0.weight", "0.bias", "2.weight", "2.bias"]
     snaps = []
     for _ in range(3):
@@ -42,6 +45,7 @@ def test_update_ratio_is_the_hand_value_after_sgd_steps(fw):
         np.testing.assert_allclose(s["std"][2], now.std(ddof=1), rtol=1e-5)
         np.testing.assert_allclose(s["norm"][2], np.linalg.norm(now), rtol=1e-5)
         np.testing.assert_allclose(s["max_abs"][2], np.abs(now).max(), rtol=1e-6)
+        np.testing.assert_array_equal(s["hist"][2], np.histogram(now, 16, (-2, 2))[0])
     stats.remove()
     _train_step(fw, model, opt, fw.randn(5, 4))
     assert len(stats.param_stats("0.weight")["step"]) == 3  # removed: no more records
