@@ -9,6 +9,13 @@
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. Imports are eager on purpose: a submodule imported
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+from hookkit._version import __version__
+from hookkit.analyses.attribution import attribute
+from hookkit.analyses.cam import cam
+from hookkit.analyses.cam_metrics import cam_metric
+from hookkit.analyses.diff import diff
+from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.port import Ported, PortError, port_weights
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -55,9 +62,8 @@ from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "ALL",
     "INTERVENTION",
     "LEAVES",
@@ -65,12 +71,17 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "cam",
+    "cam_metric",
+    "attribute",
     "capture",
     "channel_dropout",
     "clip_grad",
     "drop_block",
     "drop_path",
     "DropHookModel",
+    "diff",
+    "Diff",
     "dropout",
     "dummy_eval",
     "edit",
@@ -107,6 +118,9 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "port_weights",
+    "Ported",
+    "PortError",
     "prune",
     "Pruning",
     "Record",

@@ -24,6 +24,7 @@ __all__ = [
     "backend_for",
     "backend_named",
     "framework_of",
+    "framework_roots",
     "loaded_backends",
     "register_backend",
     "registered_backends",
@@ -112,6 +113,12 @@ def framework_of(obj: Any) -> str:
         if name:
             return name
     return ""
+
+
+def framework_roots() -> frozenset[str]:
+    """The top-level module names of the registered frameworks ("torch", "paddle"...): frames in them
+    are framework machinery, not user code (see ``hookkit.core.user_frame``)."""
+    return frozenset(reg.module.partition(".")[0] for reg in _registry.values())
 
 
 def loaded_backends() -> list[Backend]:

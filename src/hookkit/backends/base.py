@@ -325,8 +325,9 @@ class Backend:
         """Make ``t`` (a leaf) record gradients, in place; returns it."""
         raise NotImplementedError
 
-    def grads_of(self, output: Any, inputs: Sequence[Any]) -> tuple:
-        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched."""
+    def grads_of(self, output: Any, inputs: Sequence[Any], allow_unused: bool = False) -> tuple:
+        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched
+        (``allow_unused``: None for an input the output does not depend on, instead of an error)."""
         raise NotImplementedError
 
     # -- tensor ops of the interventions: optional ---------------------------------------------------

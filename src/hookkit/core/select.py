@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
 from hookkit.backends import backend_for, framework_of
+from hookkit.core.deprecation import warn_deprecated
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.suggest import close_matches
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
@@ -67,7 +68,11 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
         if exact:
             return exact
         rx = _glob_regex(spec)
-        hits = [i for i, (n, _) in enumerate(named) if rx.fullmatch(n)]
+        hits = [i for i, (n, _) in enumerate(named) if n and rx.fullmatch(n)]  # the root only by "" or ALL
+        if rx.fullmatch(""):
+            warn_deprecated(
+                f"select({spec!r}) including the model itself", "hookkit.ALL (or the name '') to select the model too", since="0.2"
+            )
         if not hits:
             raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
         return hits
@@ -133,11 +138,14 @@ def _suggest(spec: str, names: list[str]) -> list[str]:
     return beside[:8]
 
 
-def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
+def select(model: Any, layers: LayerSpec = LEAVES) -> Selection:
     """Resolve ``layers`` against ``model``: ``[(dotted name, layer)]`` in model order, no duplicates.
 
     >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
-    [('h.0.attn', GPT2Attention(...)), ('h.1.attn', GPT2Attention(...))]
+    Selection(['h.0.attn', 'h.1.attn'])
+
+    Globs never match the model itself (its name is ''): ``"*"`` selects its direct children; name
+    the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
     # A data-parallel wrapper (DDP, DataParallel) is looked through: names are the inner model's,
@@ -158,7 +166,30 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
             raise LayerNotFound(spec, exc.close, f"in the model inside {type(model).__name__}") from None
     if not chosen:
         raise LayerNotFound(layers, [], "the predicate selected no layer")
-    return [named[i] for i in sorted(chosen)]
+    return Selection(named[i] for i in sorted(chosen))
+
+
+class Selection(list):
+    """What ``select`` returns: a list of ``(dotted name, layer)`` pairs that shows as its names
+    (a layer's own repr can run for pages). ``names``: the names alone; ``layers``: the layers alone.
+
+    >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
+    Selection(['h.0.attn', 'h.1.attn'])
+    """
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self]
+
+    @property
+    def layers(self) -> list[Any]:
+        return [m for _, m in self]
+
+    def __repr__(self) -> str:
+        shown = [n or "(root)" for n in self.names]
+        if len(shown) > 20:
+            return f"Selection({shown[:10]!r} ... {shown[-5:]!r}, {len(shown)} layers)"
+        return f"Selection({shown!r})"
 
 
 def _wrapper_name(model: Any, inner: Any, backend: Any) -> str:

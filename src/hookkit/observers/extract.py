@@ -111,10 +111,42 @@ def _fingerprint(
         "framework": be.name,
         "layers": [[n, f"{type(m).__module__}.{type(m).__qualname__}"] for n, m in named],
         "parameters": params.hexdigest()[:16],
+        "weights": _weights(model, be),
         "inputs": inputs,
         "reduce": {n: (r.describe() if r else None) for n, r in reds.items()},
         "dtype": dtype,
     }
+
+
+def _weights(model: Any, be: Backend) -> dict[str, str]:
+    """``{name: digest}`` of the values of every parameter and buffer (sha256 of its bytes, 16 hex
+    digits): a resumed run with other weights (another checkpoint, another random init) is refused,
+    naming the tensors that differ. One pass over the weights (about 0.5 s per 250 MB on a CPU)."""
+    tensors = dict(be.named_parameters(model))
+    for lname, layer in be.named_layers(model):
+        for bname, t in be.forward_state(layer):
+            tensors.setdefault(f"{lname}.{bname}" if lname else bname, t)
+    out = {}
+    for name, t in tensors.items():
+        a = np.ascontiguousarray(be.to_numpy(t))
+        out[name] = hashlib.sha256(memoryview(a).cast("B") if a.size else b"").hexdigest()[:16]
+    return out
+
+
+def _difference(key: str, old: Any, new: Any) -> str:
+    """What changed in fingerprint field ``key``, for the refusal message."""
+    if key == "weights" and isinstance(old, dict):
+        changed = [n for n in new if n in old and old[n] != new[n]]
+        gone, added = [n for n in old if n not in new], [n for n in new if n not in old]
+        parts = []
+        for what, names in (("differ", changed), ("are new", added), ("are gone", gone)):
+            if names:
+                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+                parts.append(f"{len(names)} of {len(new)} tensors {what} ({', '.join(names[:3])}{more})")
+        return "weights: " + "; ".join(parts) + ": another checkpoint or another random init"
+    if key == "weights":
+        return "weights: not recorded there (a folder from an older hookkit)"
+    return f"{key}: {old!r} there, {new!r} now"[:300]
 
 
 # -- the writer thread ----------------------------------------------------------------------------
@@ -260,10 +292,10 @@ def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any]) ->
         old = index.get("fingerprint") or {}
         diff = [k for k in fingerprint if old.get(k) != fingerprint[k]]
         if diff:
-            what = "; ".join(f"{k}: {old.get(k)!r} there, {fingerprint[k]!r} now"[:300] for k in diff)
+            what = "; ".join(_difference(k, old.get(k), fingerprint[k]) for k in diff)
             raise ExtractError(
                 f"extract(out={out!r}): the folder holds an extraction with other arguments ({what}); "
-                "re-run with the same model, layers, inputs, reduce and dtype to resume it, or use a new folder"
+                "re-run with the same model and weights, layers, inputs, reduce and dtype to resume it, or use a new folder"
             )
     else:
         names = [n for n in os.listdir(out) if fmt._SHARD_NAME.fullmatch(n)]
@@ -372,7 +404,9 @@ def extract(
     like ``"float16"``.
     Memory: at most 3 x (``shard_size`` + one batch's features) of host memory, whatever the number
     of samples. Interrupted (exception, Ctrl-C, kill -9), the same call resumes after the last
-    complete shard; other model / layers / reduce / dtype in the same folder are refused.
+    complete shard; another model, other weights (a digest of every parameter and buffer), layers,
+    reduce or dtype in the same folder are refused, naming what changed. A call that fails before
+    its first shard is written leaves no ``index.json`` behind (nor a folder it created).
     Runs under no_grad; the model's train/eval mode is left as it is (call ``model.eval()``).
     """
     out = os.fspath(out)
@@ -406,7 +440,9 @@ def extract(
         "reduce": fp["reduce"],
         "dtype": dtype,
     }
+    existed = os.path.isdir(out)
     index = _prepare_out(out, fp, meta)
+    fresh = not index["shards"]  # nothing written yet: a failure leaves no folder or index behind
     if index["complete"]:
         return load_features(out)
 
@@ -443,6 +479,7 @@ def extract(
     samples, b = index["count"], -1
     hooks: list[Any] = []
     writer = bar = None
+    finished = False
     try:
         for n_, m in named:
             hooks.append(attach(model, [(n_, m)], "forward", consumer(n_, reds[n_]), OBSERVER))
@@ -460,8 +497,13 @@ def extract(
                     )
                 continue
             got.clear()
-            with be.no_grad():
-                run(batch)
+            try:
+                with be.no_grad():
+                    run(batch)
+            except Exception as e:
+                if not isinstance(e, ExtractError):
+                    e.add_note(f"hookkit.extract: in the forward of batch {b} ({n} samples)")
+                raise
             rows = {}
             for key in keys:
                 if key not in got:
@@ -501,6 +543,7 @@ def extract(
         writer.check()
         index["complete"] = True
         fmt.write_json(os.path.join(out, fmt.INDEX), index)
+        finished = True
     finally:
         if writer is not None:
             writer.close()  # shards already queued are whole: they are written (resume skips them)
@@ -508,4 +551,17 @@ def extract(
             bar.close()
         for h in hooks:
             h.remove()
+        if not finished and fresh and not index["shards"]:
+            _forget(out, existed)
     return load_features(out)
+
+
+def _forget(out: str, existed: bool) -> None:
+    """A call that failed before writing any shard leaves nothing behind: no ``index.json`` (which
+    would tie the folder to these arguments), and no folder it created."""
+    try:
+        os.remove(os.path.join(out, fmt.INDEX))
+        if not existed and not os.listdir(out):
+            os.rmdir(out)
+    except OSError:
+        pass

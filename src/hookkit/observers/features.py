@@ -365,7 +365,8 @@ def read_index(out: str) -> dict[str, Any]:
         if not isinstance(spec, dict) or spec.get("dtype") not in CODES:
             raise FeaturesError(f"{where}: layer {key!r} needs a dtype among {', '.join(CODES)}; got {spec!r}"[:300])
         _shape(spec.get("shape"), f"{where}, layer {key!r}")
-    total = 0
+    total = batches = 0
+    first: dict[str, int] = {}
     for i, s in enumerate(shards):
         if not isinstance(s, dict):
             raise FeaturesError(f"{where}: shard entry {i} must be an object")
@@ -376,11 +377,21 @@ def read_index(out: str) -> dict[str, Any]:
                     :300
                 ]
             )
+        if name in first:  # the same rows twice, or rows in another order: refused, never read
+            raise FeaturesError(f"{where}: {INDEX} lists shard {name!r} twice (entries {first[name]} and {i}); each shard is listed once")
+        first[name] = i
+        if name != shard_name(i):
+            raise FeaturesError(
+                f"{where}: {INDEX} lists shard {name!r} as entry {i}; shards are listed in the order written: expected {shard_name(i)!r}"
+            )
         count = _int(s.get("count"), "count", f"{where}, shard {name!r}")
         sizes = s.get("batch_sizes", [count])
         if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {name!r}") for n in sizes) != count:
             raise FeaturesError(f"{where}: shard {name!r}: batch_sizes must be a list of integers summing to its count {count}")
         total += count
+        batches += len(sizes)
+    if _int(index.get("batches", batches), "batches", where) != batches:
+        raise FeaturesError(f"{where}: the index counts {index.get('batches')} batches but its shards list {batches} batch sizes")
     if _int(index.get("count"), "count", where) != total:
         raise FeaturesError(f"{where}: the index counts {index.get('count')} samples but its shards hold {total}")
     return index

@@ -124,7 +124,14 @@ class StatsData:
         return 1
 
     def __repr__(self) -> str:
-        return f"<hookkit.{type(self).__name__} {len(self.names)} layers>"
+        from hookkit.observers.stats.display import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from hookkit.observers.stats.display import html
+
+        return html(self)
 
 
 class ActivationData(StatsData):
@@ -158,19 +165,24 @@ class GradientData(StatsData):
     kind = "gradient_stats"
 
     def layer_stats(self, name: str) -> dict[str, np.ndarray]:
-        """Gradient w.r.t. the layer's output: ``{"mean", "std", "norm", "max_abs", "step", "call", "records"}``."""
+        """Gradient w.r.t. the layer's output: ``{"mean", "std", "norm", "max_abs", "step", "backward", "call", "records"}``,
+        one row per (forward ``step``, ``backward`` of that forward, ``call`` of the layer in it): a
+        forward differentiated twice (``retain_graph=True``, ``create_graph=True`` then a penalty's
+        backward) gives backwards 0 and 1, each the gradient that backward sent through the output."""
         return super().layer_stats(name)
 
     def param_stats(self, name: str) -> dict[str, np.ndarray]:
         """The layer's direct parameter gradients, all together, one row per recorded backward:
-        ``{"mean", "std", "norm", "max_abs", "step", "records"}`` (empty arrays for a layer without parameters)."""
+        ``{"mean", "std", "norm", "max_abs", "step", "backward", "records"}`` (``backward``: 0, 1, ...
+        for several backwards of one forward; empty arrays for a layer without parameters)."""
         self._check_name(name)
         return {k[6:]: v for k, v in self._tables()[name].items() if k.startswith("param_")}
 
     def gradient_flow(self, params: bool = False) -> tuple[list[str], np.ndarray, np.ndarray]:
         """The gradient-flow view: ``(names, steps, norms[len(names), len(steps)])``, the norm of each
         layer's output gradient (``params=True``: of its parameter gradients) per step; NaN where a
-        layer has no record. Several calls in one step are combined (root of the sum of squares).
+        layer has no record. Several calls (and several backwards) in one step are combined (root of the
+        sum of squares).
 
         >>> names, steps, norms = gstats.gradient_flow()   # doctest: +SKIP
         """
@@ -280,7 +292,7 @@ def _check_tables(tables: dict[str, dict[str, np.ndarray]], path: str, meta: dic
             if a.dtype.kind not in "fiu":
                 raise InvalidFile(f"{path}: array {field!r} must hold numbers; got dtype {a.dtype}")
             base = key[6:] if key.startswith("param_") else key
-            if base in ("step", "call", "records") and a.dtype.kind not in "iu":
+            if base in ("step", "call", "backward", "records") and a.dtype.kind not in "iu":
                 raise InvalidFile(f"{path}: array {field!r} must hold integers; got dtype {a.dtype}")
             if base == "hist":
                 if kind not in _HIST_KINDS or a.ndim != 2 or a.shape[1] != bins:

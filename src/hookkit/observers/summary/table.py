@@ -236,6 +236,15 @@ class Summary:
     def __repr__(self) -> str:
         return self._render_rich() if sys.stdout.isatty() else str(self)
 
+    def _repr_html_(self) -> str:
+        """The table in a notebook: one row per call, no wrapped lines, failed rows in red."""
+        from hookkit.viz.html import html_table
+
+        header, body, footer = self.table()
+        styles = ["color:#c00;font-weight:bold" if r.failed else ("color:#888" if r.static else None) for r in self.rows]
+        body = [[_em_indent(cells[0]), *cells[1:]] for cells in body]  # HTML collapses the text table's spaces
+        return html_table(header, body, caption=f"{self.model_type} ({self.framework})", footer=footer, row_styles=styles)
+
     def _render_rich(self) -> str:
         from rich.console import Console
 
@@ -252,6 +261,11 @@ class Summary:
             Console(file=file).print(self)
         else:
             print(str(self), file=file)
+
+
+def _em_indent(label: str) -> str:
+    stripped = label.lstrip(" ")
+    return "\u2003" * ((len(label) - len(stripped)) // 2) + stripped
 
 
 def cell(r: Row, column: str, total_params: int) -> str:

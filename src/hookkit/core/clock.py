@@ -1,0 +1,120 @@
+"""Clocks and call numbering: which forward of which root a call belongs to, and which call it is.
+
+Names and clocks belong to the root a consumer was attached through, not to the layer: a consumer
+holds a ``Scope`` (root clock + the layer's name under that root). ``step`` counts forwards of the
+root, ``call`` counts calls of the layer within one forward, both per thread (a ``Forward`` lives in
+the root clock's thread-local slot), so two threads serving one model never mix their indices.
+
+Activation checkpointing re-runs forwards during backward; ``number`` gives such a recompute the
+number of the original call it recomputes.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+
+class Forward:
+    """One forward of a root in one thread: its step and the calls counted so far, per scope."""
+
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot")
+
+    def __init__(self, step: int, transformed: bool = False):
+        self.step = step
+        self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
+        # True while the root's forward runs outside a transform: a call may take the router's hot
+        # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
+        # a direct call of a layer, which the general path numbers.
+        self.hot = not transformed
+        self.calls: dict[Scope, int] = {}  # scope -> index of its last call in this forward
+        self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
+        self.pending: dict[Scope, Any] = {}  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
+
+
+class Clock:
+    """Counts forwards of one root model (ticked by the root's pre-hook while anyone uses it).
+    ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
+    thread has none: autograd's device threads run backward hooks)."""
+
+    __slots__ = ("count", "local", "last", "users", "__weakref__")
+
+    def __init__(self) -> None:
+        self.count = 0  # forwards started, all threads
+        self.local = threading.local()
+        self.last: Forward | None = None
+        self.users: set[int] = set()  # ids of the consumers attached through this root
+
+    def tick(self, transformed: bool = False) -> Forward:
+        """Start the next forward in the calling thread."""
+        fw = Forward(self.count, transformed)
+        self.count += 1
+        self.local.fw = self.last = fw
+        return fw
+
+    def current(self) -> Forward:
+        fw = getattr(self.local, "fw", None)
+        if fw is None:
+            fw = self.last
+            if fw is None:
+                fw = self.last = Forward(0)
+                fw.hot = False
+            self.local.fw = fw
+        return fw
+
+    def finish(self) -> None:
+        """The root's forward returned: later calls take the general path."""
+        self.current().hot = False
+
+
+class Scope:
+    """Where a consumer was attached from: the root's clock and the layer's name under that root."""
+
+    __slots__ = ("clock", "name", "__weakref__")
+
+    def __init__(self, clock: Clock, name: str):
+        self.clock, self.name = clock, name
+
+
+def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope, tuple[int, int]]:
+    """``{scope: (call, step)}`` of the running call of a layer. A pre-hook peeks (``commit=False``);
+    the post-hook counts the call (``commit=True``). A checkpoint recompute (``recompute``) re-runs
+    the calls of the forward being differentiated, in order, and gets their numbers again."""
+    out: dict[Scope, tuple[int, int]] = {}
+    for scope in scopes:
+        fw = scope.clock.current()
+        if recompute:
+            done = fw.recomputed.get(scope, -1) + 1
+            if commit:
+                fw.recomputed[scope] = done
+            n = fw.calls.get(scope, -1) + 1
+            out[scope] = (done % n if n else done, fw.step)
+        else:
+            call = fw.calls.get(scope, -1) + 1
+            if commit:
+                fw.calls[scope] = call
+            out[scope] = (call, fw.step)
+    return out
+
+
+_clocks: weakref.WeakKeyDictionary[Any, Clock] = weakref.WeakKeyDictionary()
+
+
+def clock_of(root: Any) -> Clock | None:
+    """The clock of ``root``, or None when no consumer was ever attached through it."""
+    return _clocks.get(root)
+
+
+def clock_for(root: Any) -> Clock:
+    """The clock of ``root``, made on first use."""
+    clock = _clocks.get(root)
+    if clock is None:
+        clock = _clocks[root] = Clock()
+    return clock
+
+
+def forget(root: Any) -> None:
+    """Drop ``root``'s clock (``remove_all``): its next consumer starts counting at step 0."""
+    _clocks.pop(root, None)

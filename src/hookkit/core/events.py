@@ -1,0 +1,151 @@
+"""What a consumer sees and how consumers run: ``Event`` and its fields per event, ``Consumer``, the
+two priorities, ``Halt``, and ``run``, the one consumer loop of the router's general paths (the
+forward hot path in ``router.LayerHooks`` keeps its own, shorter loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from hookkit.core.errors import annotate
+
+if TYPE_CHECKING:
+    from hookkit.core.clock import Scope
+
+INTERVENTION = 0
+OBSERVER = 100
+LAYER_EVENTS = ("forward_pre", "forward", "grad", "backward")
+EVENTS = (*LAYER_EVENTS, "param_grad")
+
+# Every event fills layer, name, call and step; these are the fields each fills besides (the others
+# stay None), the first of them being what a consumer's non-None return replaces.
+FIELDS = {
+    "forward_pre": ("args", "kwargs"),  # returns None or (args, kwargs)
+    "forward": ("output", "args", "kwargs"),
+    "grad": ("grad", "index"),  # the gradient w.r.t. output tensor number ``index``
+    "backward": ("grad_inputs", "grad_outputs"),  # returns one gradient per positional input
+    "param_grad": ("grad", "param", "param_name"),
+}
+# How an error raised in a consumer names the hook it came from.
+_WHERE = {
+    "forward_pre": "forward pre",
+    "forward": "forward",
+    "grad": "gradient",
+    "backward": "backward",
+    "param_grad": "parameter gradient",
+}
+
+
+class Halt(BaseException):
+    """Raised by a "forward" consumer to end the model's forward right after this layer (early stop).
+
+    A BaseException, so model code's ``except Exception`` lets it through; the router places the
+    layer's gradient hooks before it propagates, so gradient consumers of the halted layer still work."""
+
+
+class Event:
+    """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
+    the current forward of the root it was attached through; ``step`` counts those forwards.
+    Which other fields an event fills: ``FIELDS`` (``param_grad`` events carry ``param`` and
+    ``param_name``, the parameter's name in its layer).
+
+    >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call, ev.output.shape))   # doctest: +SKIP
+    """
+
+    __slots__ = (
+        "layer",
+        "name",
+        "call",
+        "step",
+        "args",
+        "kwargs",
+        "output",
+        "grad",
+        "index",
+        "grad_inputs",
+        "grad_outputs",
+        "param",
+        "param_name",
+    )
+
+    def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
+        self.layer, self.name, self.call, self.step = layer, name, call, step
+        self.args, self.kwargs, self.output = args, kwargs, output
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
+
+    def __repr__(self) -> str:
+        return f"<Event {self.name!r} call={self.call} step={self.step}>"
+
+
+class Consumer:
+    """One registered ``fn(event)``: run in (priority, seq) order, numbered through its ``scope``."""
+
+    __slots__ = ("fn", "priority", "seq", "scope", "observer")
+
+    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, scope: Scope):
+        self.fn, self.priority, self.seq, self.scope = fn, priority, seq, scope
+        self.observer = priority >= OBSERVER
+
+
+def ordered(consumers: Sequence[Any], key: Callable[[Any], Consumer] = lambda c: c) -> tuple:
+    """``consumers`` in running order: interventions before observers, then by arrival."""
+    return tuple(sorted(consumers, key=lambda c: (key(c).priority, key(c).seq)))
+
+
+def _check_inputs(r: Any, value: Any, name: str) -> Any:
+    if not (isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], dict)):
+        raise TypeError(f"a forward pre hook on layer {name!r} must return None or (args, kwargs); got {type(r).__name__}")
+    return r
+
+
+def _check_grad_inputs(r: Any, value: Any, name: str) -> Any:
+    r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
+    if len(r) != len(value):
+        raise ValueError(f"a backward hook on layer {name!r} returned {len(r)} grad_inputs; the layer has {len(value)} positional inputs")
+    return r
+
+
+_CHECKS = {"forward_pre": _check_inputs, "backward": _check_grad_inputs}
+
+
+def run(
+    consumers: Sequence[Consumer],
+    event: str,
+    value: Any,
+    event_for: Callable[[Consumer], Event | None],
+    on_halt: Callable[[Any], None] | None = None,
+) -> tuple[Any, bool]:
+    """Run ``consumers`` on ``event``: each sees ``value`` as the consumers before it left it, in the
+    event's first field (``FIELDS``); ``event_for(consumer)`` gives its Event, or None to skip it.
+    Returns the final value and whether any consumer replaced it. An exception gets the layer name
+    and call added (``errors.annotate``); on ``Halt``, ``on_halt(value)`` runs before it propagates."""
+    field = FIELDS[event][0]
+    check = _CHECKS.get(event)
+    changed = False
+    for c in consumers:
+        ev = event_for(c)
+        if ev is None:
+            continue
+        if event == "forward_pre":
+            ev.args, ev.kwargs = value
+        else:
+            setattr(ev, field, value)
+        try:
+            r = c.fn(ev)
+        except Halt:
+            if on_halt is not None:
+                on_halt(value)
+            raise
+        except Exception as exc:
+            raise annotate(exc, _label(ev), ev.call, _WHERE[event]) from None
+        if r is not None:
+            value = r if check is None else check(r, value, c.scope.name)
+            changed = True
+    return value, changed
+
+
+def _label(ev: Event) -> str:
+    if ev.param_name is None:
+        return ev.name
+    return f"{ev.name}.{ev.param_name}" if ev.name else ev.param_name
