@@ -305,10 +305,6 @@ class WeightStats(_Recorder, WeightData):
             out[name] = table
         return out
 
-    def clear(self) -> None:
-        """Forget what was recorded (on this rank); keep recording (the kept copies stay)."""
-        super().clear()
-
     @staticmethod
     def load(directory: Any) -> WeightData:
         """Read statistics written by ``WeightStats.save(directory)``.
