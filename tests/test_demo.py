@@ -17,7 +17,7 @@ from hookkit.apps.demo import CAM_GRID_METHODS, CAM_GRID_SAMPLES, DROPOUT, FEATU
 from hookkit.core import router
 from test_report import assert_self_contained, browser_check, decoded_images, needs_chromium, section_ids
 
-SECTIONS = ["summary", "activations", "color-dim", "gradient-flow", "feature-maps", "gradcam", "dropout"]
+SECTIONS = ["summary", "scalars", "activations", "color-dim", "gradient-flow", "feature-maps", "gradcam", "dropout"]
 
 
 @pytest.fixture(scope="module", params=["torch", "paddle"])
@@ -34,7 +34,10 @@ def test_the_report_has_every_section_and_image(demo):
     assert section_ids(html) == SECTIONS
     layers = ["conv1", "conv2", "conv3", "fc1", "fc2"]  # ActivationStats' default: the layers with parameters
     images = decoded_images(html)
-    assert len(images) == 2 * len(layers) + 3 + FEATURE_MAP_SAMPLES + 3  # Grad-CAM, Grad-CAM++, the method grid
+    # training curves; three overlays and per-layer panels; colorful dimension; gradient flow (3);
+    # feature maps; Grad-CAM, Grad-CAM++, the method grid
+    assert len(images) == 1 + 3 + 2 * len(layers) + 3 + FEATURE_MAP_SAMPLES + 3
+    assert "<figcaption>training loss, held-out accuracy</figcaption>" in html
     assert all(im.shape[0] > 50 and im.shape[1] > 50 for im in images)
     # feature maps: one held-out digit per row, each of a different class, its label in the caption
     labels = [int(m) for m in re.findall(r"<figcaption>held-out digit #\d+: label (\d), predicted \d</figcaption>", html)]

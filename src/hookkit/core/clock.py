@@ -16,14 +16,18 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
+
 
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
+        self.pos: TokenPos = OUTSIDE  # where it sits in its sequence (Clock.begin)
+        self.done = False  # the root's forward returned
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
@@ -39,10 +43,11 @@ class Clock:
     ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
     thread has none: autograd's device threads run backward hooks)."""
 
-    __slots__ = ("count", "local", "last", "users", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "__weakref__")
 
     def __init__(self) -> None:
         self.count = 0  # forwards started, all threads
+        self.seqs = Sequences()  # token positions and generation steps of the root's forwards
         self.local = threading.local()
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
@@ -64,9 +69,25 @@ class Clock:
             self.local.fw = fw
         return fw
 
+    def begin(self, backend: Any, root: Any, args: tuple, kwargs: dict, transformed: bool) -> Forward:
+        """Start the root forward called with ``args, kwargs``: ``tick``, then place it in its
+        sequence (KV-cache offset, generation step: ``hookkit.core.positions``)."""
+        prev = getattr(self.local, "fw", None)
+        fw = self.tick(transformed)
+        fw.pos = self.seqs.begin(backend, root, args, kwargs, None if prev is None else prev.pos)
+        return fw
+
     def finish(self) -> None:
         """The root's forward returned: later calls take the general path."""
-        self.current().hot = False
+        fw = self.current()
+        fw.hot = False
+        fw.done = True
+
+    def pos(self, recompute: bool) -> TokenPos:
+        """The token position of a call now: its forward's (a checkpoint recompute keeps its
+        forward's); outside any root forward (after it returned, or before any), ``OUTSIDE``."""
+        fw = self.current()
+        return fw.pos if recompute or not fw.done else OUTSIDE
 
 
 class Scope:

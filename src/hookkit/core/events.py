@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import annotate
+from hookkit.core.positions import OUTSIDE, TokenPos
 
 if TYPE_CHECKING:
     from hookkit.core.clock import Scope
@@ -48,7 +49,11 @@ class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
     the current forward of the root it was attached through; ``step`` counts those forwards.
     Which other fields an event fills: ``FIELDS`` (``param_grad`` events carry ``param`` and
-    ``param_name``, the parameter's name in its layer).
+    ``param_name``, the parameter's name in its layer). Token positions (``hookkit.core.positions``),
+    read once per forward of the root: ``offset`` (positions a KV cache held before this forward),
+    ``gen_step`` (0 for the forward starting a sequence, +1 per cached forward after it), ``tokens``
+    (tokens the forward feeds); ``selected``: the absolute positions of the slice an edit with
+    ``positions=`` is handed (None: the whole output).
 
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call, ev.output.shape))   # doctest: +SKIP
     """
@@ -67,12 +72,31 @@ class Event:
         "grad_outputs",
         "param",
         "param_name",
+        "pos",
+        "selected",
     )
 
-    def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
+    def __init__(
+        self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None, pos: TokenPos = OUTSIDE
+    ):
         self.layer, self.name, self.call, self.step = layer, name, call, step
-        self.args, self.kwargs, self.output = args, kwargs, output
-        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
+        self.args, self.kwargs, self.output, self.pos = args, kwargs, output, pos
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = self.selected = None
+
+    @property
+    def offset(self) -> int:
+        """Positions the KV cache held before this forward: the output's first position along the token axis."""
+        return self.pos.offset
+
+    @property
+    def gen_step(self) -> int:
+        """Generation step: 0 for the forward that starts a sequence, +1 per cached forward after it."""
+        return self.pos.gen_step
+
+    @property
+    def tokens(self) -> int | None:
+        """Tokens this forward feeds (None when the root's token input was not found)."""
+        return self.pos.tokens
 
     def __repr__(self) -> str:
         return f"<Event {self.name!r} call={self.call} step={self.step}>"

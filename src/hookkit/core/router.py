@@ -139,12 +139,11 @@ class LayerHooks(GradPlumbing):
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
-    def _events(
-        self, layer: Any, numbers: dict, skip_observers: bool, transformed: bool, *fields: Any
-    ) -> Callable[[Consumer], Event | None]:
+    def _events(self, layer: Any, numbers: dict, recompute: bool, transformed: bool, *fields: Any) -> Callable[[Consumer], Event | None]:
         """``event_for`` of ``events.run``: one Event per scope, observers skipped on a recompute or
         inside a transform."""
         made: dict[Scope, Event] = {}
+        skip_observers = recompute or transformed
 
         def event_for(c: Consumer) -> Event | None:
             if c.observer and skip_observers:
@@ -154,6 +153,7 @@ class LayerHooks(GradPlumbing):
             ev = made.get(c.scope)
             if ev is None:
                 ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
+                ev.pos = c.scope.clock.pos(recompute)
             return ev
 
         return event_for
@@ -162,14 +162,14 @@ class LayerHooks(GradPlumbing):
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         recompute = bool(self._in_backward())
         if self.root_clock is not None and not recompute:
-            self.root_clock.tick(self.backend.in_transform())
+            self.root_clock.begin(self.backend, layer, args, kwargs, self.backend.in_transform())
         if not self._scopes:
             return None
         numbers = number(self._scopes, recompute, commit=False)
         transformed = self._transformed()
         changed = False
         if self._pre:
-            event_for = self._events(layer, numbers, recompute or transformed, transformed, args, kwargs)
+            event_for = self._events(layer, numbers, recompute, transformed, args, kwargs)
             (args, kwargs), changed = run(self._pre, "forward_pre", (args, kwargs), event_for)
         if self._has_backward and not transformed and self.backend.grad_enabled():
             args, wrapped = self.wrap_inputs(layer, tuple(args), numbers)
@@ -192,7 +192,7 @@ class LayerHooks(GradPlumbing):
                 changed = False
                 fns = self._fwd_fns
                 if fns:
-                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output)
+                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output, fw.pos)
                     for fn in fns:
                         try:
                             r = fn(ev)
@@ -218,7 +218,7 @@ class LayerHooks(GradPlumbing):
         transformed = self._transformed()
         changed = False
         if self._fwd:
-            event_for = self._events(layer, numbers, recompute or transformed, transformed, args, kwargs, output)
+            event_for = self._events(layer, numbers, recompute, transformed, args, kwargs, output)
             on_halt = None if transformed else partial(self._halted, layer, len(args), numbers)
             output, changed = run(self._fwd, "forward", output, event_for, on_halt)
         if self._wants_grads and self.backend.grad_enabled():

@@ -12,13 +12,42 @@ from __future__ import annotations
 
 from typing import Any
 
+_FIGURE_CLASS: Any = None
+
+
+def _figure_class() -> Any:
+    """``matplotlib.figure.Figure`` plus a PNG repr, made once (matplotlib is imported lazily)."""
+    global _FIGURE_CLASS
+    if _FIGURE_CLASS is None:
+        from matplotlib.figure import Figure
+
+        class HookkitFigure(Figure):
+            """A Figure that shows itself in Jupyter even where pyplot was never imported (IPython's
+            matplotlib display hook is installed only by pyplot)."""
+
+            def _repr_png_(self) -> bytes:
+                import io
+
+                buf = io.BytesIO()
+                self.savefig(buf, format="png", bbox_inches="tight")
+                return buf.getvalue()
+
+        HookkitFigure.__module__, HookkitFigure.__qualname__ = __name__, "HookkitFigure"
+        _FIGURE_CLASS = HookkitFigure
+    return _FIGURE_CLASS
+
+
+def __getattr__(name: str) -> Any:  # ``hookkit.viz.figures.HookkitFigure``: pickled figures load again
+    if name == "HookkitFigure":
+        return _figure_class()
+    raise AttributeError(name)
+
 
 def new_figure(**kwargs: Any) -> Any:
-    """A ``matplotlib.figure.Figure`` (constrained layout unless ``layout=`` says otherwise), not registered with pyplot."""
-    from matplotlib.figure import Figure
-
+    """A ``matplotlib.figure.Figure`` (constrained layout unless ``layout=`` says otherwise), not
+    registered with pyplot, that shows itself once in Jupyter."""
     kwargs.setdefault("layout", "constrained")
-    return Figure(**kwargs)
+    return _figure_class()(**kwargs)
 
 
 def subplots(nrows: int = 1, ncols: int = 1, **kwargs: Any) -> tuple[Any, Any]:
