@@ -411,6 +411,9 @@ class Backend:
         """``(rank, world size)`` of the framework's default process group; ``(0, 1)`` without one."""
         return 0, 1
 
+    def barrier(self) -> None:
+        """Wait until every rank of the default process group gets here (nothing to wait for without one)."""
+
     def all_gather_rows(self, rows: Any) -> list:
         """Every rank's float64 ``[k, w]`` numpy array (k may differ by rank), in rank order. A
         collective: every rank of the process group calls it."""

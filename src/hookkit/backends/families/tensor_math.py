@@ -100,6 +100,7 @@ class TensorMath:
     def isfinite(self, t: Any) -> Any:
         """Elementwise: True where ``t`` is neither NaN nor infinite (bool)."""
         raise _missing("isfinite")
+
     def interpolate_aligned(self, t: Any, size: Sequence[int], mode: str) -> Any:
         """Resize channels-first ``[N, C, *spatial]`` to ``size`` with the corner pixels aligned
         (``align_corners=True``, as ``UpsamplingBilinear2d``): ``mode`` "linear", "bilinear", "trilinear"."""
@@ -108,6 +109,7 @@ class TensorMath:
     def nan_to_zero(self, t: Any) -> Any:
         """``t`` with every NaN replaced by 0."""
         raise _missing("nan_to_zero")
+
     def tile_rows(self, t: Any, k: int) -> Any:
         """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
         raise _missing("tile_rows")

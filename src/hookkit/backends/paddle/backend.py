@@ -257,4 +257,5 @@ class PaddleBackend(PaddleOps, Backend):
     unwrap = staticmethod(distributed.unwrap)
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
+    barrier = staticmethod(distributed.barrier)
     after_backward = staticmethod(distributed.after_backward)

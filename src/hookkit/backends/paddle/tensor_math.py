@@ -83,12 +83,14 @@ class PaddleTensorMath(TensorMath):
 
     def isfinite(self, t: Any) -> Any:
         return paddle.isfinite(t)
+
     def interpolate_aligned(self, t: Any, size: Sequence[int], mode: str) -> Any:
         size = [int(s) for s in size]
         return F.interpolate(t, size=size, mode=mode, align_corners=True, data_format=_LAYOUTS[len(size)])
 
     def nan_to_zero(self, t: Any) -> Any:
         return paddle.where(paddle.isnan(t), paddle.zeros_like(t), t)
+
     def tile_rows(self, t: Any, k: int) -> Any:
         return paddle.tile(t, [k] + [1] * (t.ndim - 1))
 

@@ -224,6 +224,7 @@ class TorchBackend(TorchOps, Backend):
     unwrap = staticmethod(distributed.unwrap)
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
+    barrier = staticmethod(distributed.barrier)
     after_backward = staticmethod(distributed.after_backward)
     is_sharded = staticmethod(distributed.is_sharded)
     grad_of = staticmethod(distributed.grad_of)

@@ -29,6 +29,11 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+def barrier() -> None:
+    if world()[1] > 1:
+        dist.barrier()
+
+
 def all_gather_rows(rows: np.ndarray) -> list[np.ndarray]:
     """Pads to the largest row count (gathered first), one ``all_gather``, trims."""
     # NCCL moves CUDA tensors only; gloo and MPI take CPU ones
