@@ -258,4 +258,5 @@ class PaddleBackend(PaddleOps, Backend):
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
     barrier = staticmethod(distributed.barrier)
+    launch = staticmethod(distributed.launch)
     after_backward = staticmethod(distributed.after_backward)
