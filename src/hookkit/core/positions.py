@@ -88,12 +88,14 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positio
             fail(fn, "token_dim", "None (the model's own) or an int >= 0 (the token axis of its activations)", token_dim)
         return token_dim
     from hookkit.backends import backend_for
+    from hookkit.core.architectures import token_dim as registry_token_dim
 
-    backend = backend_for(model)
-    try:
-        dim = backend.family("tokens").token_dim(model)
-    except NotImplementedError:
-        dim = None
+    dim = registry_token_dim(model, default=None)  # the model-family registry first (heads, lens, sweeps read it too)
+    if dim is None:
+        try:
+            dim = backend_for(model).family("tokens").token_dim(model)
+        except NotImplementedError:
+            dim = None
     if dim is None:
         raise InvalidArgument(
             f"{fn}: {type(model).__name__} has no known token axis (it is not a transformers model or a "
