@@ -417,6 +417,14 @@ class Backend:
         """``(rank, world size)`` of the framework's default process group; ``(0, 1)`` without one."""
         return 0, 1
 
+    def launch(self, nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
+        """Run ``fn(*args)`` in ``nprocs`` new processes on this machine, each one rank of a process
+        group on 127.0.0.1 (gloo); returns each rank's exit code (``hookkit extract --nproc``)."""
+        raise NotImplementedError(f"launch: starting ranks is not implemented for the {self.name} backend (hookkit extract --nproc)")
+
+    def barrier(self) -> None:
+        """Wait until every rank of the default process group gets here (nothing to wait for without one)."""
+
     def all_gather_rows(self, rows: Any) -> list:
         """Every rank's float64 ``[k, w]`` numpy array (k may differ by rank), in rank order. A
         collective: every rank of the process group calls it."""

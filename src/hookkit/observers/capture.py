@@ -183,6 +183,9 @@ class capture(HandleGroup):
     Distributed training (DDP, FSDP): each process captures its own tensors, per rank (unlike the
     statistics, nothing is gathered across ranks); a data-parallel wrapper's ``module.`` prefix
     may be given or left out of layer names.
+
+    ``heads=True`` (or a list of head indices) on attention layers of a known family records each
+    call's per-head input of the output projection, ``[B, H, T, d_head]`` (see ``hookkit.ablate``).
     """
 
     def __init__(
@@ -197,6 +200,8 @@ class capture(HandleGroup):
         to: Any = None,
         clone: bool = False,
         keep: Keep = "all",
+        heads: Any = None,
+        head_layout: Any = None,
         positions: Any = None,
         steps: Any = None,
         token_dim: int | None = None,
@@ -226,6 +231,9 @@ class capture(HandleGroup):
         self._records: dict[str, list[Record]] = {}
         self._seq = count()  # numbers records in the order the calls happened, across layers
         self.grads = _Grads(self)
+        if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
+            self._heads(model, layers, heads, head_layout)
+            return
         named = select(model, layers)
         self.names = [n for n, _ in named]
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
@@ -239,6 +247,26 @@ class capture(HandleGroup):
         except BaseException:
             self.remove()
             raise
+
+    def _heads(self, model: Any, layers: LayerSpec, heads: Any, head_layout: Any) -> None:
+        from hookkit.interventions.heads import attach_capture
+
+        if self._inputs or self._grads or not self._outputs:
+            fail("capture", "heads", "None with inputs=True, grads=True or outputs=False (head records are outputs)", heads)
+        if self._positions is not None or self._gen_steps is not None:
+            fail("capture", "heads", "None with positions= or steps= (head records hold every position)", heads)
+        self.names = []
+        try:
+            self.names = attach_capture(self, model, layers, heads, head_layout)
+        except BaseException:
+            self.remove()
+            raise
+
+    def record_value(self, name: str, ev: Event, value: Any) -> None:
+        """Record ``value`` as layer ``name``'s output at ``ev``'s call (consumers computing what they record)."""
+        if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
+            self._new_step(ev.step)
+        self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, self._keep(value), ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
     def _forward_consumer(self, name: str) -> Any:

@@ -264,4 +264,6 @@ class PaddleBackend(PaddleOps, Backend):
     unwrap = staticmethod(distributed.unwrap)
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
+    barrier = staticmethod(distributed.barrier)
+    launch = staticmethod(distributed.launch)
     after_backward = staticmethod(distributed.after_backward)

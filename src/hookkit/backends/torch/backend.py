@@ -234,6 +234,8 @@ class TorchBackend(TorchOps, Backend):
     unwrap = staticmethod(distributed.unwrap)
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
+    barrier = staticmethod(distributed.barrier)
+    launch = staticmethod(distributed.launch)
     after_backward = staticmethod(distributed.after_backward)
     is_sharded = staticmethod(distributed.is_sharded)
     grad_of = staticmethod(distributed.grad_of)
