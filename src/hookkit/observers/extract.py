@@ -121,7 +121,7 @@ def _fingerprint(
 def _weights(model: Any, be: Backend) -> dict[str, str]:
     """``{name: digest}`` of the values of every parameter and buffer (sha256 of its bytes, 16 hex
     digits): a resumed run with other weights (another checkpoint, another random init) is refused,
-    naming the tensors that differ. One pass over the weights (about 0.5 s per 250 MB on a CPU)."""
+    naming the tensors that differ. One pass over the weights (about 0.6 s per GB on a CPU)."""
     tensors = dict(be.named_parameters(model))
     for lname, layer in be.named_layers(model):
         for bname, t in be.forward_state(layer):
