@@ -114,6 +114,10 @@ class TensorMath:
         """``t`` with every NaN replaced by 0."""
         raise _missing("nan_to_zero")
 
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        """Eigen-decomposition of a batch of symmetric matrices ``[..., n, n]``: ``(values, vectors)``, the
+        values ascending, ``vectors[..., :, i]`` the unit eigenvector of ``values[..., i]``."""
+        raise _missing("eigh")
     def tile_rows(self, t: Any, k: int) -> Any:
         """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
         raise _missing("tile_rows")

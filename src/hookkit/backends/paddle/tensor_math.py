@@ -104,5 +104,8 @@ class PaddleTensorMath(TensorMath):
     def abs(self, t: Any) -> Any:
         return paddle.abs(t)
 
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        return tuple(paddle.linalg.eigh(t))
+
 
 OPS = PaddleTensorMath()

@@ -97,5 +97,8 @@ class TorchTensorMath(TensorMath):
     def abs(self, t: Any) -> Any:
         return t.abs()
 
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        return tuple(torch.linalg.eigh(t))
+
 
 OPS = TorchTensorMath()
