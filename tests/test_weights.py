@@ -52,6 +52,20 @@ def test_update_ratio_is_the_hand_value_after_sgd_steps(fw, monkeypatch, host_ro
     assert "step" not in vars(opt) and "minimize" not in vars(opt)  # Paddle's wrapper is gone
 
 
+def test_no_host_read_per_step_on_the_meta_device(torch_fw):
+    """The device route reads nothing on the host while training: on PyTorch's meta device (no
+    values at all) any ``.item()``, ``.cpu()`` or ``float()`` would fail."""
+    model = torch_fw.mlp((4, 8, 2)).to("meta")
+    opt = _sgd(torch_fw, model)
+    stats = hookkit.WeightStats(model, optimizer=opt, hist=True, range=(-1, 1))
+    assert not stats._cpu
+    for _ in range(3):
+        model(torch_fw.lib.randn(5, 4, device="meta")).sum().backward()
+        torch_fw.step(opt)
+    assert len(stats._pending) == 3 * 4  # three steps of four parameters, still on the device
+    stats.remove()
+
+
 def test_every(fw):
     model = fw.linear(3, 2)
     opt = _sgd(fw, model)
