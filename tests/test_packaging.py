@@ -6,11 +6,11 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import tomllib
 import warnings
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import hookkit
 from hookkit.core.deprecation import HookkitDeprecationWarning, deprecated_alias, renamed_argument, warn_deprecated

@@ -11,10 +11,14 @@
 # lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
+from hookkit.analyses.attribution_patching import attribution_patching
 from hookkit.analyses.cam import cam
 from hookkit.analyses.cam_metrics import cam_metric
 from hookkit.analyses.diff import diff
 from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.lens import LensResult, logit_lens
+from hookkit.analyses.patching import patching_sweep
+from hookkit.analyses.patterns import attention_patterns
 from hookkit.analyses.port import Ported, PortError, port_weights
 from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
@@ -71,6 +75,8 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "attention_patterns",
+    "attribution_patching",
     "cam",
     "cam_metric",
     "attribute",
@@ -106,8 +112,10 @@ __all__ = [
     "Hooks",
     "in_channels",
     "LayerNotFound",
+    "LensResult",
     "load_features",
     "load_stats",
+    "logit_lens",
     "mask_activations",
     "model_sizes",
     "NonFiniteError",
@@ -118,6 +126,7 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "patching_sweep",
     "port_weights",
     "Ported",
     "PortError",

@@ -125,6 +125,12 @@ class Backend:
         """Native post-hook ``fn(layer, args, kwargs, output) -> None | output``; returns its handle."""
         raise NotImplementedError
 
+    def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
+        """Remove the layer's native forward pre- and post-hooks whose function ``match(fn)``
+        accepts, without their handles (the inert hooks a copy or an unpickled model carries);
+        returns how many were removed."""
+        return 0
+
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         """Raise if hooks on these layers could not run on every call (compiled graphs)."""
 
@@ -411,6 +417,14 @@ class Backend:
         """``(rank, world size)`` of the framework's default process group; ``(0, 1)`` without one."""
         return 0, 1
 
+    def launch(self, nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
+        """Run ``fn(*args)`` in ``nprocs`` new processes on this machine, each one rank of a process
+        group on 127.0.0.1 (gloo); returns each rank's exit code (``hookkit extract --nproc``)."""
+        raise NotImplementedError(f"launch: starting ranks is not implemented for the {self.name} backend (hookkit extract --nproc)")
+
+    def barrier(self) -> None:
+        """Wait until every rank of the default process group gets here (nothing to wait for without one)."""
+
     def all_gather_rows(self, rows: Any) -> list:
         """Every rank's float64 ``[k, w]`` numpy array (k may differ by rank), in rank order. A
         collective: every rank of the process group calls it."""
@@ -428,3 +442,22 @@ class Backend:
     def is_sharded(self, param: Any) -> bool:
         """Whether each rank holds only a shard of ``param`` (FSDP); else ranks hold equal copies."""
         return False
+
+
+def drop_hook_entries(layer: Any, groups: Sequence[Sequence[str]], match: Callable[[Any], bool]) -> int:
+    """``Backend.drop_forward_hooks`` for frameworks that keep a layer's hooks in dicts keyed by
+    handle id: ``groups`` names, per kind of hook, the dict of functions first, then the dicts of
+    flags kept beside it under the same ids."""
+    removed = 0
+    for hooks_attr, *flag_attrs in groups:
+        hooks = getattr(layer, hooks_attr, None)
+        if not hooks:
+            continue
+        for key in [k for k, fn in hooks.items() if match(fn)]:
+            del hooks[key]
+            for attr in flag_attrs:
+                flags = getattr(layer, attr, None)
+                if flags is not None:
+                    flags.pop(key, None)
+            removed += 1
+    return removed

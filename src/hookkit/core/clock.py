@@ -22,12 +22,17 @@ from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
         self.pos: TokenPos = OUTSIDE  # where it sits in its sequence (Clock.begin)
         self.done = False  # the root's forward returned
+        # the framework's frame running the root's call, while it runs, as (id, code): a forward
+        # inside it finds it among its callers; no reference to the frame and its locals
+        self.frame: tuple | None = None
+        self.outer: Forward | None = None
+        self.hidden: frozenset[int] = frozenset()  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
@@ -43,7 +48,7 @@ class Clock:
     ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
     thread has none: autograd's device threads run backward hooks)."""
 
-    __slots__ = ("count", "local", "last", "users", "seqs", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "private", "__weakref__")
 
     def __init__(self) -> None:
         self.count = 0  # forwards started, all threads
@@ -51,11 +56,26 @@ class Clock:
         self.local = threading.local()
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
+        self.private: frozenset[int] | None = None  # during a private pass: the consumers it is hidden from
 
-    def tick(self, transformed: bool = False) -> Forward:
-        """Start the next forward in the calling thread."""
+    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
+        """Start the next forward in the calling thread. ``frame``: the framework's frame running
+        the call of ``root``. A forward started inside a running one (a reference pass run from a
+        hook) is numbered on its own, and the outer one continues with its step and calls when it
+        returns."""
         fw = Forward(self.count, transformed)
-        self.count += 1
+        if self.private is not None:  # hookkit's own pass (summary): no step of the root's, seen by its own consumers only
+            fw.hidden, fw.hot = self.private, False
+        else:
+            self.count += 1
+        prev = getattr(self.local, "fw", None)
+        if prev is not None and prev.frame is not None:
+            if frame is not None and _running(prev.frame, frame.f_back, root):
+                fw.outer = prev
+            else:  # that forward raised (its root never returned): it is over
+                prev.frame = None
+        if frame is not None:
+            fw.frame = (id(frame), frame.f_code)
         self.local.fw = self.last = fw
         return fw
 
@@ -69,25 +89,46 @@ class Clock:
             self.local.fw = fw
         return fw
 
-    def begin(self, backend: Any, root: Any, args: tuple, kwargs: dict, transformed: bool) -> Forward:
+    def begin(self, backend: Any, root: Any, args: tuple, kwargs: dict, transformed: bool, frame: Any = None) -> Forward:
         """Start the root forward called with ``args, kwargs``: ``tick``, then place it in its
-        sequence (KV-cache offset, generation step: ``hookkit.core.positions``)."""
+        sequence (KV-cache offset, generation step: ``hookkit.core.positions``). ``frame``: the
+        framework's frame running the call (see ``tick``)."""
         prev = getattr(self.local, "fw", None)
-        fw = self.tick(transformed)
+        fw = self.tick(transformed, frame, root)
         fw.pos = self.seqs.begin(backend, root, args, kwargs, None if prev is None else prev.pos)
         return fw
 
     def finish(self) -> None:
-        """The root's forward returned: later calls take the general path."""
+        """The root's forward returned: later calls take the general path; a forward that ran inside
+        another gives the thread back to the outer one."""
         fw = self.current()
         fw.hot = False
         fw.done = True
+        fw.frame = None
+        outer = fw.outer
+        if outer is not None:
+            fw.outer = None
+            self.local.fw = outer
+            if self.last is fw:
+                self.last = outer
 
     def pos(self, recompute: bool) -> TokenPos:
         """The token position of a call now: its forward's (a checkpoint recompute keeps its
         forward's); outside any root forward (after it returned, or before any), ``OUTSIDE``."""
         fw = self.current()
         return fw.pos if recompute or not fw.done else OUTSIDE
+
+
+def _running(target: tuple, frame: Any, root: Any) -> bool:
+    """Whether the frame ``target`` names (id, code) is among ``frame`` and its callers, still
+    running the call of ``root`` (a frame made later at a freed frame's address runs another)."""
+    ident, code = target
+    while frame is not None:
+        if id(frame) == ident and frame.f_code is code:
+            owner = frame.f_locals.get("self", root)  # the framework's call frame holds the layer as self
+            return owner is root
+        frame = frame.f_back
+    return False
 
 
 class Scope:

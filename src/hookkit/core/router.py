@@ -19,9 +19,11 @@ a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce_
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any
@@ -150,6 +152,8 @@ class LayerHooks(GradPlumbing):
                 if transformed:
                     _warn_transformed(c.scope.name)
                 return None
+            if c.observer and c.scope.clock.private is not None and id(c) in c.scope.clock.current().hidden:
+                return None  # a private pass: not a forward this observer records
             ev = made.get(c.scope)
             if ev is None:
                 ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
@@ -162,7 +166,9 @@ class LayerHooks(GradPlumbing):
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         recompute = bool(self._in_backward())
         if self.root_clock is not None and not recompute:
-            self.root_clock.begin(self.backend, layer, args, kwargs, self.backend.in_transform())
+            self.root_clock.begin(
+                self.backend, layer, args, kwargs, self.backend.in_transform(), sys._getframe(1)
+            )  # the framework's call of the root
         if not self._scopes:
             return None
         numbers = number(self._scopes, recompute, commit=False)
@@ -242,8 +248,15 @@ _registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionar
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
+        backend.drop_forward_hooks(layer, _inert)  # a copy's inert hooks go before it gets its own
         hooks = _registry[layer] = LayerHooks(backend)
     return hooks
+
+
+def _inert(fn: Any) -> bool:
+    """Whether a native hook is an inert one a deep copy or unpickled model carries."""
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, LayerHooks) and owner.backend is None
 
 
 def attach(
@@ -280,12 +293,13 @@ def attach_params(
 ) -> HandleGroup:
     """Add ``fn(event) -> None | new gradient`` on the gradient of each ``(layer name, layer,
     parameter name, parameter)``: one native hook per parameter whatever the number of consumers;
-    ``event.step`` is the root's forward whose backward this is.
+    ``event.step`` is the root's forward whose backward this is. A frozen parameter
+    (``requires_grad=False`` / ``stop_gradient=True``) takes no gradient: it is skipped, no hook.
 
     >>> attach_params(model, [("fc", model.fc, "weight", model.fc.weight)], clip)   # doctest: +SKIP
     """
     backend = backend_for(model)
-    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params]
+    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params if backend.requires_grad(p)]
     return _attach_each(model, backend, targets, fn, priority, partial(param_consumer, backend))
 
 
@@ -332,6 +346,28 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
     if not clock.users and root is not None and root_hooks.root_clock is clock:
         root_hooks.root_clock = None
         root_hooks._sync_native(root)
+        if clocks.clock_of(root) is clock:  # the last feature on this root is gone: the next one counts from step 0
+            clocks.forget(root)
+
+
+@contextmanager
+def private_pass(model: Any) -> Iterator[None]:
+    """The forwards of ``model`` run inside are hookkit's own (``summary``'s trial forward): the
+    observers attached before (a ``capture`` or statistics left open) do not record them, and they
+    count as no step of the model; interventions and user hooks still run (the model as it runs).
+
+    >>> with private_pass(model):   # doctest: +SKIP
+    ...     handles = attach(model, named, "forward", record, OBSERVER); model(x)
+    """
+    clock = clocks.clock_of(model)
+    if clock is None or clock.private is not None:  # nobody else is attached, or already private
+        yield
+        return
+    clock.private = frozenset(clock.users)
+    try:
+        yield
+    finally:
+        clock.private = None
 
 
 def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
@@ -363,7 +399,8 @@ def advance(model: Any) -> None:
 
 def remove_all(model: Any) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
-    many layers had some. Hooks placed by the user or other libraries stay.
+    many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
+    (they feed nothing): those are removed too. Hooks placed by the user or other libraries stay.
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
@@ -373,8 +410,10 @@ def remove_all(model: Any) -> int:
     removed = 0
     for _, layer in backend.named_layers(model):
         hooks = _registry.get(layer)
-        if hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post):
+        had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
+        if had:
             hooks.clear(layer)
+        if backend.drop_forward_hooks(layer, _inert) or had:  # a copy's inert hooks too
             removed += 1
     for p in backend.parameters(model, recurse=True):
         phooks = param_hooks(p)
