@@ -6,6 +6,7 @@ forward hot path in ``router.LayerHooks`` keeps its own, shorter loop).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import annotate
@@ -47,45 +48,50 @@ class Halt(BaseException):
 class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
     the current forward of the root it was attached through; ``step`` counts those forwards.
-    Which other fields an event fills: ``FIELDS`` (``param_grad`` events carry ``param`` and
-    ``param_name``, the parameter's name in its layer).
+    Which other fields an event fills: ``FIELDS``; the others read None (gradient events are a
+    ``GradEvent``, which can hold them).
 
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call, ev.output.shape))   # doctest: +SKIP
     """
 
-    __slots__ = (
-        "layer",
-        "name",
-        "call",
-        "step",
-        "args",
-        "kwargs",
-        "output",
-        "grad",
-        "index",
-        "grad_inputs",
-        "grad_outputs",
-        "param",
-        "param_name",
-    )
+    __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output")
+    grad = index = grad_inputs = grad_outputs = param = param_name = None
 
     def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
         self.layer, self.name, self.call, self.step = layer, name, call, step
         self.args, self.kwargs, self.output = args, kwargs, output
-        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
 
     def __repr__(self) -> str:
-        return f"<Event {self.name!r} call={self.call} step={self.step}>"
+        return f"<{type(self).__name__} {self.name!r} call={self.call} step={self.step}>"
+
+
+class GradEvent(Event):
+    """The event of "grad", "backward" and "param_grad" consumers (an ``Event`` with the gradient fields)."""
+
+    __slots__ = ("grad", "index", "grad_inputs", "grad_outputs", "param", "param_name")
+
+    def __init__(self, layer: Any, name: str, call: int, step: int):
+        super().__init__(layer, name, call, step)
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
 
 
 class Consumer:
-    """One registered ``fn(event)``: run in (priority, seq) order, numbered through its ``scope``."""
+    """One registered ``fn(event)``: run in (priority, seq) order, numbered through its ``scope``.
+    A "forward" consumer may also be ``plain``: ``plain(layer, args, output)``, what a plain forward
+    hook takes, called without building an Event when every forward consumer of a layer is plain
+    (``fn`` is then the same call, reading the event)."""
 
-    __slots__ = ("fn", "priority", "seq", "scope", "observer")
+    __slots__ = ("fn", "priority", "seq", "scope", "observer", "plain")
 
-    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, scope: Scope):
-        self.fn, self.priority, self.seq, self.scope = fn, priority, seq, scope
+    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, scope: Scope, plain: Callable | None = None):
+        if plain is not None:
+            fn = partial(_call_plain, plain)
+        self.fn, self.priority, self.seq, self.scope, self.plain = fn, priority, seq, scope, plain
         self.observer = priority >= OBSERVER
+
+
+def _call_plain(plain: Callable, ev: Event) -> Any:
+    return plain(ev.layer, ev.args, ev.output)
 
 
 def ordered(consumers: Sequence[Any], key: Callable[[Any], Consumer] = lambda c: c) -> tuple:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hookkit.core.events import Consumer, Event, ordered, run
+from hookkit.core.events import Consumer, Event, GradEvent, ordered, run
 from hookkit.core.tree import leaves
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class GradCall:
 
     def event(self, c: Consumer) -> Event:
         call, step = self.calls.get(c.scope) or (0, c.scope.clock.current().step)
-        return Event(self.layer, c.scope.name, call, step)
+        return GradEvent(self.layer, c.scope.name, call, step)
 
 
 class GradPlumbing:
@@ -168,7 +168,7 @@ class ParamHooks:
 
         def event_for(c: Consumer) -> Event:
             layer_ref, pname = entries[c]
-            ev = Event(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
+            ev = GradEvent(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
             ev.param, ev.param_name = param, pname
             return ev
 

@@ -33,11 +33,13 @@ from hookkit.core.errors import annotate
 from hookkit.core.events import EVENTS, INTERVENTION, LAYER_EVENTS, OBSERVER, Consumer, Event, Halt, ordered, run  # noqa: F401 (re-exported)
 from hookkit.core.grads import GradPlumbing, param_consumer, param_hooks
 from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.validate import check_choice, check_model, fail
 
 if TYPE_CHECKING:
     from hookkit.backends.base import Backend
 
 _seq = count(1)  # arrival order of consumers
+_new = object.__new__
 _warned: set[str] = set()
 
 
@@ -62,7 +64,7 @@ class LayerHooks(GradPlumbing):
 
     __slots__ = ("backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__")
     # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
-    __slots__ += ("_pre", "_fwd", "_fwd_fns", "_scopes", "_single", "_local", "_wants_grads", "_has_backward")
+    __slots__ += ("_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward")
 
     def __init__(self, backend: Backend | None):
         self.backend = backend
@@ -74,8 +76,10 @@ class LayerHooks(GradPlumbing):
         self._fwd: tuple[Consumer, ...] = ()
         self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
         self._scopes: tuple[Scope, ...] = ()
-        self._single: Scope | None = None  # the only scope, when there is one: the hot path's case
-        self._local: Any = None  # its clock's thread-local slot
+        # the hot path's case, a single scope: (scope, its clock, forward
+        # consumers' functions, the same as plain hooks when all are plain, whether gradients are
+        # wanted or the layer is a root)
+        self._hot: tuple | None = None
         self._wants_grads = False
         self._has_backward = False
         self._in_backward = backend.in_backward if backend is not None else bool  # bool() is False
@@ -114,9 +118,11 @@ class LayerHooks(GradPlumbing):
         self._pre, self._fwd = c["forward_pre"], c["forward"]
         self._fwd_fns = tuple(x.fn for x in c["forward"])
         self._scopes = tuple(dict.fromkeys(x.scope for e in LAYER_EVENTS for x in c[e]))
-        self._single = self._scopes[0] if len(self._scopes) == 1 else None
-        self._local = self._single.clock.local if self._single is not None else None
         self._wants_grads = bool(c["grad"] or c["backward"])
+        one = self._scopes[0] if len(self._scopes) == 1 else None
+        plain = tuple(x.plain for x in c["forward"]) if all(x.plain for x in c["forward"]) else None
+        after = self._wants_grads or self.root_clock is not None
+        self._hot = None if one is None else (one, one.clock, self._fwd_fns, plain, after)
         self._has_backward = bool(c["backward"])
         # a root's post-hook marks its forward finished (see Forward.hot)
         root = self.root_clock is not None
@@ -177,49 +183,56 @@ class LayerHooks(GradPlumbing):
         return (tuple(args), kwargs) if changed else None
 
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        # The hot path: runs at every call of every hooked layer. One root, in its forward: the
-        # call is counted inline; anything else (several roots, a recompute, a transform) takes
-        # the general path.
-        single = self._single
-        if single is not None:
-            try:
-                fw = self._local.fw
-            except AttributeError:
-                fw = single.clock.current()
-            if fw.hot:
-                calls = fw.calls
-                call = calls[single] = calls.get(single, -1) + 1
-                changed = False
-                fns = self._fwd_fns
-                if fns:
-                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output)
-                    for fn in fns:
-                        try:
+        # The hot path: runs at every call of every hooked layer. One root, one thread in its
+        # forward: the call is counted on the scope and its Event built inline; anything else
+        # (several roots or threads, a recompute, a transform, a call after the root's forward)
+        # takes the general path.
+        hot = self._hot
+        if hot is not None:
+            scope, clock, fns, plain, after = hot
+            fw = clock.solo
+            if fw is not None:
+                call = scope.n if scope.fw is fw else scope.switch(fw)
+                scope.n = call + 1
+                result = None
+                try:
+                    if plain is not None:  # no Event to build
+                        for fn in plain:
+                            r = fn(layer, args, output)
+                            if r is not None:
+                                result = output = r
+                    elif fns:
+                        ev = _new(Event)  # Event(layer, scope.name, call, fw.step, args, kwargs, output), without its frame
+                        ev.layer, ev.name, ev.call, ev.step = layer, scope.name, call, fw.step
+                        ev.args, ev.kwargs, ev.output = args, kwargs, output
+                        for fn in fns:
                             r = fn(ev)
-                        except Halt:
-                            self._halted(layer, len(args), {single: (call, fw.step)}, ev.output)
-                            raise
-                        except Exception as exc:
-                            raise annotate(exc, single.name, call, "forward") from None
-                        if r is not None:
-                            ev.output = r
-                            changed = True
-                    output = ev.output
-                if self._wants_grads and self.backend.grad_enabled():
-                    self.plumb_outputs(layer, len(args), output, {single: (call, fw.step)})
-                if self.root_clock is not None:
-                    self.root_clock.finish()
-                return output if changed else None
+                            if r is not None:
+                                result = ev.output = output = r
+                except Halt:
+                    self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
+                    raise
+                except Exception as exc:
+                    raise annotate(exc, scope.name, call, "forward") from None
+                if after:  # gradients wanted, or the root's forward ends here
+                    self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
+                    if self.root_clock is not None:
+                        self.root_clock.finish()
+                return result
         return self._on_post_general(layer, args, kwargs, output)
 
     def _on_post_general(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        if not self._scopes:  # a root with no consumers of its own
+            if self.root_clock is not None and not self._in_backward():
+                self.root_clock.finish()
+            return None
         recompute = bool(self._in_backward())
         numbers = number(self._scopes, recompute, commit=True)
         transformed = self._transformed()
         changed = False
         if self._fwd:
             event_for = self._events(layer, numbers, recompute or transformed, transformed, args, kwargs, output)
-            on_halt = None if transformed else partial(self._halted, layer, len(args), numbers)
+            on_halt = None if transformed else partial(self._place_grad_hooks, layer, len(args), numbers)
             output, changed = run(self._fwd, "forward", output, event_for, on_halt)
         if self._wants_grads and self.backend.grad_enabled():
             if transformed:
@@ -230,8 +243,9 @@ class LayerHooks(GradPlumbing):
             self.root_clock.finish()
         return output if changed else None
 
-    def _halted(self, layer: Any, n_args: int, numbers: dict, output: Any) -> None:
-        """A consumer raised ``Halt``: place the layer's gradient hooks before it propagates."""
+    def _place_grad_hooks(self, layer: Any, n_args: int, numbers: dict, output: Any) -> None:
+        """Place the layer's gradient hooks on ``output`` if any are wanted: after the forward
+        consumers, or when one raised ``Halt``, before it propagates."""
         if self._wants_grads and self.backend.grad_enabled():
             self.plumb_outputs(layer, n_args, output, numbers)
 
@@ -247,19 +261,28 @@ def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
 
 
 def attach(
-    model: Any, named: Iterable[tuple[str, Any]], event: str, fn: Callable[[Event], Any], priority: int = INTERVENTION
+    model: Any,
+    named: Iterable[tuple[str, Any]],
+    event: str,
+    fn: Callable[[Event], Any] | None,
+    priority: int = INTERVENTION,
+    *,
+    plain: Callable[[Any, tuple, Any], Any] | None = None,
 ) -> HandleGroup:
     """Add consumer ``fn(event) -> None | replacement`` on ``event`` of each (name, layer) of ``model``.
 
     ``event``: "forward_pre", "forward", "grad" (gradient w.r.t. an output tensor), "backward", or
     "param_grad" (the gradient of each direct parameter of the layer that requires one; a parameter
     shared by several layers gets one native hook, and ``fn`` runs once per (layer, parameter)).
+    ``plain`` (with ``fn=None``, "forward" only): ``plain(layer, args, output)`` instead, what a plain
+    forward hook takes; no Event is built for it (the cheapest forward consumer).
     Internal entry point of every feature; returns one handle removing all it placed.
 
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call))   # doctest: +SKIP
     """
-    if event not in EVENTS:
-        raise ValueError(f"unknown event {event!r}; valid events: {', '.join(EVENTS)}")
+    check_choice(event, EVENTS, fn="attach", arg="event")
+    if (fn is None) == (plain is None) or (plain is not None and event != "forward"):
+        fail("attach", "fn", 'a function of the event, or fn=None and plain=f(layer, args, output) for event "forward"', fn)
     backend = backend_for(model)
     named = list(named)
     if event == "param_grad":
@@ -272,7 +295,7 @@ def attach(
         return attach_params(model, params, fn, priority)
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, named, fn, priority, partial(_attach_layer, backend, event))
+    return _attach_each(model, backend, named, fn, priority, partial(_attach_layer, backend, event), plain)
 
 
 def attach_params(
@@ -289,7 +312,9 @@ def attach_params(
     return _attach_each(model, backend, targets, fn, priority, partial(param_consumer, backend))
 
 
-def _attach_each(model: Any, backend: Backend, targets: list, fn: Callable, priority: int, place: Callable) -> HandleGroup:
+def _attach_each(
+    model: Any, backend: Backend, targets: list, fn: Callable | None, priority: int, place: Callable, plain: Callable | None = None
+) -> HandleGroup:
     """One consumer per ``(name, target)``; ``place(target, consumer)`` gives ``(detach, add)``. The
     root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
@@ -298,7 +323,7 @@ def _attach_each(model: Any, backend: Backend, targets: list, fn: Callable, prio
     group = HandleGroup()
     try:
         for name, target in targets:
-            consumer = Consumer(fn, priority, next(_seq), Scope(clock, name))
+            consumer = Consumer(fn, priority, next(_seq), clock.scope(name), plain)
             clock.users.add(id(consumer))
             detach, add = place(target, consumer)
             group.add(Handle(partial(_detach, detach, root_ref, root_hooks, consumer)))
@@ -367,8 +392,6 @@ def remove_all(model: Any) -> int:
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
-    from hookkit.core.validate import check_model
-
     backend = check_model(model, fn="remove_all")
     removed = 0
     for _, layer in backend.named_layers(model):
