@@ -5,6 +5,7 @@ forward hot path in ``router.LayerHooks`` keeps its own, shorter loop).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -155,3 +156,19 @@ def _label(ev: Event) -> str:
     if ev.param_name is None:
         return ev.name
     return f"{ev.name}.{ev.param_name}" if ev.name else ev.param_name
+
+
+warned: set[str] = set()  # the warnings given once per process, by key
+
+
+def warn_transformed(name: str) -> None:
+    """Warn once that observers skip calls under a functional transform."""
+    if "transformed" not in warned:
+        warned.add("transformed")
+        warnings.warn(
+            f"hookkit: layer {name!r} ran under a torch.func transform (grad, vmap, jacrev...): observers (capture, "
+            "statistics, non-finite checks) skip such calls and gradient hooks are not placed; interventions still run. "
+            "Run the model outside the transform to observe it.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -16,6 +16,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core.events import Consumer, Event, GradEvent, ordered, run
+from hookkit.core.handles import Handle
 from hookkit.core.tree import leaves
 
 if TYPE_CHECKING:
@@ -210,3 +211,10 @@ def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple
             hooks.discard(param, consumer)
 
     return detach, partial(hooks.add, p, consumer, layer, pname)
+
+
+def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
+    """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
+    from hookkit.backends import backend_for
+
+    return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)

@@ -19,7 +19,6 @@ a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce_
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -30,8 +29,8 @@ from hookkit.backends import backend_for
 from hookkit.core import clock as clocks
 from hookkit.core.clock import Clock, Scope, number
 from hookkit.core.errors import annotate
-from hookkit.core.events import EVENTS, INTERVENTION, LAYER_EVENTS, OBSERVER, Consumer, Event, Halt, ordered, run  # noqa: F401 (re-exported)
-from hookkit.core.grads import GradPlumbing, param_consumer, param_hooks
+from hookkit.core.events import EVENTS, INTERVENTION, LAYER_EVENTS, OBSERVER, Consumer, Event, Halt, ordered, run, warn_transformed  # noqa: F401
+from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.validate import check_choice, check_model, fail
 
@@ -40,22 +39,6 @@ if TYPE_CHECKING:
 
 _seq = count(1)  # arrival order of consumers
 _new = object.__new__
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _warn_transformed(name: str) -> None:
-    _warn_once(
-        "transformed",
-        f"hookkit: layer {name!r} ran under a torch.func transform (grad, vmap, jacrev...): observers (capture, "
-        "statistics, non-finite checks) skip such calls and gradient hooks are not placed; interventions still run. "
-        "Run the model outside the transform to observe it.",
-    )
 
 
 class LayerHooks(GradPlumbing):
@@ -155,7 +138,7 @@ class LayerHooks(GradPlumbing):
         def event_for(c: Consumer) -> Event | None:
             if c.observer and skip_observers:
                 if transformed:
-                    _warn_transformed(c.scope.name)
+                    warn_transformed(c.scope.name)
                 return None
             ev = made.get(c.scope)
             if ev is None:
@@ -236,7 +219,7 @@ class LayerHooks(GradPlumbing):
             output, changed = run(self._fwd, "forward", output, event_for, on_halt)
         if self._wants_grads and self.backend.grad_enabled():
             if transformed:
-                _warn_transformed(self._scopes[0].name)
+                warn_transformed(self._scopes[0].name)
             else:
                 self.plumb_outputs(layer, len(args), output, numbers)
         if self.root_clock is not None and not recompute:
@@ -357,11 +340,6 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
     if not clock.users and root is not None and root_hooks.root_clock is clock:
         root_hooks.root_clock = None
         root_hooks._sync_native(root)
-
-
-def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
-    """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
-    return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)
 
 
 def forward_count(model: Any) -> int | None:
