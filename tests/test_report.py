@@ -213,6 +213,7 @@ def test_cli_report_and_its_errors(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_the_browser_catches_broken_pages(tmp_path):
     """The browser check itself can fail: a broken image and a script error are caught."""

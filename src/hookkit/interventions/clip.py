@@ -1,4 +1,4 @@
-"""Gradient clipping through hooks (seed 004 clips ``conv1``): per selected layer, clip the gradient
+"""Gradient clipping through hooks: per selected layer, clip the gradient
 flowing back through its output (router "grad" event) and/or its parameters' gradients (tensor
 hooks on the parameters). What a hook returns replaces the gradient, so the clipped value is what
 reaches upstream layers and ``param.grad``, hence what the optimizer sees.
