@@ -106,6 +106,7 @@ def _saved_run(fw, folder, layers=None):
     return model, acts, grads
 
 
+@pytest.mark.slow
 def test_report_from_a_folder_of_saved_statistics(fw, tmp_path):
     model, acts, grads = _saved_run(fw, tmp_path)
     path = hookkit.report(tmp_path)
@@ -124,6 +125,7 @@ def test_report_from_a_folder_of_saved_statistics(fw, tmp_path):
     assert_self_contained(html)
 
 
+@pytest.mark.slow
 def test_report_from_objects_with_a_summary(fw, tmp_path):
     model, acts, grads = _saved_run(fw, tmp_path / "stats", layers=["conv2", "fc"])
     summary = hookkit.summary(model, input_size=(1, 1, 8, 8))

@@ -186,7 +186,7 @@ def _class_for(backend: Backend) -> type:
     cls = _classes.get(backend.name)
     if cls is not None:
         return cls
-    base = backend.layer_types()["Layer"]
+    base = backend.layer_class()
     methods = {m: _delegate(m) for m in _DELEGATED if hasattr(base, m)}
     cls = type(_class_name(backend), (DropHookModel, base), {"__module__": __name__, "__doc__": DropHookModel.__doc__, **methods})
     # a module-level name of its own, so that pickling a whole wrapper (torch.save(model)) finds the class
