@@ -7,9 +7,7 @@
 """
 
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
-# only for the framework of the user's model. Imports are eager on purpose: a submodule imported
-# lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
-from hookkit.apps.report import report
+# only for the framework of the user's model. The apps (``report``) load on first use: __getattr__.
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, remove_all
@@ -124,3 +122,12 @@ __all__ = [
     "UnsupportedModel",
     "watch_nonfinite",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "report":
+        from hookkit.apps.report import report
+
+        globals()["report"] = report
+        return report
+    raise AttributeError(f"module 'hookkit' has no attribute {name!r}")

@@ -215,6 +215,6 @@ def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple
 
 def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
     """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
-    from hookkit.backends import backend_for
+    from hookkit.core.registry import backend_for
 
     return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)

@@ -25,13 +25,13 @@ from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
-from hookkit.backends import backend_for
 from hookkit.core import clock as clocks
 from hookkit.core.clock import Clock, Scope, number
 from hookkit.core.errors import annotate
 from hookkit.core.events import EVENTS, INTERVENTION, LAYER_EVENTS, OBSERVER, Consumer, Event, Halt, ordered, run, warn_transformed  # noqa: F401
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.registry import backend_for
 from hookkit.core.validate import check_choice, check_model, fail
 
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
-from hookkit.backends import backend_for, framework_of
 from hookkit.core.errors import LayerNotFound
+from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 

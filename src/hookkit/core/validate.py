@@ -23,8 +23,8 @@ import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NoReturn
 
-from hookkit.backends import framework_of  # the registered framework of an object, importing nothing
 from hookkit.core.errors import HookkitError
+from hookkit.core.registry import framework_of  # the registered framework of an object, importing nothing
 
 __all__ = [
     "MAX_JSON_BYTES",
@@ -245,8 +245,8 @@ def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", option
 
 def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
-    from hookkit.backends import backend_for, registered_backends
     from hookkit.core.errors import UnsupportedModel
+    from hookkit.core.registry import backend_for, registered_backends
 
     try:
         be = backend_for(model)
