@@ -12,10 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, output_guard
+from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number
 
 __all__ = ["clip_grad"]
 

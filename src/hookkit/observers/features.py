@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.core.errors import HookkitError
+from hookkit.core.files import InvalidFile, read_json_file
 
 FORMAT = "hookkit.features"
 VERSION = 1
@@ -42,7 +43,6 @@ DTYPES = {
 }
 CODES = {v: k for k, v in DTYPES.items()}
 _MAX_HEADER = 100 * 2**20  # the safetensors library's own limit
-_MAX_INDEX = 256 * 2**20
 _SHARD_NAME = re.compile(r"shard-[0-9]{5,}\.safetensors")
 
 
@@ -347,13 +347,10 @@ def read_index(out: str) -> dict[str, Any]:
     where = f"load_features({out!r})"
     if not os.path.isfile(path):
         raise FeaturesError(f"{where}: no {INDEX} in the folder; it is not the output of hookkit.extract")
-    if os.path.getsize(path) > _MAX_INDEX:
-        raise FeaturesError(f"{where}: {INDEX} is larger than {_MAX_INDEX} bytes")
     try:
-        with open(path, encoding="utf-8") as f:
-            index = json.load(f)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise FeaturesError(f"{where}: {INDEX} is not valid JSON ({e})") from None
+        index = read_json_file(path, "a features index")
+    except InvalidFile as e:
+        raise FeaturesError(f"{where}: {e}") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise FeaturesError(f"{where}: {INDEX} is not a {FORMAT} index")
     if index.get("version") != VERSION:
