@@ -55,13 +55,9 @@ class LayerHooks(GradPlumbing):
         self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
         self._native_pre: Any = None
         self._native_post: Any = None
-        self._pre: tuple[Consumer, ...] = ()
-        self._fwd: tuple[Consumer, ...] = ()
-        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
-        self._scopes: tuple[Scope, ...] = ()
-        # the hot path's case, a single scope: (scope, its clock, forward
-        # consumers' functions, the same as plain hooks when all are plain, whether gradients are
-        # wanted or the layer is a root)
+        self._pre = self._fwd = self._fwd_fns = self._scopes = ()  # tuples of consumers, their functions, scopes
+        # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
+        # are, the plain one when alone, whether gradients are wanted or the layer is a root)
         self._hot: tuple | None = None
         self._wants_grads = False
         self._has_backward = False
@@ -105,7 +101,8 @@ class LayerHooks(GradPlumbing):
         one = self._scopes[0] if len(self._scopes) == 1 else None
         plain = tuple(x.plain for x in c["forward"]) if all(x.plain for x in c["forward"]) else None
         after = self._wants_grads or self.root_clock is not None
-        self._hot = None if one is None else (one, one.clock, self._fwd_fns, plain, after)
+        single = plain[0] if plain is not None and len(plain) == 1 else None
+        self._hot = None if one is None else (one, one.clock, self._fwd_fns, plain, single, after)
         self._has_backward = bool(c["backward"])
         # a root's post-hook marks its forward finished (see Forward.hot)
         root = self.root_clock is not None
@@ -149,7 +146,7 @@ class LayerHooks(GradPlumbing):
 
     # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
-        recompute = bool(self._in_backward())
+        recompute = self._in_backward()
         if self.root_clock is not None and not recompute:
             self.root_clock.tick(self.backend.in_transform())
         if not self._scopes:
@@ -172,14 +169,18 @@ class LayerHooks(GradPlumbing):
         # takes the general path.
         hot = self._hot
         if hot is not None:
-            scope, clock, fns, plain, after = hot
+            scope, clock, fns, plain, one, after = hot
             fw = clock.solo
             if fw is not None:
                 call = scope.n if scope.fw is fw else scope.switch(fw)
                 scope.n = call + 1
                 result = None
                 try:
-                    if plain is not None:  # no Event to build
+                    if one is not None:  # a single plain consumer: called as a plain hook
+                        result = one(layer, args, output)
+                        if result is not None:
+                            output = result
+                    elif plain is not None:  # plain consumers only: no Event to build
                         for fn in plain:
                             r = fn(layer, args, output)
                             if r is not None:
