@@ -21,7 +21,9 @@ if [ -f "$TORCH_WHEEL" ]; then "$PIP" install -q "$TORCH_WHEEL"; else "$PIP" ins
 CONSTRAINTS=$(mktemp)
 echo "torch==2.13.0" > "$CONSTRAINTS"
 "$PIP" install -q -c "$CONSTRAINTS" \
-    fastai torchlens torchinfo grad-cam transformers "paddlepaddle==3.3.1" numpy
+    fastai torchlens torchinfo grad-cam captum transformers "paddlepaddle==3.3.1" numpy
+# optional peers of the third wave: each may fail to resolve beside torch 2.13.0; the benchmarks skip what is missing
+for peer in nnsight transformer-lens "wandb"; do "$PIP" install -q -c "$CONSTRAINTS" "$peer" || echo "could not install $peer (skipped)"; done
 "$PIP" install -q -c "$CONSTRAINTS" -e "$REPO"
 rm -f "$CONSTRAINTS"
 

@@ -13,11 +13,11 @@ import pytest
 
 import hookkit
 from hookkit.apps.cli import main
-from hookkit.apps.demo import DROPOUT, FEATURE_MAP_SAMPLES, HIST_BINS, HIST_RANGE, run_demo
+from hookkit.apps.demo import CAM_GRID_METHODS, CAM_GRID_SAMPLES, DROPOUT, FEATURE_MAP_SAMPLES, HIST_BINS, HIST_RANGE, run_demo
 from hookkit.core import router
 from test_report import assert_self_contained, browser_check, decoded_images, needs_chromium, section_ids
 
-SECTIONS = ["summary", "activations", "color-dim", "gradient-flow", "feature-maps", "gradcam", "dropout"]
+SECTIONS = ["summary", "scalars", "activations", "color-dim", "gradient-flow", "feature-maps", "gradcam", "dropout"]
 
 
 @pytest.fixture(scope="module", params=["torch", "paddle"])
@@ -35,12 +35,16 @@ def test_the_report_has_every_section_and_image(demo):
     assert section_ids(html) == SECTIONS
     layers = ["conv1", "conv2", "conv3", "fc1", "fc2"]  # ActivationStats' default: the layers with parameters
     images = decoded_images(html)
-    assert len(images) == 2 * len(layers) + 3 + FEATURE_MAP_SAMPLES + 2
+    # training curves; three overlays and per-layer panels; colorful dimension; gradient flow (3);
+    # feature maps; Grad-CAM, Grad-CAM++, the method grid
+    assert len(images) == 1 + 3 + 2 * len(layers) + 3 + FEATURE_MAP_SAMPLES + 3
+    assert "<figcaption>training loss, held-out accuracy</figcaption>" in html
     assert all(im.shape[0] > 50 and im.shape[1] > 50 for im in images)
     # feature maps: one held-out digit per row, each of a different class, its label in the caption
     labels = [int(m) for m in re.findall(r"<figcaption>held-out digit #\d+: label (\d), predicted \d</figcaption>", html)]
     assert len(labels) == FEATURE_MAP_SAMPLES == len(set(labels))
     assert "One held-out digit per row" in html and "handwritten" not in html.split("<main>")[1].split("Grad-CAM")[0]
+    assert f"hookkit.cam: {len(CAM_GRID_METHODS)} methods side by side at conv3" in html
     assert "Grad-CAM at conv3, target: the predicted class" in html and f"framework: <b>{framework}</b>" in html
     assert "<td" in html and ">DigitsCNN</td>" in html and "conv3 (Conv2" in html and "(model)" not in html
     assert_self_contained(html)
@@ -58,6 +62,8 @@ def test_the_demo_figures_are_legible(demo):
 
     height, width = mpimg.imread(io.BytesIO(gradcam_png), format="png").shape[:2]
     assert width / 6 >= 100 and height / 2 >= 100  # 6 columns, 2 rows of tiles
+    grid = mpimg.imread(io.BytesIO((result["out"] / "figures" / "cam_methods.png").read_bytes()), format="png")
+    assert grid.shape[1] / (len(CAM_GRID_METHODS) + 1) >= 80 and grid.shape[0] / CAM_GRID_SAMPLES >= 80  # input + methods
     acts = hookkit.load_stats(result["out"])["activation_stats"]
     assert acts.hist_range == HIST_RANGE and HIST_RANGE[0] == -HIST_RANGE[1]
     for name in acts.names:

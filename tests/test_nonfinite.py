@@ -190,3 +190,64 @@ def test_grads_false_watches_the_forward_only(fw):
     with hookkit.watch_nonfinite(model, grads=False):
         model(fw.randn(3, 4)).sum().backward()  # the inf gradients are not watched
     assert np.isinf(fw.numpy(model[0].weight.grad)).any() or np.isnan(fw.numpy(model[0].weight.grad)).any()
+
+
+def parent_made_nan(fw):
+    """A block whose own forward code (not a layer) makes the NaN: sqrt of fc2's negative outputs."""
+
+    class Block(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2, self.norm = fw.nn.Linear(4, 4), fw.nn.Linear(4, 4), fw.nn.LayerNorm(4)
+
+        def forward(self, x):
+            h = self.fc2(self.fc1(x))
+            h = fw.lib.sqrt(h)  # NaN wherever fc2 gave a negative value
+            return self.norm(h)
+
+    return fw.nn.Sequential(Block(), fw.nn.Linear(4, 2))
+
+
+def test_nan_made_in_the_parents_code_names_the_layers_around_it(fw):
+    model = parent_made_nan(fw)
+    x = fw.tensor(np.random.default_rng(0).normal(size=(8, 4)).astype("float32"))
+    with pytest.raises(hookkit.NonFiniteError) as info:
+        with hookkit.watch_nonfinite(model, grads=False):
+            model(x)
+    err = info.value
+    assert (err.layer, err.phase, err.before, err.call, err.step) == ("0.norm", "input", "0.fc2", 0, 0)
+    assert "forward code of its parent '0', between layer '0.fc2' and layer '0.norm'" in str(err)
+    assert no_hooks_left(model)
+
+
+def test_nan_in_the_model_input_is_not_blamed_on_the_first_layer(fw):
+    model = fw.nn.Sequential(fw.nn.Linear(3, 3), fw.nn.ReLU())
+    x = fw.tensor(np.array([[1.0, np.nan, 0.0]], dtype="float32"))
+    with pytest.raises(hookkit.NonFiniteError, match="the model's input, or code that runs before the first watched layer") as info:
+        with hookkit.watch_nonfinite(model, grads=False):
+            model(x)
+    assert (info.value.layer, info.value.phase, info.value.before) == ("0", "input", None)
+
+
+def test_a_layer_output_feeding_the_next_layer_is_probed_once(fw):
+    """In a chain the next layer's input is the previous output itself: no second reduction for it,
+    and a NaN made by a layer is still blamed on that layer, not on the one after it."""
+    model = fw.nn.Sequential(fw.nn.Linear(3, 3), log_layer(fw), fw.nn.Linear(3, 2))
+    watch = hookkit.watch_nonfinite(model)  # a backward would follow: nothing is read at the forward's end
+    model(fw.tensor(np.ones((2, 3), dtype="float32")))
+    assert [e[0] for e in watch._entries] == ["input", "forward", "forward", "forward"]  # only the model input is probed
+    with pytest.raises(hookkit.NonFiniteError) as info:
+        watch.check()
+    assert (info.value.layer, info.value.phase) == ("1", "forward")
+    watch.remove()
+
+
+def test_gradient_warnings_point_at_the_users_line(fw):
+    model = fw.nn.Sequential(fw.nn.Linear(4, 8), fw.nn.ReLU(), fw.nn.Linear(8, 2))
+    x = fw.tensor(np.random.default_rng(0).normal(size=(4, 4)).astype("float32"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with hookkit.watch_nonfinite(model, explode=1e-9):
+            (model(x) * 1e3).sum().backward()
+    grads = [w for w in seen if issubclass(w.category, hookkit.GradientWarning)]
+    assert grads and all(w.filename == __file__ for w in grads), [(w.filename, w.lineno) for w in grads]

@@ -117,11 +117,13 @@ def test_report_from_a_folder_of_saved_statistics(fw, tmp_path):
     layers = list(acts.names)
     assert layers == ["conv1", "bn1", "conv2", "fc"]
     images = decoded_images(html)
-    # per layer: mean/std/near-zero and colorful dimension; gradient flow: lines, heatmap, parameters
-    assert len(images) == 2 * len(layers) + 3
+    # three overlays (every layer in one figure per statistic), per layer: its panels (on demand) and
+    # colorful dimension; gradient flow: lines, heatmap, parameters
+    assert len(images) == 3 + 2 * len(layers) + 3
     assert all(im.ndim == 3 and im.shape[0] > 50 and im.shape[1] > 50 for im in images)
+    assert html.count('<figure class="wide">') == 3 and html.count("<details>") == 1
     for name in layers:
-        assert html_lib.escape(f"{name}: mean, std, fraction <= 0.05") in html
+        assert f"<figcaption>{name}</figcaption>" in html  # no summary in the folder: no class to name
     assert_self_contained(html)
 
 
@@ -224,3 +226,39 @@ def test_the_browser_catches_broken_pages(tmp_path):
     result = browser_check(page)
     assert result["images"] == 1 and result["bad"] == 1
     assert any("notAFunction" in line for line in result["console_errors"])
+
+
+def test_report_names_layer_classes_and_shows_user_scalars(fw, tmp_path):
+    model, acts, grads = _saved_run(fw, tmp_path)
+    summary = hookkit.summary(model, input_size=(1, 1, 8, 8))
+    (tmp_path / "summary.json").write_text(json.dumps(summary.to_dict()))
+    (tmp_path / "scalars.json").write_text(json.dumps({"loss": [2.3, 1.9, 1.2], "lr": {"step": [0, 10], "value": [0.1, 0.01]}}))
+    html = hookkit.report(tmp_path, scalars={"accuracy": [0.5, 0.7, 0.9]}).read_text(encoding="utf-8")
+    assert section_ids(html) == ["summary", "scalars", "activations", "color-dim", "gradient-flow"]
+    assert "<figcaption>loss, lr, accuracy</figcaption>" in html  # the folder's curves and the argument's, in one figure
+    conv = "Conv2D" if fw.name == "paddle" else "Conv2d"
+    assert f"<figcaption>conv1 ({conv})</figcaption>" in html
+    assert re.search(rf"<figcaption>conv1 \({conv}\): values [-0-9.]+ to [-0-9.]+ shown", html)
+
+
+@pytest.mark.parametrize(
+    "scalars, complaint",
+    [
+        ({"loss": "1,2,3"}, "field 'loss' must be an array of numbers"),
+        ({"loss": [1, "x"]}, "field 'loss.value' must be numbers only"),
+        ({"loss": {"step": [0], "value": [1, 2]}}, "field 'loss.step' must be an array of 2 numbers"),
+        ({"": [1]}, "field '(name)' must be a non-empty string"),
+    ],
+)
+def test_scalars_from_elsewhere_are_checked(tmp_path, scalars, complaint):
+    import torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3))
+    with hookkit.ActivationStats(model, train_only=False) as acts:
+        model(torch.randn(2, 3))
+    acts.save(tmp_path)
+    (tmp_path / "scalars.json").write_text(json.dumps(scalars))
+    with pytest.raises(hookkit.HookkitError, match=re.escape(complaint)):
+        hookkit.report(tmp_path)
+    with pytest.raises(hookkit.HookkitError, match=re.escape(complaint.replace("field", "field", 1))):
+        hookkit.report(acts, tmp_path / "r.html", scalars=scalars)

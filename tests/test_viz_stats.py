@@ -289,6 +289,7 @@ def test_a_range_that_misses_the_values_says_so(fw):
     note = range_note(acts, "0")
     assert note.startswith("values below 0 are outside the recorded range [0, 10] and not counted (step ")
     assert note in color_dim(acts, "0").axes[0].get_title().replace("\n", " ")
+    assert note in hist(acts, "0").axes[0].get_title().replace("\n", " ")  # hist() says it as well
     above, _ = _record_outputs(fw, (-10, 0), 40, steps=3)
     assert range_note(above, "0").startswith("values above 0 are outside the recorded range [-10, 0]")
     assert range_note(acts, "1") == ""  # ReLU outputs: all inside [0, 10]
@@ -319,3 +320,23 @@ def test_gradient_flow_smooths_long_runs_and_keeps_the_raw_values_faint(torch_fw
     assert len(gradient_flow(grads, smooth=None).axes[0].get_lines()) == len(grads.names)
     with pytest.raises(ValueError, match="smooth must be 'auto', None or a window"):
         gradient_flow(grads, smooth=0)
+
+
+def test_figures_stay_out_of_pyplot(recorded, fw):
+    """Each figure is returned, never left registered in pyplot: Jupyter shows it once, loops free it."""
+    from hookkit.viz import feature_maps, gradcam_overlay
+
+    acts, grads = recorded
+    plt.close("all")
+    figs = [
+        plot_layer_stats(acts, 0),
+        color_dim(acts, 0),
+        hist(acts, 0),
+        gradient_flow(grads),
+        feature_maps(np.random.default_rng(0).random((2, 4, 5, 5)), sample=1),
+        gradcam_overlay(np.random.default_rng(0).random((2, 1, 6, 6)), np.random.default_rng(1).random((2, 6, 6))),
+    ]
+    assert plt.get_fignums() == []
+    for fig in figs:
+        assert fig.axes and fig.canvas.manager is None
+        fig.savefig(__import__("io").BytesIO(), format="png")  # renders without pyplot

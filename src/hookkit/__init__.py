@@ -8,6 +8,13 @@
 
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. The apps (``report``) load on first use: __getattr__.
+from hookkit._version import __version__
+from hookkit.analyses.attribution import attribute
+from hookkit.analyses.cam import cam
+from hookkit.analyses.cam_metrics import cam_metric
+from hookkit.analyses.diff import diff
+from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.port import Ported, PortError, port_weights
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, remove_all
@@ -50,12 +57,11 @@ from hookkit.observers.features import ExtractError, FeatureArray, Features, Fea
 from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
-from hookkit.observers.stats import ActivationStats, GradientStats, load_stats
+from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "__version__",
     "ALL",
     "INTERVENTION",
     "LEAVES",
@@ -63,12 +69,17 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "cam",
+    "cam_metric",
+    "attribute",
     "capture",
     "channel_dropout",
     "clip_grad",
     "drop_block",
     "drop_path",
     "DropHookModel",
+    "diff",
+    "Diff",
     "dropout",
     "dummy_eval",
     "edit",
@@ -105,6 +116,9 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "port_weights",
+    "Ported",
+    "PortError",
     "prune",
     "Pruning",
     "Record",
@@ -121,6 +135,7 @@ __all__ = [
     "total_params",
     "UnsupportedModel",
     "watch_nonfinite",
+    "WeightStats",
 ]
 
 

@@ -83,4 +83,22 @@ def target_scores(backend: Any, output: Any, target: Target, n: int, fn: str) ->
         if not callable(c) and not 0 <= int(c) < shape[-1]:
             fail(fn, "target", f"a class index in [0, {shape[-1] - 1}] (the model outputs {shape[-1]} classes)", target)
     m = backend.family("tensor_math")
+    if not any(callable(c) for c in classes):  # one gather, however many rows
+        index = backend.from_numpy(np.asarray(classes, dtype=np.int64).reshape(-1, 1), like=logits)
+        return m.reshape(m.gather(logits, 1, index), [-1])
     return m.stack([c(logits[i]) if callable(c) else logits[i, int(c)] for i, c in enumerate(classes)])
+
+
+def resolve_target(backend: Any, output: Any, target: Target, n: int) -> Target:
+    """``target`` with None replaced by each sample's predicted class in ``output`` (the model's
+    output on the ``n`` samples), so that later forwards on changed inputs explain the same classes."""
+    return predicted_classes(backend, output, n) if target is None else target
+
+
+def expand_target(target: Target, samples: Sequence[int]) -> Target:
+    """The target of rows made from samples ``samples[i]`` (a batch of repeated or scaled samples):
+    a per-sample list picks its entries; an int or a callable on the whole output stays as it is."""
+    if target is None or callable(target) or isinstance(target, (int, np.integer)):
+        return target
+    items = list(target)
+    return [items[j] for j in samples]

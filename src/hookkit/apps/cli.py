@@ -1,4 +1,4 @@
-"""``hookkit`` on the command line: ``demo``, ``summary``, ``extract``, ``report``.
+"""``hookkit`` on the command line: ``demo``, ``summary``, ``extract``, ``report``, ``diff``.
 
 Each subcommand's work lives in its feature module (``run_cli(args) -> int``); this file only parses.
 """
@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_extract(sub)
 
+    from hookkit.apps.diff_cli import add_parser as add_diff
+
+    add_diff(sub)
+
     report = sub.add_parser("report", help="render the HTML report from a folder of saved statistics")
     report.add_argument("stats_dir", help="folder with saved ActivationStats / GradientStats")
     report.add_argument("--out", default=None, help="report file (default: STATS_DIR/report.html)")
@@ -61,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from hookkit.apps.extract_cli import run_cli
     elif args.command == "summary":
         from hookkit.apps.summary_cli import run_cli
+    elif args.command == "diff":
+        from hookkit.apps.diff_cli import run_cli
     else:
         from hookkit.apps.report import run_cli
     return int(run_cli(args) or 0)

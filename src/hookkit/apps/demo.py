@@ -30,6 +30,10 @@ GRADCAM_LAYER = "conv3"
 HIST_RANGE, HIST_BINS = (-32.0, 32.0), 256
 FEATURE_MAP_SAMPLES = 3  # held-out digits of different classes, one per row
 GRADCAM_SAMPLES = 12
+#: the method comparison grid: (hookkit.cam method, column title), over the first CAM_GRID_SAMPLES digits
+CAM_GRID_METHODS = (("gradcam", "Grad-CAM"), ("gradcam++", "Grad-CAM++"), ("layercam", "LayerCAM"), ("eigencam", "EigenCAM"),
+                    ("scorecam", "ScoreCAM"), ("ablationcam", "AblationCAM"), ("fullgrad", "FullGrad"))  # fmt: skip
+CAM_GRID_SAMPLES = 5
 
 
 class DemoError(Exception):
@@ -199,6 +203,10 @@ def _run(
             transient=False,
         ) as progress:
             task = progress.add_task(f"training ({framework})", total=epochs * n_batches, info="")
+            curves: dict[str, dict[str, list[float]]] = {
+                "training loss": {"step": [], "value": []},
+                "held-out accuracy": {"step": [], "value": []},
+            }
             for epoch in range(epochs):
                 backend.set_training(model, True)
                 order = rng.permutation(len(x_train))
@@ -212,8 +220,16 @@ def _run(
                     losses.append(backend.detach(loss))
                     progress.advance(task)
                 # one host sync per epoch, not per step
-                mean_loss = float(np.mean([float(backend.to_numpy(v)) for v in losses]))
-                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f}")
+                step_losses = [float(backend.to_numpy(v)) for v in losses]
+                mean_loss = float(np.mean(step_losses))
+                curves["training loss"]["step"] += list(range(epoch * n_batches, (epoch + 1) * n_batches))
+                curves["training loss"]["value"] += step_losses
+                backend.set_training(model, False)
+                with backend.no_grad():
+                    held_out = float((backend.to_numpy(model(_tensor(backend, x_test))).argmax(axis=1) == y_test).mean())
+                curves["held-out accuracy"]["step"].append((epoch + 1) * n_batches - 1)
+                curves["held-out accuracy"]["value"].append(held_out)
+                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f} held-out accuracy {held_out:.3f}")
         backend.set_training(model, False)
         with backend.no_grad():
             logits = backend.to_numpy(model(_tensor(backend, x_test)))
@@ -249,7 +265,8 @@ def _run(
         "NaN/Inf watch": "none found",  # watch_nonfinite would have raised, naming the layer
     }
     figures = _figures(model, backend, x_test, y_test, predicted, out)
-    for name, data in (("summary.json", summary.to_dict()), ("dropout.json", dropout), ("meta.json", meta), ("figures.json", figures)):
+    files = {"summary.json": summary.to_dict(), "dropout.json": dropout, "meta.json": meta, "figures.json": figures, "scalars.json": curves}
+    for name, data in files.items():
         (out / name).write_text(json.dumps(data, indent=2), encoding="utf-8")
     path = hookkit.report(out, title="hookkit demo: a small CNN on handwritten digits")
     seconds = time.perf_counter() - t0
@@ -324,6 +341,12 @@ def _figures(model: Any, backend: Backend, x_test: np.ndarray, y_test: np.ndarra
         cams = fn(model, GRADCAM_LAYER, x)
         fig = viz.gradcam_overlay(x_test[:n], cams, predicted=predicted[:n], labels=y_test[:n], ncols=6, title=f"{name} at {GRADCAM_LAYER}")
         keep(fig, file, "gradcam", f"{name} at {GRADCAM_LAYER}, target: the predicted class", section_intro=intro)
+    k = min(CAM_GRID_SAMPLES, n)
+    maps = {title: hookkit.cam(model, GRADCAM_LAYER, x_test[:k], method) for method, title in CAM_GRID_METHODS}
+    fig = viz.cam_grid(x_test[:k], maps, predicted=predicted[:k], labels=y_test[:k], title=f"hookkit.cam methods at {GRADCAM_LAYER}")
+    keep(
+        fig, "cam_methods.png", "gradcam", f"hookkit.cam: {len(maps)} methods side by side at {GRADCAM_LAYER} (FullGrad: every bias layer)"
+    )
     return listed
 
 

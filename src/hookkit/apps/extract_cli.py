@@ -3,6 +3,11 @@
 The model comes from ``package.module:callable`` (as for ``hookkit summary``); the data from a
 ``.npy`` (memory-mapped), ``.npz`` or ``.safetensors`` file of samples along dim 0, read without
 pickle, cut into batches of ``--batch-size``.
+
+Weights: ``--weights`` (a ``from_pretrained`` folder or a weights file); without it the model has
+random weights, drawn from ``--seed`` (default 0) so that a re-run (a resume) gets the same ones.
+The features folder records a digest of the weights: resuming with other weights is refused.
+A forward that fails is reported on one line with a hint (exit status 2).
 """
 
 from __future__ import annotations
@@ -28,6 +33,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--layers", action="append", required=True, help="layer name or glob, like 'h.*' (repeatable)")
     p.add_argument("--out", required=True, help="output folder (created; an interrupted run there is resumed)")
     p.add_argument("--batch-size", type=int, default=64, help="samples per forward (default: 64)")
+    p.add_argument(
+        "--weights",
+        default=None,
+        help="a from_pretrained folder (transformers classes) or a weights file (.safetensors, .pt, .pdparams); default: random weights",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random weights when --weights is not given (default: 0)")
     p.add_argument("--kw", action="append", default=[], help="keyword for the callable or its config, like n_layer=2 (repeatable)")
     p.add_argument("--inputs", action="store_true", help="also store each layer's first input, as LAYER:input")
     p.add_argument(
@@ -86,6 +97,22 @@ class _Batches:
         return _batches(self.array, self.size, self.dtype)
 
 
+def _forward_failure(e: Exception) -> str:
+    """One line for an exception raised by the model on the data: where, what, and a hint."""
+    where = next((n.removeprefix("hookkit.extract: ") for n in getattr(e, "__notes__", ()) if n.startswith("hookkit.extract")), "")
+    text = " ".join(str(e).split())[:300]
+    low = text.lower()
+    if any(w in low for w in ("long", "int64", "integer", "scalar type")) and "float" in low:
+        hint = "token ids must be integers: add --data-dtype int64"
+    elif "index out of range" in low or "out of bounds" in low or "out of range" in low:
+        hint = "a value is outside what the model takes: token ids below the vocabulary size, sequences no longer than its positions (--kw n_positions=...)"
+    elif any(w in low for w in ("shape", "size mismatch", "mat1", "dimension")):
+        hint = "the samples' shape does not fit the model: check the data file (samples along dim 0) and --kw"
+    else:
+        hint = "check --data, --data-dtype and --kw against what the model takes"
+    return f"the model failed {where or 'on the data'}: {type(e).__name__}: {text} (hint: {hint})"
+
+
 def run_cli(args: Any) -> int:
     from hookkit.observers.extract import extract
 
@@ -111,7 +138,7 @@ def run_cli(args: Any) -> int:
         array = _array(args.data, args.data_key)
         if array.ndim == 0:
             raise TargetError(f"--data {args.data!r} holds a scalar; samples go along dim 0")
-        model = load_model(args.target, parse_kw(args.kw))
+        model = load_model(args.target, parse_kw(args.kw), seed=args.seed, weights=args.weights)
         if hasattr(model, "eval"):
             model.eval()
         feats = extract(
@@ -127,6 +154,9 @@ def run_cli(args: Any) -> int:
         )
     except (TargetError, HookkitError) as e:
         print(f"hookkit extract: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - the model's forward failed: one line and a hint, not a traceback
+        print(f"hookkit extract: error: {_forward_failure(e)}", file=sys.stderr)
         return 2
     shapes = ", ".join(f"{k} {list(a.shape)} {a.dtype}" for k, a in feats.items())
     print(f"{feats.count} samples -> {args.out}: {shapes}")

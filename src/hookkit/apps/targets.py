@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -87,9 +88,30 @@ def is_model(obj: Any) -> bool:
         return False
 
 
-def load_model(target: str, kw: dict[str, Any]) -> Any:
+def seed_frameworks(seed: int) -> None:
+    """Seed numpy and every framework the process has imported, so a model built next gets the
+    same random weights on every run."""
+    import numpy as np
+
+    from hookkit.backends import loaded_backends
+
+    np.random.seed(seed)
+    for backend in loaded_backends():
+        try:
+            backend.family("demo_kit").seed(seed)
+        except NotImplementedError:
+            pass
+
+
+def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weights: str | None = None) -> Any:
     """Import ``package.module:callable`` and call it with ``kw`` (a transformers model class is
-    built from its config class); unknown keywords are refused with the closest valid ones."""
+    built from its config class); unknown keywords are refused with the closest valid ones.
+
+    ``seed``: seed the frameworks after the import, before the model is built (random weights that
+    are the same on every run). ``weights``: a ``from_pretrained`` folder (a transformers class;
+    read locally, nothing downloaded) or a weights file loaded strictly into the built model
+    (``.safetensors``; PyTorch ``.pt``/``.pth``/``.bin``/``.ckpt`` read with ``weights_only``; Paddle
+    ``.pdparams``, a pickle: only files you trust)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(f"TARGET must look like package.module:callable; got {target!r}")
@@ -106,7 +128,18 @@ def load_model(target: str, kw: dict[str, Any]) -> Any:
             raise TargetError(f"{module_name!r} has no attribute {attr!r} ({part!r} is missing{hint})")
         obj = getattr(obj, part)
     config_class = getattr(obj, "config_class", None) if isinstance(obj, type) else None
-    if config_class is not None:  # a transformers model class: build it from a config
+    folder = weights is not None and os.path.isdir(weights)
+    if weights is not None and not folder and not os.path.isfile(weights):
+        raise TargetError(f"--weights {weights!r}: no such file or folder")
+    if folder and config_class is None:
+        raise TargetError(
+            f"--weights {weights!r} is a folder: a from_pretrained folder needs a transformers model class as TARGET; "
+            "for other models give a weights file (.safetensors, .pt, .pdparams)"
+        )
+    if folder:  # a transformers model class from a local from_pretrained folder; --kw overrides its config
+        _check_keys(kw, _config_keys(config_class), config_class.__name__)
+        build = lambda: obj.from_pretrained(weights, local_files_only=True, **kw)  # noqa: E731
+    elif config_class is not None:  # a transformers model class: build it from a config
         _check_keys(kw, _config_keys(config_class), config_class.__name__)
         build = lambda: obj(config_class(**kw))  # noqa: E731
     elif callable(obj) and not is_model(obj):
@@ -118,10 +151,27 @@ def load_model(target: str, kw: dict[str, Any]) -> Any:
         if kw:
             raise TargetError(f"{target} is a model object, not a callable: --kw has nothing to configure")
         build = lambda: obj  # noqa: E731
+    if seed is not None:
+        seed_frameworks(seed)
     try:
         model = build()
     except Exception as e:  # noqa: BLE001
-        raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}") from None
+        raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}"[:500]) from None
     if not is_model(model):
         raise TargetError(f"{target} returned {type(model).__name__}, not a model (torch.nn.Module or paddle.nn.Layer)")
+    if weights is not None and not folder:
+        _load_file(model, weights)
     return model
+
+
+def _load_file(model: Any, path: str) -> None:
+    ops = backend_for(model).family("checkpoints")
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in ops.suffixes:
+        raise TargetError(f"--weights {path!r}: this model's framework reads {', '.join(ops.suffixes)} files; got {ext or 'no suffix'}")
+    try:
+        ops.load(model, path)
+    except ValueError as e:
+        raise TargetError(f"--weights {e}"[:600]) from None
+    except Exception as e:  # noqa: BLE001 - a file the framework cannot read
+        raise TargetError(f"--weights {path!r}: cannot read it ({type(e).__name__}: {e})"[:600]) from None

@@ -101,6 +101,12 @@ class Core:
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         """Raise if hooks on these layers could not run on every call (compiled graphs)."""
 
+    def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
+        """Remove the layer's native forward pre- and post-hooks whose function ``match(fn)``
+        accepts, without their handles (the inert hooks a copy or an unpickled model carries);
+        returns how many were removed."""
+        return 0
+
     def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
         """Make hooks placed now take effect in code the framework already compiled for ``model``
         (drop those compiled entries), or raise a clear error where that cannot be done."""
@@ -245,8 +251,9 @@ class Gradients:
         """Make ``t`` (a leaf) record gradients, in place; returns it."""
 
     @stub
-    def grads_of(self, output: Any, inputs: Sequence[Any]) -> tuple:
-        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched."""
+    def grads_of(self, output: Any, inputs: Sequence[Any], allow_unused: bool = False) -> tuple:
+        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched
+        (``allow_unused``: None for an input the output does not depend on, instead of an error)."""
 
 
 class Statistics:
@@ -416,7 +423,7 @@ class Distributed:
     """Optional: data-parallel training. The defaults are one process."""
 
     TIER = "distributed"
-    NEEDED_BY = "the statistics' cross-rank reduction and capture under DDP/FSDP"
+    NEEDED_BY = "the statistics' cross-rank reduction, capture under DDP/FSDP and extract --nproc"
 
     def unwrap(self, model: Any) -> Any:
         """The model inside data-parallel wrappers (DDP's ``.module``), or ``model`` itself: layer
@@ -426,6 +433,14 @@ class Distributed:
     def world(self) -> tuple[int, int]:
         """``(rank, world size)`` of the framework's default process group; ``(0, 1)`` without one."""
         return 0, 1
+
+    @stub
+    def launch(self, nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
+        """Run ``fn(*args)`` in ``nprocs`` new processes on this machine, each one rank of a process
+        group on 127.0.0.1 (gloo); returns each rank's exit code (``hookkit extract --nproc``)."""
+
+    def barrier(self) -> None:
+        """Wait until every rank of the default process group gets here (nothing to wait for without one)."""
 
     def all_gather_rows(self, rows: Any) -> list:
         """Every rank's float64 ``[k, w]`` numpy array (k may differ by rank), in rank order. A
@@ -478,3 +493,22 @@ class Backend(Core, Gradients, Statistics, Interventions, Summary, Distributed):
                 ) from None
             ops = cache[name] = module.OPS
         return ops
+
+
+def drop_hook_entries(layer: Any, groups: Sequence[Sequence[str]], match: Callable[[Any], bool]) -> int:
+    """``Backend.drop_forward_hooks`` for frameworks that keep a layer's hooks in dicts keyed by
+    handle id: ``groups`` names, per kind of hook, the dict of functions first, then the dicts of
+    flags kept beside it under the same ids."""
+    removed = 0
+    for hooks_attr, *flag_attrs in groups:
+        hooks = getattr(layer, hooks_attr, None)
+        if not hooks:
+            continue
+        for key in [k for k, fn in hooks.items() if match(fn)]:
+            del hooks[key]
+            for attr in flag_attrs:
+                flags = getattr(layer, attr, None)
+                if flags is not None:
+                    flags.pop(key, None)
+            removed += 1
+    return removed

@@ -13,25 +13,35 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from threading import get_ident
 from typing import Any
+
+from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 
 
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "thread")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden", "thread")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
         self.thread = get_ident()
+        self.pos: TokenPos = OUTSIDE  # where it sits in its sequence (Clock.begin)
+        self.done = False  # the root's forward returned
+        # the framework's frame running the root's call, while it runs, as (id, code): a forward
+        # inside it finds it among its callers; no reference to the frame and its locals
+        self.frame: tuple | None = None
+        self.outer: Forward | None = None
+        self.hidden: frozenset[int] = frozenset()  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
         # a direct call of a layer, which the general path numbers.
         self.hot = not transformed
-        self.calls: dict[Scope, int] = {}  # scope -> its calls so far in this forward, unless the scope holds them
+        self.calls: dict[Scope, int] = {}  # scope -> its calls so far in this forward, unless the scope holds them (Scope.fw)
         self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
         self.pending: dict[Scope, Any] = {}  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
 
@@ -44,26 +54,42 @@ class Clock:
     of the thread-local slot; None between forwards, and for good once two threads ran forwards
     of the root at the same time."""
 
-    __slots__ = ("count", "local", "last", "solo", "threads", "users", "scopes", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "__weakref__")
 
     def __init__(self) -> None:
         self.count = 0  # forwards started, all threads
+        self.seqs = Sequences()  # token positions and generation steps of the root's forwards
         self.local = threading.local()
         self.last: Forward | None = None
+        self.users: set[int] = set()  # ids of the consumers attached through this root
+        self.private: frozenset[int] | None = None  # during a private pass: the consumers it is hidden from
         self.solo: Forward | None = None
         self.threads = False  # two threads have run forwards of the root at the same time
-        self.users: set[int] = set()  # ids of the consumers attached through this root
         self.scopes: dict[str, Scope] = {}  # layer name -> its scope, one per name
 
-    def tick(self, transformed: bool = False) -> Forward:
-        """Start the next forward in the calling thread."""
+    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
+        """Start the next forward in the calling thread. ``frame``: the framework's frame running
+        the call of ``root``. A forward started inside a running one (a reference pass run from a
+        hook) is numbered on its own, and the outer one continues with its step and calls when it
+        returns."""
         fw = Forward(self.count, transformed)
-        self.count += 1
+        if self.private is not None:  # hookkit's own pass (summary): no step of the root's, seen by its own consumers only
+            fw.hidden, fw.hot = self.private, False
+        else:
+            self.count += 1
+        prev = getattr(self.local, "fw", None)
+        if prev is not None and prev.frame is not None:
+            if frame is not None and _running(prev.frame, frame.f_back, root):
+                fw.outer = prev
+            else:  # that forward raised (its root never returned): it is over
+                prev.frame = None
         last = self.last
         if last is not None and last.hot and last.thread != fw.thread:
             self.threads = True
+        if frame is not None:
+            fw.frame = (id(frame), frame.f_code)
         self.local.fw = self.last = fw
-        self.solo = None if self.threads or transformed else fw
+        self.solo = fw if fw.hot and not self.threads else None
         return fw
 
     def current(self) -> Forward:
@@ -76,13 +102,31 @@ class Clock:
             self.local.fw = fw
         return fw
 
+    def begin(self, backend: Any, root: Any, args: tuple, kwargs: dict, transformed: bool, frame: Any = None) -> Forward:
+        """Start the root forward called with ``args, kwargs``: ``tick``, then place it in its
+        sequence (KV-cache offset, generation step: ``hookkit.core.positions``). ``frame``: the
+        framework's frame running the call (see ``tick``)."""
+        prev = getattr(self.local, "fw", None)
+        fw = self.tick(transformed, frame, root)
+        fw.pos = self.seqs.begin(backend, root, args, kwargs, None if prev is None else prev.pos)
+        return fw
+
     def finish(self) -> None:
-        """The root's forward returned: later calls take the general path."""
-        fw = self.solo
-        if fw is None:
-            fw = self.current()
-        self.solo = None
+        """The root's forward returned: later calls take the general path; a forward that ran inside
+        another gives the thread back to the outer one."""
+        fw = self.current()
         fw.hot = False
+        fw.done = True
+        fw.frame = None
+        outer = fw.outer
+        self.solo = None
+        if outer is not None:
+            fw.outer = None
+            self.local.fw = outer
+            if self.last is fw:
+                self.last = outer
+            if outer.hot and not self.threads:
+                self.solo = outer
 
     def scope(self, name: str) -> Scope:
         """The scope of layer ``name`` under this root."""
@@ -90,6 +134,24 @@ class Clock:
         if scope is None:
             scope = self.scopes[name] = Scope(self, name)
         return scope
+
+    def pos(self, recompute: bool) -> TokenPos:
+        """The token position of a call now: its forward's (a checkpoint recompute keeps its
+        forward's); outside any root forward (after it returned, or before any), ``OUTSIDE``."""
+        fw = self.current()
+        return fw.pos if recompute or not fw.done else OUTSIDE
+
+
+def _running(target: tuple, frame: Any, root: Any) -> bool:
+    """Whether the frame ``target`` names (id, code) is among ``frame`` and its callers, still
+    running the call of ``root`` (a frame made later at a freed frame's address runs another)."""
+    ident, code = target
+    while frame is not None:
+        if id(frame) == ident and frame.f_code is code:
+            owner = frame.f_locals.get("self", root)  # the framework's call frame holds the layer as self
+            return owner is root
+        frame = frame.f_back
+    return False
 
 
 class Scope:
@@ -106,10 +168,11 @@ class Scope:
 
     def switch(self, fw: Forward) -> int:
         """Count ``fw``'s calls here from now on; returns its calls so far. The previous forward's
-        count goes to its ``calls`` when another thread may still read it (a same-thread one is
-        never read again: ``Clock.current`` gives the thread's newest)."""
+        count goes to its ``calls`` when it may still be read: another thread's, or one still
+        running (an outer forward around a nested one); a finished forward of this thread is never
+        read again (``Clock.current`` gives the thread's newest)."""
         old = self.fw
-        if old is not None and old.thread != fw.thread:
+        if old is not None and (old.thread != fw.thread or not old.done):
             old.calls[self] = self.n
         self.fw = fw
         return fw.calls.get(self, 0)
@@ -162,3 +225,23 @@ def clock_for(root: Any) -> Clock:
 def forget(root: Any) -> None:
     """Drop ``root``'s clock (``remove_all``): its next consumer starts counting at step 0."""
     _clocks.pop(root, None)
+
+
+@contextmanager
+def private_pass(model: Any) -> Iterator[None]:
+    """The forwards of ``model`` run inside are hookkit's own (``summary``'s trial forward): the
+    observers attached before (a ``capture`` or statistics left open) do not record them, and they
+    count as no step of the model; interventions and user hooks still run (the model as it runs).
+
+    >>> with private_pass(model):   # doctest: +SKIP
+    ...     handles = attach(model, named, "forward", record, OBSERVER); model(x)
+    """
+    clock = clock_of(model)
+    if clock is None or clock.private is not None:  # nobody else is attached, or already private
+        yield
+        return
+    clock.private = frozenset(clock.users)
+    try:
+        yield
+    finally:
+        clock.private = None

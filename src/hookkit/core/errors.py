@@ -48,17 +48,28 @@ def annotate(exc: BaseException, layer_name: str, call: int, where: str) -> Base
 
 class NonFiniteError(HookkitError, FloatingPointError):
     """A NaN or Inf appeared: ``layer`` is the first layer that produced it, ``phase`` is "forward"
-    (its output) or "backward" (the gradient w.r.t. its output), with ``call`` and ``step``.
+    (its output) or "backward" (the gradient w.r.t. its output), with ``call`` and ``step``; or
+    ``phase`` "input": ``layer`` received non-finite values that no watched layer made (the parent's
+    own code made them after layer ``before``, or the model's input held them).
 
     >>> with hookkit.watch_nonfinite(model):   # doctest: +SKIP
     ...     model(x).sum().backward()
     NonFiniteError: non-finite values (NaN or Inf) in the forward output of layer 'log' (call 0, step 3)
     """
 
-    def __init__(self, layer: str, phase: str, call: int, step: int, detail: str = ""):
+    def __init__(self, layer: str, phase: str, call: int, step: int, detail: str = "", *, before: str | None = None):
         self.layer, self.phase, self.call, self.step = layer, phase, call, step
-        what = "forward output" if phase == "forward" else "gradient w.r.t. the output"
-        msg = f"non-finite values (NaN or Inf) in the {what} of layer {layer!r} (call {call}, step {step})"
+        self.before = before  # phase "input": the watched layer that ran last before the bad values appeared
+        if phase == "input":
+            head = f"non-finite values (NaN or Inf) reached the input of layer {layer!r} (call {call}, step {step}) from outside any watched layer"
+            if before is not None:
+                parent = layer.rpartition(".")[0] or "(root)"
+                msg = f"{head}: they were made in the forward code of its parent {parent!r}, between layer {before!r} and layer {layer!r}"
+            else:
+                msg = f"{head}: the model's input, or code that runs before the first watched layer, made them"
+        else:
+            what = "forward output" if phase == "forward" else "gradient w.r.t. the output"
+            msg = f"non-finite values (NaN or Inf) in the {what} of layer {layer!r} (call {call}, step {step})"
         super().__init__(msg + (f"; {detail}" if detail else ""))
 
     # The router annotates exceptions raised in hooks with the hook's own layer; this error already

@@ -11,6 +11,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import annotate
+from hookkit.core.positions import OUTSIDE, TokenPos
 
 if TYPE_CHECKING:
     from hookkit.core.clock import Scope
@@ -50,17 +51,38 @@ class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
     the current forward of the root it was attached through; ``step`` counts those forwards.
     Which other fields an event fills: ``FIELDS``; the others read None (gradient events are a
-    ``GradEvent``, which can hold them).
+    ``GradEvent``, which can hold them). Token positions (``hookkit.core.positions``), read once
+    per forward of the root: ``offset`` (positions a KV cache held before this forward),
+    ``gen_step`` (0 for the forward starting a sequence, +1 per cached forward after it), ``tokens``
+    (tokens the forward feeds); ``selected``: the absolute positions of the slice an edit with
+    ``positions=`` is handed (None: the whole output).
 
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call, ev.output.shape))   # doctest: +SKIP
     """
 
-    __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output")
+    __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output", "pos", "selected")
     grad = index = grad_inputs = grad_outputs = param = param_name = None
 
-    def __init__(self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None):
+    def __init__(
+        self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None, pos: TokenPos = OUTSIDE
+    ):
         self.layer, self.name, self.call, self.step = layer, name, call, step
-        self.args, self.kwargs, self.output = args, kwargs, output
+        self.args, self.kwargs, self.output, self.pos, self.selected = args, kwargs, output, pos, None
+
+    @property
+    def offset(self) -> int:
+        """Positions the KV cache held before this forward: the output's first position along the token axis."""
+        return self.pos.offset
+
+    @property
+    def gen_step(self) -> int:
+        """Generation step: 0 for the forward that starts a sequence, +1 per cached forward after it."""
+        return self.pos.gen_step
+
+    @property
+    def tokens(self) -> int | None:
+        """Tokens this forward feeds (None when the root's token input was not found)."""
+        return self.pos.tokens
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} call={self.call} step={self.step}>"
@@ -150,6 +172,29 @@ def run(
             value = r if check is None else check(r, value, c.scope.name)
             changed = True
     return value, changed
+
+
+def events_per_scope(layer: Any, numbers: dict, recompute: bool, transformed: bool, *fields: Any) -> Callable[[Consumer], Event | None]:
+    """``event_for`` of ``run`` for a layer's call: one Event per scope (``numbers``: scope -> (call,
+    step); ``fields``: args, kwargs[, output]), observers skipped on a checkpoint recompute, inside a
+    transform (with one warning) or in a private pass."""
+    made: dict[Scope, Event] = {}
+    skip_observers = recompute or transformed
+
+    def event_for(c: Consumer) -> Event | None:
+        if c.observer and skip_observers:
+            if transformed:
+                warn_transformed(c.scope.name)
+            return None
+        if c.observer and c.scope.clock.private is not None and id(c) in c.scope.clock.current().hidden:
+            return None  # a private pass: not a forward this observer records
+        ev = made.get(c.scope)
+        if ev is None:
+            ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
+            ev.pos = c.scope.clock.pos(recompute)
+        return ev
+
+    return event_for
 
 
 def _label(ev: Event) -> str:

@@ -107,6 +107,12 @@ def framework_of(obj: Any) -> str:
     return ""
 
 
+def framework_roots() -> frozenset[str]:
+    """The top-level module names of the registered frameworks ("torch", "paddle"...): frames in them
+    are framework machinery, not user code (see ``hookkit.core.user_frame``)."""
+    return frozenset(reg.module.partition(".")[0] for reg in _registry.values())
+
+
 def loaded_backends() -> list[Backend]:
     """Backends of the frameworks the process has imported."""
     return [_load(reg) for reg in list(_registry.values()) if reg.module in sys.modules]

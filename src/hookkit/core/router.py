@@ -1,24 +1,18 @@
 """ONE native hook per (layer or parameter, event), whatever the number of hookkit consumers.
 
-Each hooked layer gets a ``LayerHooks``: its consumers for four events (forward_pre, forward,
-grad = gradient w.r.t. one output tensor, backward = grad_inputs + grad_outputs) and at most one
-native pre-hook and one native post-hook. Each hooked parameter gets a ``grads.ParamHooks`` with
-one native tensor hook for the ``param_grad`` event. Consumers run in (priority, arrival) order:
-interventions (``INTERVENTION``) before observers (``OBSERVER``), so observers see changed values.
-
-Beside it: ``events`` (Event, Consumer, the consumer loop), ``clock`` (steps and call numbers per
-root and thread), ``grads`` (gradient plumbing, parameter hooks).
-
-A checkpoint recompute (``Backend.in_backward``) is numbered as the call it recomputes:
-interventions run again, observers do not record it twice. Calls inside a functional transform
-(``Backend.in_transform``, read once per root forward) are skipped by observers, with one warning.
-
-Nothing here holds the model: registries are keyed weakly, native hooks hold weak references, and
-a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce__``), never ours.
+Each hooked layer gets a ``LayerHooks``: its consumers for four events (forward_pre, forward, grad,
+backward) and at most one native pre-hook and one native post-hook; each hooked parameter a
+``grads.ParamHooks``. Consumers run in (priority, arrival) order: interventions before observers.
+Beside it: ``events`` (Event, Consumer, the consumer loop), ``clock`` (steps and call numbers),
+``grads`` (gradient plumbing, parameter hooks). A checkpoint recompute is numbered as the call it
+recomputes (interventions run again, observers do not record it twice); observers skip calls inside
+a functional transform, with one warning. Registries are keyed weakly, native hooks hold weak
+references, and a copy or pickle of a hooked model gets inert hooks (``LayerHooks(None)``).
 """
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -26,9 +20,21 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core import clock as clocks
-from hookkit.core.clock import Clock, Scope, number
+from hookkit.core.clock import Clock, Scope, number, private_pass  # noqa: F401 (private_pass re-exported)
 from hookkit.core.errors import annotate
-from hookkit.core.events import EVENTS, INTERVENTION, LAYER_EVENTS, OBSERVER, Consumer, Event, Halt, ordered, run, warn_transformed  # noqa: F401
+from hookkit.core.events import (  # noqa: F401
+    EVENTS,
+    INTERVENTION,
+    LAYER_EVENTS,
+    OBSERVER,
+    Consumer,
+    Event,
+    Halt,
+    events_per_scope,
+    ordered,
+    run,
+    warn_transformed,
+)
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.registry import backend_for
@@ -71,7 +77,6 @@ class LayerHooks(GradPlumbing):
     def __deepcopy__(self, memo: dict) -> LayerHooks:
         return LayerHooks(None)
 
-    # -- bookkeeping ----------------------------------------------------------------------------
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
         self.consumers[event] = ordered((*self.consumers[event], consumer))
         self._sync_native(layer)
@@ -125,37 +130,19 @@ class LayerHooks(GradPlumbing):
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
-    def _events(
-        self, layer: Any, numbers: dict, skip_observers: bool, transformed: bool, *fields: Any
-    ) -> Callable[[Consumer], Event | None]:
-        """``event_for`` of ``events.run``: one Event per scope, observers skipped on a recompute or
-        inside a transform."""
-        made: dict[Scope, Event] = {}
-
-        def event_for(c: Consumer) -> Event | None:
-            if c.observer and skip_observers:
-                if transformed:
-                    warn_transformed(c.scope.name)
-                return None
-            ev = made.get(c.scope)
-            if ev is None:
-                ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
-            return ev
-
-        return event_for
-
     # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         recompute = self._in_backward()
         if self.root_clock is not None and not recompute:
-            self.root_clock.tick(self.backend.in_transform())
+            # the framework's frame calling the root: a forward started inside it is a nested one
+            self.root_clock.begin(self.backend, layer, args, kwargs, self.backend.in_transform(), sys._getframe(1))
         if not self._scopes:
             return None
         numbers = number(self._scopes, recompute, commit=False)
         transformed = self._transformed()
         changed = False
         if self._pre:
-            event_for = self._events(layer, numbers, recompute or transformed, transformed, args, kwargs)
+            event_for = events_per_scope(layer, numbers, recompute, transformed, args, kwargs)
             (args, kwargs), changed = run(self._pre, "forward_pre", (args, kwargs), event_for)
         if self._has_backward and not transformed and self.backend.grad_enabled():
             args, wrapped = self.wrap_inputs(layer, tuple(args), numbers)
@@ -188,7 +175,7 @@ class LayerHooks(GradPlumbing):
                     elif fns:
                         ev = _new(Event)  # Event(layer, scope.name, call, fw.step, args, kwargs, output), without its frame
                         ev.layer, ev.name, ev.call, ev.step = layer, scope.name, call, fw.step
-                        ev.args, ev.kwargs, ev.output = args, kwargs, output
+                        ev.args, ev.kwargs, ev.output, ev.pos, ev.selected = args, kwargs, output, fw.pos, None
                         for fn in fns:
                             r = fn(ev)
                             if r is not None:
@@ -215,7 +202,7 @@ class LayerHooks(GradPlumbing):
         transformed = self._transformed()
         changed = False
         if self._fwd:
-            event_for = self._events(layer, numbers, recompute or transformed, transformed, args, kwargs, output)
+            event_for = events_per_scope(layer, numbers, recompute, transformed, args, kwargs, output)
             on_halt = None if transformed else partial(self._place_grad_hooks, layer, len(args), numbers)
             output, changed = run(self._fwd, "forward", output, event_for, on_halt)
         if self._wants_grads and self.backend.grad_enabled():
@@ -240,8 +227,15 @@ _registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionar
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
+        backend.drop_forward_hooks(layer, _inert)  # a copy's inert hooks go before it gets its own
         hooks = _registry[layer] = LayerHooks(backend)
     return hooks
+
+
+def _inert(fn: Any) -> bool:
+    """Whether a native hook is an inert one a deep copy or unpickled model carries."""
+    owner = getattr(fn, "__self__", None)
+    return isinstance(owner, LayerHooks) and owner.backend is None
 
 
 def attach(
@@ -287,12 +281,13 @@ def attach_params(
 ) -> HandleGroup:
     """Add ``fn(event) -> None | new gradient`` on the gradient of each ``(layer name, layer,
     parameter name, parameter)``: one native hook per parameter whatever the number of consumers;
-    ``event.step`` is the root's forward whose backward this is.
+    ``event.step`` is the root's forward whose backward this is. A frozen parameter
+    (``requires_grad=False`` / ``stop_gradient=True``) takes no gradient: it is skipped, no hook.
 
     >>> attach_params(model, [("fc", model.fc, "weight", model.fc.weight)], clip)   # doctest: +SKIP
     """
     backend = backend_for(model)
-    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params]
+    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params if backend.requires_grad(p)]
     return _attach_each(model, backend, targets, fn, priority, partial(param_consumer, backend))
 
 
@@ -341,6 +336,8 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
     if not clock.users and root is not None and root_hooks.root_clock is clock:
         root_hooks.root_clock = None
         root_hooks._sync_native(root)
+        if clocks.clock_of(root) is clock:  # the last feature on this root is gone: the next one counts from step 0
+            clocks.forget(root)
 
 
 def forward_count(model: Any) -> int | None:
@@ -367,7 +364,8 @@ def advance(model: Any) -> None:
 
 def remove_all(model: Any) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
-    many layers had some. Hooks placed by the user or other libraries stay.
+    many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
+    (they feed nothing): those are removed too. Hooks placed by the user or other libraries stay.
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
@@ -375,8 +373,10 @@ def remove_all(model: Any) -> int:
     removed = 0
     for _, layer in backend.named_layers(model):
         hooks = _registry.get(layer)
-        if hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post):
+        had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
+        if had:
             hooks.clear(layer)
+        if backend.drop_forward_hooks(layer, _inert) or had:  # a copy's inert hooks too
             removed += 1
     for p in backend.parameters(model, recurse=True):
         phooks = param_hooks(p)

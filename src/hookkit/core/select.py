@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
+from hookkit.core.deprecation import warn_deprecated
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
@@ -54,47 +55,16 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """The indices in ``named`` one spec selects (see the module docstring for the kinds)."""
     if isinstance(spec, str):
-        if spec == ALL:
-            return list(range(len(named)))
-        if spec == LEAVES:
-            return [i for i, (_, m) in enumerate(named) if not backend.children(m)]
-        if spec == WITH_PARAMS:
-            return [i for i, (_, m) in enumerate(named) if backend.parameters(m, recurse=False)]
-        if spec.startswith(":"):
-            raise ValueError(f"unknown layer preset {spec!r}; valid presets: {LEAVES!r}, {WITH_PARAMS!r}, {ALL!r}")
-        exact = [i for i, (n, _) in enumerate(named) if n == spec]
-        if exact:
-            return exact
-        rx = _glob_regex(spec)
-        hits = [i for i, (n, _) in enumerate(named) if rx.fullmatch(n)]
-        if not hits:
-            raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
-        return hits
+        return _match_name(spec, named, backend)
     if isinstance(spec, re.Pattern):
         hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
         if not hits:
             raise LayerNotFound(spec.pattern, _suggest(spec.pattern, [n for n, _ in named]), "regex, full match")
         return hits
     if isinstance(spec, type) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
-        kinds = spec if isinstance(spec, tuple) else (spec,)
-        for k in kinds:
-            other = framework_of(k)
-            if other and other != backend.name:
-                raise LayerNotFound(
-                    f"{k.__module__}.{k.__qualname__}",
-                    [],
-                    f"{k.__qualname__} is a {other} class and the model is a {backend.name} model: use the {backend.name} class",
-                )
-        hits = [i for i, (_, m) in enumerate(named) if isinstance(m, spec)]
-        if not hits:
-            present = sorted({type(m).__name__ for _, m in named})
-            raise LayerNotFound(
-                " | ".join(k.__name__ for k in kinds),
-                close_matches(kinds[0].__name__, present, cutoff=0.3) or present[:5],
-                "no layer of this class",
-            )
-        return hits
+        return _match_classes(spec if isinstance(spec, tuple) else (spec,), named, backend)
     if backend.is_layer(spec):
         hits = [i for i, (_, m) in enumerate(named) if m is spec]
         if not hits:
@@ -115,6 +85,49 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
     )
 
 
+def _match_name(spec: str, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """A preset, an exact name, or a dotted-name glob."""
+    if spec == ALL:
+        return list(range(len(named)))
+    if spec == LEAVES:
+        return [i for i, (_, m) in enumerate(named) if not backend.children(m)]
+    if spec == WITH_PARAMS:
+        return [i for i, (_, m) in enumerate(named) if backend.parameters(m, recurse=False)]
+    if spec.startswith(":"):
+        fail("select", "layers", f"a preset among {LEAVES!r}, {WITH_PARAMS!r}, {ALL!r} (unknown layer preset)", spec)
+    exact = [i for i, (n, _) in enumerate(named) if n == spec]
+    if exact:
+        return exact
+    rx = _glob_regex(spec)
+    hits = [i for i, (n, _) in enumerate(named) if n and rx.fullmatch(n)]  # the root only by "" or ALL
+    if rx.fullmatch(""):
+        warn_deprecated(f"select({spec!r}) including the model itself", "hookkit.ALL (or the name '') to select the model too", since="0.2")
+    if not hits:
+        raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
+    return hits
+
+
+def _match_classes(kinds: tuple, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """The layers that are instances of one of ``kinds`` (classes of the model's framework)."""
+    for k in kinds:
+        other = framework_of(k)
+        if other and other != backend.name:
+            raise LayerNotFound(
+                f"{k.__module__}.{k.__qualname__}",
+                [],
+                f"{k.__qualname__} is a {other} class and the model is a {backend.name} model: use the {backend.name} class",
+            )
+    hits = [i for i, (_, m) in enumerate(named) if isinstance(m, kinds)]
+    if not hits:
+        present = sorted({type(m).__name__ for _, m in named})
+        raise LayerNotFound(
+            " | ".join(k.__name__ for k in kinds),
+            close_matches(kinds[0].__name__, present, cutoff=0.3) or present[:5],
+            "no layer of this class",
+        )
+    return hits
+
+
 def shown_name(name: str) -> str:
     """A layer name for messages: the model itself (named '') is shown as "(root)"."""
     return name if name else "(root)"
@@ -133,11 +146,14 @@ def _suggest(spec: str, names: list[str]) -> list[str]:
     return beside[:8]
 
 
-def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
+def select(model: Any, layers: LayerSpec = LEAVES) -> Selection:
     """Resolve ``layers`` against ``model``: ``[(dotted name, layer)]`` in model order, no duplicates.
 
     >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
-    [('h.0.attn', GPT2Attention(...)), ('h.1.attn', GPT2Attention(...))]
+    Selection(['h.0.attn', 'h.1.attn'])
+
+    Globs never match the model itself (its name is ''): ``"*"`` selects its direct children; name
+    the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
     # A data-parallel wrapper (DDP, DataParallel) is looked through: names are the inner model's,
@@ -158,7 +174,30 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> list[tuple[str, Any]]:
             raise LayerNotFound(spec, exc.close, f"in the model inside {type(model).__name__}") from None
     if not chosen:
         raise LayerNotFound(layers, [], "the predicate selected no layer")
-    return [named[i] for i in sorted(chosen)]
+    return Selection(named[i] for i in sorted(chosen))
+
+
+class Selection(list):
+    """What ``select`` returns: a list of ``(dotted name, layer)`` pairs that shows as its names
+    (a layer's own repr can run for pages). ``names``: the names alone; ``layers``: the layers alone.
+
+    >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
+    Selection(['h.0.attn', 'h.1.attn'])
+    """
+
+    @property
+    def names(self) -> list[str]:
+        return [n for n, _ in self]
+
+    @property
+    def layers(self) -> list[Any]:
+        return [m for _, m in self]
+
+    def __repr__(self) -> str:
+        shown = [n or "(root)" for n in self.names]
+        if len(shown) > 20:
+            return f"Selection({shown[:10]!r} ... {shown[-5:]!r}, {len(shown)} layers)"
+        return f"Selection({shown!r})"
 
 
 def _wrapper_name(model: Any, inner: Any, backend: Any) -> str:

@@ -21,6 +21,8 @@ GRAD_KEYS = ("norm", "mean", "std", "max_abs")
 # (tag prefix, key in the arrays, tag suffix) of what is logged
 _ACT_TAGS = [("act", k, k) for k in ACT_KEYS]
 _GRAD_TAGS = [("grad", k, k) for k in GRAD_KEYS] + [("param_grad", "param_norm", "norm")]
+WEIGHT_KEYS = ("norm", "mean", "std", "max_abs", "update_ratio")
+_WEIGHT_TAGS = [("weight", k, k) for k in WEIGHT_KEYS]
 
 
 class Monitor:
@@ -40,6 +42,7 @@ class Monitor:
         nonfinite: bool = False,
         writer: ScalarWriter | None = None,
         log_every: int = 1,
+        weight_stats: bool = False,
     ):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every: expected an integer >= 1, got {every!r}")
@@ -49,8 +52,10 @@ class Monitor:
         self.want_activations, self.want_gradients, self.hist = activation_stats, gradient_stats, hist
         self.layers, self.every, self.nonfinite = layers, every, nonfinite
         self.writer, self.log_every = writer, log_every
+        self.want_weights = weight_stats
         self.activation_stats: Any = None
         self.gradient_stats: Any = None
+        self.weight_stats: Any = None
         self._stack: contextlib.ExitStack | None = None
         self._logged: dict[str, int] = {}
 
@@ -58,8 +63,9 @@ class Monitor:
     def attached(self) -> bool:
         return self._stack is not None
 
-    def attach(self, model: Any) -> None:
-        """Start recording on ``model`` (fresh statistics; anything still attached from a failed run is removed first)."""
+    def attach(self, model: Any, optimizer: Any = None) -> None:
+        """Start recording on ``model`` (fresh statistics; anything still attached from a failed run is removed first).
+        ``optimizer``: the one whose steps ``WeightStats`` records (None: the model's training forwards)."""
         import hookkit  # the package imports this module's siblings lazily; no cycle at import time
 
         self.remove()
@@ -71,6 +77,9 @@ class Monitor:
             if self.want_gradients:
                 self.gradient_stats = hookkit.GradientStats(model, self.layers, every=self.every)
                 stack.callback(self.gradient_stats.remove)
+            if self.want_weights:
+                self.weight_stats = hookkit.WeightStats(model, self.layers, optimizer, every=self.every, hist=self.hist)
+                stack.callback(self.weight_stats.remove)
             if self.nonfinite:
                 stack.enter_context(hookkit.watch_nonfinite(model))
         except BaseException:
@@ -98,6 +107,8 @@ class Monitor:
             sources.append((_ACT_TAGS, self.activation_stats.to_numpy()))
         if self.gradient_stats is not None:
             sources.append((_GRAD_TAGS, self.gradient_stats.to_numpy()))
+        if self.weight_stats is not None:
+            sources.append((_WEIGHT_TAGS, self.weight_stats.to_numpy()))
         return sources
 
     def _since_last(self, tag: str, steps: Any) -> int | None:
@@ -122,14 +133,20 @@ class Monitor:
                     tag = f"{prefix}/{name}/{suffix}"
                     start = self._since_last(tag, series.get("param_step" if key.startswith("param_") else "step"))
                     if start is not None:
-                        out[tag] = float(np.asarray(series[key][start:], dtype=np.float64).mean())
+                        values = np.asarray(series[key][start:], dtype=np.float64)
+                        if key == "update_ratio":  # NaN at the first step (no previous weights)
+                            values = values[np.isfinite(values)]
+                            if not len(values):
+                                continue
+                        out[tag] = float(values.mean())
         return out
 
     def histograms(self, tables: Any = None) -> dict[str, Histogram]:
         """Histograms of the steps recorded since the last call, from what the statistics kept (no
         tensor is read again): ``act_hist/<layer>``, the layer's output values (with ``hist=True``:
         the recorded bins summed over those steps, values outside ``range`` not counted), and
-        ``grad_hist/<layer>/norm`` / ``param_grad_hist/<layer>/norm``, the per-step gradient norms."""
+        ``grad_hist/<layer>/norm`` / ``param_grad_hist/<layer>/norm``, the per-step gradient norms, and
+        ``weight_hist/<parameter>``, the parameter's values at the last recorded step (``hist=True``)."""
         out: dict[str, Histogram] = {}
         acts = self.activation_stats
         for tags, table in self._tables() if tables is None else tables:
@@ -140,6 +157,12 @@ class Monitor:
                     counts = None if start is None else np.asarray(series["hist"][start:], np.float64).sum(axis=0)
                     lo, hi = acts.hist_range
                     h = None if counts is None else Histogram.from_bins(np.linspace(lo, hi, len(counts) + 1), counts)
+                elif tags is _WEIGHT_TAGS and "hist" in series:
+                    tag = f"weight_hist/{name}"
+                    start = self._since_last(tag, series.get("step"))
+                    lo, hi = self.weight_stats.hist_ranges[name]
+                    last = None if start is None else np.asarray(series["hist"][-1], np.float64)  # the weights now: a state
+                    h = None if last is None else Histogram.from_bins(np.linspace(lo, hi, len(last) + 1), last)
                 elif tags is _GRAD_TAGS:
                     for prefix, key, steps in (("grad_hist", "norm", "step"), ("param_grad_hist", "param_norm", "param_step")):
                         tag = f"{prefix}/{name}/norm"
@@ -160,7 +183,7 @@ class Monitor:
         tables = self._tables()
         values = self.scalars(tables)
         hists = self.histograms(tables) if callable(getattr(self.writer, "add_histogram_raw", None)) else {}
-        rank = next((s.rank for s in (self.activation_stats, self.gradient_stats) if s is not None), 0)
+        rank = next((s.rank for s in (self.activation_stats, self.gradient_stats, self.weight_stats) if s is not None), 0)
         if self.writer is not None and rank == 0:
             for tag, value in values.items():
                 self.writer.add_scalar(tag, value, step)
@@ -187,9 +210,10 @@ class MonitorCallback:
         nonfinite: bool = False,
         writer: ScalarWriter | None = None,
         log_every: int = 1,
+        weight_stats: bool = False,
     ):
         super().__init__()
-        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every)
+        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every, weight_stats)
 
     @property
     def activation_stats(self) -> Any:
@@ -200,6 +224,11 @@ class MonitorCallback:
     def gradient_stats(self) -> Any:
         """The ``hookkit.GradientStats`` of the last run (None before it, or when not asked for)."""
         return self.monitor.gradient_stats
+
+    @property
+    def weight_stats(self) -> Any:
+        """The ``hookkit.WeightStats`` of the last run (None before it, or when not asked for)."""
+        return self.monitor.weight_stats
 
     def remove(self) -> None:
         """Remove the hooks now (idempotent); the statistics stay readable."""

@@ -36,7 +36,7 @@ class HookkitTrainerCallback(MonitorCallback, TrainerCallback):
         if model is None:
             raise ValueError("HookkitTrainerCallback.on_train_begin: the Trainer passed no model")
         self._log_events = 0
-        self.monitor.attach(model)
+        self.monitor.attach(model, kwargs.get("optimizer"))
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
         if not self.monitor.attached:

@@ -47,7 +47,11 @@ class HookkitCallback(MonitorCallback, *dict.fromkeys(lib.Callback for lib in _L
     that gets, every ``log_every`` epochs, the mean of each statistic over the steps recorded
     since the last write (tags ``act/<layer>/mean``, ``grad/<layer>/norm``, ...) and histograms
     (``act_hist/<layer>`` with ``hist=True``, ``grad_hist/<layer>/norm``) from the same read.
-    After fit, ``.activation_stats`` and ``.gradient_stats`` hold the results.
+    After fit, ``.activation_stats`` and ``.gradient_stats`` hold the results. ``weight_stats=True``:
+    ``hookkit.WeightStats`` on the same layers, recorded at each step of the trainer's (first)
+    optimizer: scalars ``weight/<parameter>/norm``, ``.../mean``, ``.../std``, ``.../max_abs``,
+    ``.../update_ratio`` and, with ``hist=True``, ``weight_hist/<parameter>`` (the values at the
+    last recorded step): what ``wandb.watch(log="all")`` logs for the weights, scoped by ``layers``.
 
     A recorded ``step`` counts the LightningModule's forwards, as outside Lightning. Where
     ``training_step`` does not call the module itself (``self.net(x)`` rather than ``self(x)``),
@@ -68,7 +72,8 @@ class HookkitCallback(MonitorCallback, *dict.fromkeys(lib.Callback for lib in _L
         if root is None or root is pl_module or backend_for(pl_module).unwrap(root) is not pl_module:
             root = pl_module
         self._root = root
-        self.monitor.attach(root)
+        optimizers = list(getattr(trainer, "optimizers", None) or [])
+        self.monitor.attach(root, optimizers[0] if optimizers else None)
         # without its own forward the module is never called: count training batches as steps
         self._count_batches = root is pl_module and not _forward_overridden(pl_module)
 

@@ -31,7 +31,7 @@ class HookkitPaddleCallback(MonitorCallback, Callback):
     # -- paddle.hapi events -----------------------------------------------------------------------
     def on_train_begin(self, logs: dict | None = None) -> None:
         self._batches = 0
-        self.monitor.attach(self.model.network)
+        self.monitor.attach(self.model.network, getattr(self.model, "_optimizer", None))
 
     def on_train_batch_end(self, step: int, logs: dict | None = None) -> None:
         self._batches += 1  # hapi's `step` restarts every epoch; the writer wants a global one

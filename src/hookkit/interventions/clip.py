@@ -4,6 +4,12 @@ hooks on the parameters). What a hook returns replaces the gradient, so the clip
 reaches upstream layers and ``param.grad``, hence what the optimizer sees.
 
 Norms are per tensor (each output tensor, each parameter), computed on the device: no host sync.
+
+Mixed precision: under a gradient scaler the backward carries ``loss_scale * gradient``, so a
+threshold applied as is would be ``loss_scale`` times too small (65,536x with the default scale).
+``scaler=`` makes the thresholds apply to the unscaled gradient: the hook reads the scaler's current
+scale as a device tensor, clips ``g / scale`` and scales back, and leaves non-finite values as they
+are, so the scaler still sees an overflow and skips that step.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number
+from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, fail
 
 __all__ = ["clip_grad"]
 
@@ -24,8 +30,9 @@ TARGETS = ("output", "params", "both")
 _EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_
 
 
-def _clipper(backend: Backend, value: float | None, norm: float | None) -> Callable[[Any], Any]:
-    """``grad -> clipped grad``: clamp to [-value, value], then scale so that its L2 norm <= norm."""
+def _clipper(backend: Backend, value: float | None, norm: float | None, scaler: Any = None) -> Callable[[Any], Any]:
+    """``grad -> clipped grad``: clamp to [-value, value], then scale so that its L2 norm <= norm.
+    With a gradient ``scaler``: of ``grad / loss scale``, non-finite values kept."""
 
     def clamp(g: Any) -> Any:
         return backend.clamp(g, -value, value)
@@ -43,7 +50,30 @@ def _clipper(backend: Backend, value: float | None, norm: float | None) -> Calla
             g = scale(g)
         return g
 
-    return clip
+    if scaler is None:
+        return clip
+    amp, math = backend.family("amp"), backend.family("tensor_math")
+
+    def clip_unscaled(g: Any) -> Any:
+        if g is None:
+            return None
+        s = amp.scale(scaler)
+        if s is None:  # scaling off (a disabled scaler): the gradient is the true one
+            return clip(g)
+        dtype = backend.dtype_name(g)
+        work = g if dtype in ("float32", "float64") else backend.cast(g, "float32")  # a half type cannot hold 65,536
+        s = backend.cast(s, backend.dtype_name(work))
+        out = clip(work / s) * s
+        return backend.cast(backend.where(math.isfinite(work), out, work), dtype)
+
+    return clip_unscaled
+
+
+def _is_scaler(backend: Backend, obj: Any) -> bool:
+    try:
+        return bool(backend.family("amp").is_scaler(obj))
+    except NotImplementedError:  # a framework without the amp family has no scaler to give
+        return False
 
 
 def _check_positive(x: float | None, arg: str) -> float | None:
@@ -56,11 +86,20 @@ def clip_grad(
     value: float | None = None,
     norm: float | None = None,
     target: str = "both",
+    *,
+    scaler: Any = None,
 ) -> HandleGroup:
     """Clip gradients of the selected layers by ``value`` (clamp to [-value, value]) and/or ``norm``
     (scale each tensor to L2 norm <= norm; both given: clamp first). ``target``: ``"output"`` (the
     gradient w.r.t. the layer's output, flowing on to earlier layers), ``"params"`` (each of the
     layer's parameter gradients, sublayers included), or ``"both"``. One handle removes every hook.
+    Parameters frozen at the call (``requires_grad=False`` / ``stop_gradient=True``) are skipped.
+
+    Mixed precision: pass the gradient scaler (``scaler=torch.amp.GradScaler(...)`` or
+    ``paddle.amp.GradScaler``) and ``value`` / ``norm`` apply to the unscaled gradient, as
+    ``scaler.unscale_(opt)`` then ``clip_grad_value_`` would; non-finite values are left for the
+    scaler to find. Without it the thresholds apply to the gradient as the backward carries it: the
+    scaled one.
 
     >>> h = hookkit.clip_grad(model, "conv1", value=1.0, target="params")   # doctest: +SKIP
     >>> loss.backward(); opt.step(); h.remove()                              # doctest: +SKIP
@@ -73,10 +112,17 @@ def clip_grad(
         )
     check_choice(target, TARGETS, fn="clip_grad", arg="target")
     backend = backend_for(model)
+    if scaler is not None and not _is_scaler(backend, scaler):
+        fail(
+            "clip_grad",
+            "scaler",
+            "None or the gradient scaler of the model's framework (torch.amp.GradScaler, paddle.amp.GradScaler)",
+            scaler,
+        )
     named = select(model, layers)
     # complex gradients have a norm but no order: clamping them is skipped (one warning)
     guarded = output_guard(
-        backend, _clipper(backend, value, norm), fn="clip_grad", kinds=("float",) if value is not None else ("float", "complex")
+        backend, _clipper(backend, value, norm, scaler), fn="clip_grad", kinds=("float",) if value is not None else ("float", "complex")
     )
 
     def clip(g: Any, name: str = "") -> Any:

@@ -6,6 +6,11 @@ Output structures (tuples, lists, ModelOutputs) are handled by ``index``: the po
 to change among the output's tensors, depth first (default 0, the first one); ``index=None`` changes
 every tensor of the output. ``calls`` limits an intervention to some calls of a layer that runs
 several times in one forward.
+
+Sequence models (``hookkit.core.positions``): ``positions`` limits it to some absolute token
+positions (counted from the start of the sequence, with the KV cache's offset: position 7 is the 8th
+token whether the prompt forward or a later generation step processes it), ``steps`` to some
+generation steps (0 = the prompt forward), ``token_dim`` overrides the model's token axis.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ import numpy as np
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.handles import HandleGroup
+from hookkit.core.positions import Positions, Reach, check_steps, token_dim_of
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.sequences import edit_at_positions, token_length
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.validate import (
     ArgumentTypeError,
@@ -123,14 +130,64 @@ def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn) -> Any:
     return map_tensors(output, visit, be.is_tensor)
 
 
+class Edits(HandleGroup):
+    """What ``patch``, ``ablate``, ``steer``, ``edit`` return: removes the edit; with ``positions=``
+    naming positions, the end of its ``with`` block raises for those a generation never reached
+    (``missing()`` lists them without raising).
+
+    >>> with hookkit.steer(model, "h.1", v, positions=[9]):   # doctest: +SKIP
+    ...     model.generate(ids, max_new_tokens=2)   # the prompt has 5 tokens: ends at position 6
+    InvalidArgument: steer: position 9 of positions=[9] never reached on layer 'h.1' ...
+    """
+
+    __slots__ = ("reach",)
+
+    def __init__(self, reach: Reach | None = None):
+        super().__init__()
+        self.reach = reach
+
+    def missing(self) -> dict[str, list[int]]:
+        """Layer -> the positions named in ``positions=`` that its latest generation never reached."""
+        return {} if self.reach is None else self.reach.missing()
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+        if exc[0] is None and self.reach is not None:
+            self.reach.check()
+
+
+def positions_args(model: Any, positions: Any, steps: Any, token_dim: Any, fn: str) -> tuple[Positions | None, Any, int | None]:
+    """Checked ``(positions, steps, token axis)`` of an edit or capture."""
+    spec = None if positions is None else Positions(positions, fn)
+    gen_steps = check_steps(steps, fn)
+    dim = token_dim_of(model, token_dim, fn=fn) if spec is not None else None
+    if spec is None and token_dim is not None:
+        token_dim_of(model, token_dim, fn=fn)  # checked all the same
+    return spec, gen_steps, dim
+
+
 def edit_outputs(
-    model: Any, layers: LayerSpec, fn: TensorFn, *, calls: Any = None, index: int | None = 0, name: str = "", kinds: Any = None
-) -> HandleGroup:
+    model: Any,
+    layers: LayerSpec,
+    fn: TensorFn,
+    *,
+    calls: Any = None,
+    index: int | None = 0,
+    name: str = "",
+    kinds: Any = None,
+    positions: Any = None,
+    steps: Any = None,
+    token_dim: int | None = None,
+) -> Edits:
     """Attach one forward consumer applying ``fn(tensor, position, ev) -> new tensor`` to the
-    selected tensors of each selected layer's output, on the selected calls. ``kinds``: the dtype
-    kinds ``fn`` works on (others are left alone with one warning; see ``output_guard``)."""
-    check_index(index, name or "edit_outputs")
-    wanted = check_calls(calls, name or "edit_outputs")
+    selected tensors of each selected layer's output, on the selected calls, generation steps and
+    token positions (``fn`` then gets the slice of those positions, ``ev.selected`` their absolute
+    positions). ``kinds``: the dtype kinds ``fn`` works on (others are left alone with one warning;
+    see ``output_guard``)."""
+    label = name or "edit_outputs"
+    check_index(index, label)
+    wanted = check_calls(calls, label)
+    spec, gen_steps, dim = positions_args(model, positions, steps, token_dim, label)
     be = backend_for(model)
     if kinds is not None:
         guarded = output_guard(be, fn, fn=name, kinds=kinds)
@@ -138,12 +195,23 @@ def edit_outputs(
         def fn(t: Any, pos: int, ev: Event) -> Any:  # noqa: F811 - the guarded op
             return guarded(t, pos, ev, layer=ev.name)
 
+    reach = Reach(spec) if spec is not None and spec.explicit else None
+    op = fn
+    if spec is not None:
+
+        def op(t: Any, leaf: int, ev: Event) -> Any:
+            return edit_at_positions(be, t, ev, spec, dim, reach, fn, leaf)
+
     def consume(ev: Event) -> Any:
         if wanted is not None and ev.call not in wanted:
             return None
-        return apply_to(be, ev, index, fn)
+        if gen_steps is not None and ev.pos.gen_step not in gen_steps:
+            return None
+        return apply_to(be, ev, index, op)
 
-    return attach(model, select(model, layers), "forward", consume, INTERVENTION)
+    group = Edits(reach)
+    group.add(attach(model, select(model, layers), "forward", consume, INTERVENTION))
+    return group
 
 
 def per_layer(values: Any, names: list[str], what: str, is_tensor: Callable[[Any], bool]) -> dict[str, Any]:
@@ -201,24 +269,43 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
     return per_call, every
 
 
-def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def patch(
+    model: Any,
+    layers: LayerSpec,
+    values: Any,
+    *,
+    calls: Any = None,
+    steps: Any = None,
+    positions: Any = None,
+    token_dim: int | None = None,
+    index: int | None = 0,
+) -> Edits:
     """Replace selected layers' outputs with stored ones (activation patching).
 
     ``values``: a ``hookkit.capture`` of a clean run (each call gets the record of the same call of
     the capture's latest forward), a dict ``name -> tensor`` (every call) or ``(name, call) -> tensor``
     (those calls only), or one tensor for every selected layer. Shapes must match the output's.
 
+    With ``positions=`` a value is indexed by absolute token position: ``[B, T, ...]`` along the
+    token axis, covering every position patched (a capture gives its ``sequence(name)``: a clean
+    run's whole sequence), and only the selected positions are replaced, at whatever generation
+    step reaches them.
+
     >>> with hookkit.capture(model, "h.*") as clean:   # doctest: +SKIP
     ...     model(clean_ids)
     >>> with hookkit.patch(model, "h.1", clean):
     ...     patched = model(corrupt_ids)
+    >>> with hookkit.patch(model, "h.1", clean, positions=[4]):   # only token 4
+    ...     patched = model.generate(corrupt_ids, max_new_tokens=5)
     """
     check_model(model, fn="patch")
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     from hookkit.observers.capture import capture as Capture
 
-    if isinstance(values, Capture):
+    if isinstance(values, Capture) and positions is not None:
+        per_call, every = {}, {n: _sequence_of(values, n) for n in names}
+    elif isinstance(values, Capture):
         per_call, every = _stored_from_capture(values, names), {}
     elif isinstance(values, Mapping) and not be.is_tensor(values):
         per_call, every = _stored_from_dict(values, names)
@@ -262,6 +349,8 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
         if conv is None or conv.value is not leaf:
             conv = cache[id(leaf)] = Converted(leaf)
         new = conv.like(be, t)
+        if ev.selected is not None:
+            new = _at_absolute(be, new, ev, dim)
         if be.shape(new) != be.shape(t):
             raise ValueError(
                 f"patch: the stored value for layer {ev.name!r} (call {ev.call}) has shape {shape_str(be.shape(new))}; "
@@ -269,17 +358,53 @@ def patch(model: Any, layers: LayerSpec, values: Any, *, calls: Any = None, inde
             )
         return new
 
-    return edit_outputs(model, layers, replace, calls=calls, index=index, name="patch")
+    dim = token_dim_of(model, token_dim, fn="patch") if positions is not None else None
+    return edit_outputs(
+        model, layers, replace, name="patch", calls=calls, index=index, steps=steps, positions=positions, token_dim=token_dim
+    )
+
+
+def _sequence_of(cap: Any, name: str) -> Any:
+    if name not in cap.names:
+        raise ValueError(f"patch: layer {name!r} is not in the capture; captured: {', '.join(cap.names[:8])}")
+    if name not in cap:
+        raise ValueError(f"patch: the capture has no record of layer {name!r}: run the clean forward inside the capture first")
+    return cap.sequence(name)
+
+
+def _at_absolute(be: Backend, value: Any, ev: Event, dim: int) -> Any:
+    """The entries of a patch value at the absolute positions ``ev.selected`` along the token axis."""
+    want = ev.selected
+    have = token_length(be, value, dim, "patch", ev.name)
+    if want[-1] >= have:
+        raise ValueError(
+            f"patch: the value for layer {ev.name!r} has {have} positions along the token axis (0..{have - 1}); "
+            f"position {want[-1]} is patched at generation step {ev.gen_step}: give a value covering every position patched "
+            "(e.g. a clean run's capture.sequence(name))"
+        )
+    index = slice(want.start, want.stop) if isinstance(want, range) else list(want)
+    return be.family("tokens").take(value, dim, index)
 
 
 # -- ablation, steering, user edits -------------------------------------------------------------
 ABLATIONS = ("zero", "mean")
 
 
-def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = None, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def ablate(
+    model: Any,
+    layers: LayerSpec,
+    mode: str = "zero",
+    *,
+    mean: Any = None,
+    calls: Any = None,
+    steps: Any = None,
+    positions: Any = None,
+    token_dim: int | None = None,
+    index: int | None = 0,
+) -> Edits:
     """Zero or mean ablation of selected layers' outputs. ``mode="mean"`` replaces each sample by the
     mean over the batch (dim 0), or by ``mean=`` (shape ``output.shape[1:]``; a dict name -> mean
-    per layer).
+    per layer). ``positions=`` / ``steps=``: only those token positions / generation steps (see ``steer``).
 
     >>> h = hookkit.ablate(model, "h.0.mlp", mode="mean")   # doctest: +SKIP
     """
@@ -312,16 +437,51 @@ def ablate(model: Any, layers: LayerSpec, mode: str = "zero", *, mean: Any = Non
         return be.zeros_like(t) + m
 
     if mode == "zero":
-        return edit_outputs(model, layers, zero, calls=calls, index=index, name="ablate")
-    return edit_outputs(model, layers, batch_mean, calls=calls, index=index, name="ablate", kinds=("float", "complex"))
+        return edit_outputs(
+            model, layers, zero, name="ablate", calls=calls, index=index, steps=steps, positions=positions, token_dim=token_dim
+        )
+    return edit_outputs(
+        model,
+        layers,
+        batch_mean,
+        name="ablate",
+        kinds=("float", "complex"),
+        calls=calls,
+        index=index,
+        steps=steps,
+        positions=positions,
+        token_dim=token_dim,
+    )
 
 
-def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def steer(
+    model: Any,
+    layers: LayerSpec,
+    vector: Any,
+    scale: float = 1.0,
+    *,
+    calls: Any = None,
+    steps: Any = None,
+    positions: Any = None,
+    token_dim: int | None = None,
+    index: int | None = 0,
+) -> Edits:
     """Add ``scale * vector`` to selected layers' outputs; ``vector`` has the size of the last dim
     (broadcast over the others) or any shape that broadcasts into the output; a dict name -> vector
     gives one per layer.
 
+    Sequence models, ``model.generate`` included: ``positions=`` adds it only at those absolute
+    token positions along the model's token axis, counted from the start of the sequence through
+    the KV cache (ints, a list, a slice such as ``slice(8, None)``, ``"prompt"``, ``"generated"``
+    (every new token, no prompt token), ``"all"``, ``"last"`` (the newest position of each forward));
+    ``steps=`` only at those generation steps (0 = the prompt forward; ints, a list, a range);
+    ``token_dim=`` overrides the model's token axis (1: batch-first). A named position that a plain
+    forward does not have is an error at once; one a generation never reached, at the end of the
+    ``with`` block.
+
     >>> h = hookkit.steer(model, "h.1", direction, scale=4.0)   # doctest: +SKIP
+    >>> with hookkit.steer(model, "transformer.h.1", direction, positions="generated"):   # doctest: +SKIP
+    ...     out = model.generate(ids, max_new_tokens=20)
     """
     check_model(model, fn="steer")
     be = backend_for(model)
@@ -341,12 +501,35 @@ def steer(model: Any, layers: LayerSpec, vector: Any, scale: float = 1.0, *, cal
             )
         return t + v * scale if scale != 1.0 else t + v
 
-    return edit_outputs(model, layers, add, calls=calls, index=index, name="steer", kinds=("float", "complex"))
+    return edit_outputs(
+        model,
+        layers,
+        add,
+        name="steer",
+        kinds=("float", "complex"),
+        calls=calls,
+        index=index,
+        steps=steps,
+        positions=positions,
+        token_dim=token_dim,
+    )
 
 
-def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, calls: Any = None, index: int | None = 0) -> HandleGroup:
+def edit(
+    model: Any,
+    layers: LayerSpec,
+    fn: Callable[[Any, Event], Any],
+    *,
+    calls: Any = None,
+    steps: Any = None,
+    positions: Any = None,
+    token_dim: int | None = None,
+    index: int | None = 0,
+) -> Edits:
     """Apply ``fn(output, ev) -> new | None`` to selected layers' outputs (the tensor at ``index``;
-    ``ev`` has ``name``, ``call``, ``step``, ``args``). None keeps the output.
+    ``ev`` has ``name``, ``call``, ``step``, ``args``, ``offset``, ``gen_step``). None keeps the output.
+    With ``positions=`` (see ``steer``) ``fn`` gets the slice of the selected positions along the
+    token axis and returns its replacement (same shape); ``ev.selected`` lists their absolute positions.
 
     >>> h = hookkit.edit(model, "fc", lambda out, ev: out * 2)   # doctest: +SKIP
     """
@@ -357,4 +540,4 @@ def edit(model: Any, layers: LayerSpec, fn: Callable[[Any, Event], Any], *, call
         new = fn(t, ev)
         return t if new is None else new
 
-    return edit_outputs(model, layers, apply, calls=calls, index=index, name="edit")
+    return edit_outputs(model, layers, apply, name="edit", calls=calls, index=index, steps=steps, positions=positions, token_dim=token_dim)

@@ -6,11 +6,16 @@ model, in the ``Pruning`` handle, and keeps the parameter itself pruned:
 
 - at pruning time the pruned entries are set to zero in place;
 - a tensor hook on the parameter multiplies its gradient by the mask, so pruned entries get a zero
-  gradient (what ``weight_orig`` gets under ``torch.nn.utils.prune``);
+  gradient (what ``weight_orig`` gets under ``torch.nn.utils.prune``); a frozen parameter
+  (``requires_grad=False``, ``stop_gradient=True``: a LoRA base layer) gets no gradient, so no hook;
 - a forward pre-hook re-applies the mask in place before each forward, so that what an optimizer
   may still move (momentum from before pruning, weight decay schemes) is zeroed again before use.
   The in-place write goes around autograd (``.data`` / ``set_value``) and changes no value that a
   pending graph saved, so gradient accumulation over several forwards stays right.
+
+``prune`` is all or nothing: the hooks are placed first and the weights changed last, and a call
+that fails leaves every weight and hook as it was. A parameter shared by several selected layers
+(tied weights) is pruned, and restored, once.
 
 So the effective weight is always the masked one, the ``state_dict`` holds it under the same keys,
 and ``make_permanent()`` only has to remove the hooks. ``remove()`` instead gives the pruned entries
@@ -185,22 +190,34 @@ def prune(
     for name, _layer, p in targets:
         key = f"{name}.{param}" if name else param
         masks[key] = _mask(be.to_numpy(p), amount, method, n, dim, f"{key}")
-    for name, layer, p in targets:
-        key = f"{name}.{param}" if name else param
-        mask = cast_like(be, be.from_numpy(masks[key], like=p), p)
-        pruning.masks[key] = mask
-        pruning._params[key] = p
-        pruning._original[key] = be.clone(be.detach(p))
-        _mask_in_place(be, p, mask)
+    owner: dict[int, str] = {}  # a parameter shared by several layers (tied weights): pruned and restored once
+    try:
+        for name, layer, p in targets:
+            key = f"{name}.{param}" if name else param
+            first = owner.setdefault(id(p), key)
+            mask = pruning.masks[first] if first != key else cast_like(be, be.from_numpy(masks[key], like=p), p)
+            pruning.masks[key] = mask
+            if first == key and be.requires_grad(p):  # a frozen weight gets no gradient: no gradient hook
 
-        def zero_pruned(ev: Event, mask: Any = mask) -> Any:
-            return ev.grad * mask
+                def zero_pruned(ev: Event, mask: Any = mask) -> Any:
+                    return ev.grad * mask
 
-        pruning.add(attach_params(model, [(name, layer, param, p)], zero_pruned, INTERVENTION))
+                pruning.add(attach_params(model, [(name, layer, param, p)], zero_pruned, INTERVENTION))
 
-        def remask(ev: Event, p: Any = p, mask: Any = mask) -> None:
-            if ev.call == 0:  # once per forward of the model
-                _mask_in_place(be, p, mask)
+            def remask(ev: Event, p: Any = p, mask: Any = mask) -> None:
+                if ev.call == 0:  # once per forward of the model
+                    _mask_in_place(be, p, mask)
 
-        pruning.add(attach(model, [(name, layer)], "forward_pre", remask, INTERVENTION))
+            pruning.add(attach(model, [(name, layer)], "forward_pre", remask, INTERVENTION))
+        # every hook is in place: only now are weights changed
+        for name, _layer, p in targets:
+            key = f"{name}.{param}" if name else param
+            if owner[id(p)] != key:
+                continue
+            pruning._original[key] = be.clone(be.detach(p))
+            pruning._params[key] = p
+            _mask_in_place(be, p, pruning.masks[key])
+    except BaseException:
+        pruning.remove()  # hooks removed, weights pruned so far given back their values: as before the call
+        raise
     return pruning

@@ -13,8 +13,10 @@ from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
 
 from hookkit.core.handles import HandleGroup
+from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.sequences import select_output, stitch
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.validate import check_bool, check_model, fail
 
@@ -88,14 +90,26 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
 
 class Record:
     """One call of one layer: ``name``, ``call`` (index within the forward), ``step`` (forward count),
-    ``inputs``, ``kwargs``, ``output``, and ``grad`` (mirrors ``output``'s structure after backward)."""
+    ``inputs``, ``kwargs``, ``output``, and ``grad`` (mirrors ``output``'s structure after backward);
+    ``pos``: where the forward sat in its sequence (``offset``, ``gen_step``: see ``Event``);
+    ``positions``: the absolute positions the output holds when the capture selected some."""
 
-    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "_grads", "_structure")
+    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "pos", "positions", "_grads", "_structure")
 
-    def __init__(self, name: str, call: int, step: int, output: Any = None):
-        self.name, self.call, self.step, self.output = name, call, step, output
-        self.inputs = self.kwargs = self.grad = self._structure = None
+    def __init__(self, name: str, call: int, step: int, output: Any = None, pos: Any = None):
+        self.name, self.call, self.step, self.output, self.pos = name, call, step, output, pos
+        self.inputs = self.kwargs = self.grad = self._structure = self.positions = None
         self._grads: list | tuple = _NO_GRADS
+
+    @property
+    def offset(self) -> int:
+        """The first absolute token position of the output (positions a KV cache held before the call)."""
+        return self.pos.offset
+
+    @property
+    def gen_step(self) -> int:
+        """The generation step of the call (0 = the forward that started the sequence)."""
+        return self.pos.gen_step
 
     def __repr__(self) -> str:
         return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
@@ -153,6 +167,17 @@ class capture(HandleGroup):
     ...     for x in loader: model(x)
     >>> len(cap.calls("fc"))     # the calls of the last forward only
 
+    Generation (``model.generate``, incremental decoding with a KV cache): each step gives one
+    record per call, covering only the new positions; ``cap.sequence(name)`` joins them into the
+    whole sequence. ``positions=`` records only some absolute token positions (ints, a list, a slice,
+    ``"prompt"``, ``"generated"``, ``"all"``, ``"last"``; see ``hookkit.steer``) of the output's
+    tensor at ``index``; ``steps=`` only some generation steps (0 = the prompt forward);
+    ``token_dim=`` overrides the model's token axis:
+
+    >>> with hookkit.capture(model, "transformer.h.*") as cap:   # doctest: +SKIP
+    ...     model.generate(ids, max_new_tokens=8)
+    >>> cap.sequence("transformer.h.0")    # [B, prompt + 7, D]: the whole processed sequence
+
     Distributed training (DDP, FSDP): each process captures its own tensors, per rank (unlike the
     statistics, nothing is gathered across ranks); a data-parallel wrapper's ``module.`` prefix
     may be given or left out of layer names.
@@ -170,9 +195,19 @@ class capture(HandleGroup):
         to: Any = None,
         clone: bool = False,
         keep: Keep = "all",
+        positions: Any = None,
+        steps: Any = None,
+        token_dim: int | None = None,
+        index: int = 0,
     ):
         super().__init__()
         self._limit = _keep_limit(keep)
+        self._positions = None if positions is None else Positions(positions, "capture")
+        self._gen_steps = check_steps(steps, "capture")
+        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
+        self._index = index
         self._steps: deque[int] = deque()
         self._backend = check_model(model, fn="capture")
         for arg, value in (("inputs", inputs), ("outputs", outputs), ("grads", grads), ("detach", detach), ("clone", clone)):
@@ -182,6 +217,8 @@ class capture(HandleGroup):
             if problem:
                 fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
         self._model = weakref.ref(model)
+        if self._positions is not None and self._token_dim is None:
+            self._token_dim = token_dim_of(model, fn="capture")
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
         self._records: dict[str, list[Record]] = {}
@@ -211,6 +248,8 @@ class capture(HandleGroup):
             or self._clone
             or self._to is not None
             or self._limit is not None
+            or self._positions is not None
+            or self._gen_steps is not None
         ):
             return partial(self._on_forward, name)
         # bound once: the layer's list is never replaced (clear() empties it in place)
@@ -218,7 +257,7 @@ class capture(HandleGroup):
 
         def on_forward(ev: Event) -> None:
             out = ev.output
-            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out)))
+            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos))
 
         return on_forward
 
@@ -254,11 +293,21 @@ class capture(HandleGroup):
                     del recs[:k]
 
     def _on_forward(self, name: str, ev: Event) -> None:
+        if self._gen_steps is not None and ev.pos.gen_step not in self._gen_steps:
+            return
+        output = ev.output
+        selected = None
+        if self._positions is not None:
+            found = select_output(self._backend, ev, self._positions, self._token_dim, self._index)
+            if found is None:
+                return
+            output, selected = found
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
             self._new_step(ev.step)
-        rec = Record(name, ev.call, ev.step)
+        rec = Record(name, ev.call, ev.step, None, ev.pos)
+        rec.positions = selected
         if self._outputs:
-            rec.output = self._keep(ev.output)
+            rec.output = self._keep(output)
         if self._inputs:
             rec.inputs = self._keep(ev.args)
             rec.kwargs = self._keep(ev.kwargs) if ev.kwargs else {}
@@ -319,6 +368,31 @@ class capture(HandleGroup):
         if name not in self._records:
             self._last(name)
         return list(self._records[name])
+
+    def sequence(self, name: str, *, call: int | None = None) -> Any:
+        """The output of layer ``name`` over the whole sequence of the latest ``generate()`` call (or
+        incremental decoding loop), joined along the token axis from the per-step records, with no
+        second forward: ``[B, prompt + new - 1, ...]`` for a causal LM (the last new token is never
+        fed back), equal to one forward without cache over those tokens. Positions are along the
+        padded axis as the model saw them (left padding included). A layer run outside the root's
+        forward (an encoder-decoder's encoder) has one record, returned as is. Beam search: the rows
+        are the beam slots as processed at each step (the cache is reordered between steps, so a row
+        is not one final beam's history). ``call``: which call of a layer run several times per
+        forward. A capture made with ``positions=`` joins the positions it kept.
+
+        >>> with hookkit.capture(model, "transformer.h.0") as cap:   # doctest: +SKIP
+        ...     out = model.generate(ids, max_new_tokens=8)
+        >>> cap.sequence("transformer.h.0").shape     # [B, ids.shape[1] + 7, D]
+        """
+        if name not in self._records:
+            self._last(name)
+        dim = self._token_dim
+        if dim is None:
+            model = self._model()
+            if model is None:
+                raise ValueError("capture.sequence: the captured model no longer exists (its token axis is unknown)")
+            dim = self._token_dim = token_dim_of(model, fn="capture.sequence")
+        return stitch(self._backend, name, self._records[name], dim, self._index, call, self._positions is not None)
 
     def records(self) -> list[Record]:
         """All records of all layers, in the order the calls happened."""

@@ -18,13 +18,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
@@ -113,10 +111,42 @@ def _fingerprint(
         "framework": be.name,
         "layers": [[n, f"{type(m).__module__}.{type(m).__qualname__}"] for n, m in named],
         "parameters": params.hexdigest()[:16],
+        "weights": _weights(model, be),
         "inputs": inputs,
         "reduce": {n: (r.describe() if r else None) for n, r in reds.items()},
         "dtype": dtype,
     }
+
+
+def _weights(model: Any, be: Backend) -> dict[str, str]:
+    """``{name: digest}`` of the values of every parameter and buffer (sha256 of its bytes, 16 hex
+    digits): a resumed run with other weights (another checkpoint, another random init) is refused,
+    naming the tensors that differ. One pass over the weights (about 0.5 s per 250 MB on a CPU)."""
+    tensors = dict(be.named_parameters(model))
+    for lname, layer in be.named_layers(model):
+        for bname, t in be.forward_state(layer):
+            tensors.setdefault(f"{lname}.{bname}" if lname else bname, t)
+    out = {}
+    for name, t in tensors.items():
+        a = np.ascontiguousarray(be.to_numpy(t))
+        out[name] = hashlib.sha256(memoryview(a).cast("B") if a.size else b"").hexdigest()[:16]
+    return out
+
+
+def _difference(key: str, old: Any, new: Any) -> str:
+    """What changed in fingerprint field ``key``, for the refusal message."""
+    if key == "weights" and isinstance(old, dict):
+        changed = [n for n in new if n in old and old[n] != new[n]]
+        gone, added = [n for n in old if n not in new], [n for n in new if n not in old]
+        parts = []
+        for what, names in (("differ", changed), ("are new", added), ("are gone", gone)):
+            if names:
+                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+                parts.append(f"{len(names)} of {len(new)} tensors {what} ({', '.join(names[:3])}{more})")
+        return "weights: " + "; ".join(parts) + ": another checkpoint or another random init"
+    if key == "weights":
+        return "weights: not recorded there (a folder from an older hookkit)"
+    return f"{key}: {old!r} there, {new!r} now"[:300]
 
 
 # -- the writer thread ----------------------------------------------------------------------------
@@ -262,10 +292,10 @@ def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any]) ->
         old = index.get("fingerprint") or {}
         diff = [k for k in fingerprint if old.get(k) != fingerprint[k]]
         if diff:
-            what = "; ".join(f"{k}: {old.get(k)!r} there, {fingerprint[k]!r} now"[:300] for k in diff)
+            what = "; ".join(_difference(k, old.get(k), fingerprint[k]) for k in diff)
             raise ExtractError(
                 f"extract(out={out!r}): the folder holds an extraction with other arguments ({what}); "
-                "re-run with the same model, layers, inputs, reduce and dtype to resume it, or use a new folder"
+                "re-run with the same model and weights, layers, inputs, reduce and dtype to resume it, or use a new folder"
             )
     else:
         names = [n for n in os.listdir(out) if fmt._SHARD_NAME.fullmatch(n)]
@@ -342,201 +372,6 @@ def _human(n: float) -> str:
     return ""
 
 
-# -- extract: the steps ----------------------------------------------------------------------------
-@dataclass
-class _Plan:
-    """A checked ``extract`` call: what to extract from which layers, and how."""
-
-    out: str
-    backend: Backend
-    named: list[tuple[str, Any]]
-    keys: list[str]  # one per stored array: the layer names, and "<layer>:input" with inputs=True
-    reductions: dict[str, Reduction | None]
-    inputs: bool
-    dtype: str | None
-    forward: Callable[[Any], Any]
-    shard_bytes: int
-    progress: bool | None
-
-    @property
-    def names(self) -> list[str]:
-        return [n for n, _ in self.named]
-
-
-def _check(
-    model: Any, data: Any, layers: LayerSpec, out: Any, inputs: bool, reduce: Any, dtype: Any, forward: Any, shard_size: Any, progress: Any
-) -> _Plan:
-    """Step 1: every argument checked before the folder is touched or the model run."""
-    if isinstance(data, (str, bytes)) or hasattr(data, "shape"):
-        raise ExtractError(
-            f"extract(data=...): got a single {type(data).__name__}; pass an iterable of batches, like a DataLoader or np.array_split(x, n)"
-        )
-    if not isinstance(data, Iterable):
-        raise ExtractError(f"extract(data=...): got {type(data).__name__}, which is not iterable; pass a DataLoader or a list of batches")
-    if forward is not None and not callable(forward):
-        raise ExtractError(f"extract(forward=...): must be a callable taking a batch; got {type(forward).__name__}")
-    if dtype is not None and dtype not in STORABLE:
-        raise ExtractError(f"extract(dtype=...): got {dtype!r}; storable dtypes: {', '.join(STORABLE)}")
-    if progress not in (None, True, False):
-        raise ExtractError(f"extract(progress=...): True, False or None (on a terminal only); got {progress!r}")
-    shard_bytes = parse_size(shard_size)
-    be = backend_for(model)
-    named = select(model, layers)  # LayerNotFound here, before any forward
-    names = [n for n, _ in named]
-    if not names:
-        raise ExtractError(f"extract(layers={layers!r}): selects no layer; name at least one")
-    keys = [k for n in names for k in ((n, n + ":input") if inputs else (n,))]
-    run = forward if forward is not None else _default_forward(model, be)
-    return _Plan(os.fspath(out), be, named, keys, reductions_for(reduce, names), inputs, dtype, run, shard_bytes, progress)
-
-
-def _open_run(model: Any, plan: _Plan) -> dict[str, Any]:
-    """Step 2: the folder's index, new or resumed (the same call: same fingerprint)."""
-    fp = _fingerprint(model, plan.backend, plan.named, plan.inputs, plan.reductions, plan.dtype)
-    meta = {
-        "model": fp["model"],
-        "framework": plan.backend.name,
-        "layers": plan.names,
-        "keys": plan.keys,
-        "inputs": plan.inputs,
-        "reduce": fp["reduce"],
-        "dtype": plan.dtype,
-    }
-    return _prepare_out(plan.out, fp, meta)
-
-
-class _Collector:
-    """Step 3: one forward consumer per layer, keeping one tensor per key and forward, reduced and
-    cast on the device; ``rows`` turns them into the batch's checked numpy rows."""
-
-    def __init__(self, plan: _Plan):
-        self.plan = plan
-        self.got: dict[str, Any] = {}
-        self.batch = -1
-
-    def attach(self, model: Any) -> HandleGroup:
-        group = HandleGroup()
-        try:
-            for name, layer in self.plan.named:
-                group.add(attach(model, [(name, layer)], "forward", self._consumer(name, self.plan.reductions[name]), OBSERVER))
-        except BaseException:
-            group.remove()
-            raise
-        return group
-
-    def _consumer(self, name: str, red: Reduction | None) -> Callable:
-        be, dtype, got = self.plan.backend, self.plan.dtype, self.got
-
-        def on_forward(ev: Any) -> None:
-            pairs = [(name, ev.output), (name + ":input", (ev.args, ev.kwargs))] if self.plan.inputs else [(name, ev.output)]
-            for key, value in pairs:
-                if key in got:
-                    raise ExtractError(
-                        f"extract: layer {name!r} ran more than once in the forward of batch {self.batch}; extract keeps one "
-                        "tensor per sample and layer: select a layer that runs once per forward"
-                    )
-                t = first_tensor(value, be.is_tensor)
-                if t is None:
-                    raise ExtractError(
-                        f"extract: the {'inputs' if key != name else 'output'} of layer {name!r} hold no tensor (batch {self.batch})"
-                    )
-                r = red.apply(be, t, key) if red is not None else t
-                fresh = red is not None and red.op in ("mean", "max")
-                if dtype is not None and be.dtype_name(r) != dtype:
-                    r, fresh = be.cast(r, dtype), True
-                # a view, or the layer's own output, could change under a later in-place op: copy it
-                got[key] = r if fresh else be.clone(be.detach(r))
-
-        return on_forward
-
-    def run(self, batch: Any, b: int) -> None:
-        self.batch = b
-        self.got.clear()
-        with self.plan.backend.no_grad():
-            self.plan.forward(batch)
-
-    def rows(self, n: int, b: int, specs: dict[str, tuple[tuple[int, ...], str]]) -> dict[str, np.ndarray]:
-        """The batch's rows per key, checked: ``n`` samples along dim 0, the per-sample shape and
-        dtype of the batches before (``specs``, filled on the first)."""
-        rows = {}
-        for key in self.plan.keys:
-            if key not in self.got:
-                raise ExtractError(f"extract: layer {key.split(':')[0]!r} did not run in the forward of batch {b}")
-            a = self.plan.backend.to_numpy(self.got[key])
-            if a.ndim == 0 or a.shape[0] != n:
-                raise ExtractError(
-                    f"extract: {key!r} gave shape {list(a.shape)} for batch {b} of {n} samples; extract needs the samples along "
-                    "dim 0 (use reduce= or forward= for layers that are not batch-first)"
-                )
-            spec = (tuple(a.shape[1:]), a.dtype.name)
-            old = specs.setdefault(key, spec)
-            if old != spec:
-                raise ExtractError(
-                    f"extract: {key!r} gave rows of shape {list(spec[0])} {spec[1]} in batch {b}, but {list(old[0])} {old[1]} "
-                    "before; every batch must give the same per-sample shape (pad the data, or reduce= over the varying dims)"
-                )
-            if a.dtype.name not in fmt.CODES:
-                raise ExtractError(
-                    f"extract: {key!r} has dtype {a.dtype.name}, which cannot be stored; pass dtype= one of {', '.join(STORABLE)}"
-                )
-            rows[key] = a
-        self.got.clear()  # the batch's tensors are freed now
-        return rows
-
-
-class _Shards:
-    """The writer and index step: rows go to shard buffers, full ones to the writer thread, which
-    writes each shard and then the index; ``finish`` flushes the last one and marks the run complete."""
-
-    def __init__(self, plan: _Plan, index: dict[str, Any]):
-        self.out, self.index = plan.out, index
-        self.specs: dict[str, tuple[tuple[int, ...], str]] = {k: (tuple(v["shape"]), v["dtype"]) for k, v in index["layers"].items()}
-        self.writer = _Writer(plan.out, index)
-        self.buffer = _Rows(plan.keys, plan.shard_bytes, self.writer)
-
-    def add(self, rows: dict[str, np.ndarray], n: int) -> None:
-        self.buffer.add(rows, n, self.specs)  # a copy
-        self.writer.check()
-
-    def finish(self) -> None:
-        self.buffer.flush(self.specs)
-        self.writer.close()
-        self.writer.check()
-        self.index["complete"] = True
-        fmt.write_json(os.path.join(self.out, fmt.INDEX), self.index)
-
-    def close(self) -> None:
-        self.writer.close()  # shards already queued are whole: they are written (resume skips them)
-
-
-def _batches(
-    data: Iterable[Any], plan: _Plan, done_sizes: list[int], collector: _Collector, shards: _Shards, bar: _Progress, samples: int
-) -> None:
-    """Step 4: every batch of ``data``: the ones an interrupted run wrote are checked and skipped,
-    the others run, collected and stored."""
-    b = -1
-    for b, batch in enumerate(data):
-        n = _count(batch, b)
-        if b < len(done_sizes):  # written before the interruption: skip, after checking it
-            if n != done_sizes[b]:
-                raise ExtractError(
-                    f"extract(out={plan.out!r}): batch {b} holds {n} samples but held {done_sizes[b]} in the interrupted run; "
-                    "the data changed (a shuffled loader?): resume needs the same batches in the same order"
-                )
-            continue
-        collector.run(batch, b)
-        shards.add(collector.rows(n, b, shards.specs), n)
-        samples += n
-        bar.update(b + 1, samples)
-    if b + 1 < len(done_sizes):
-        raise ExtractError(
-            f"extract(out={plan.out!r}): data gave {b + 1} batches, fewer than the {len(done_sizes)} already written; "
-            "the data changed: resume needs the same batches in the same order"
-        )
-    if b < 0:
-        raise ExtractError("extract(data=...): the data gave no batches (an exhausted iterator?)")
-
-
 # -- extract --------------------------------------------------------------------------------------
 def extract(
     model: Any,
@@ -569,26 +404,164 @@ def extract(
     like ``"float16"``.
     Memory: at most 3 x (``shard_size`` + one batch's features) of host memory, whatever the number
     of samples. Interrupted (exception, Ctrl-C, kill -9), the same call resumes after the last
-    complete shard; other model / layers / reduce / dtype in the same folder are refused.
+    complete shard; another model, other weights (a digest of every parameter and buffer), layers,
+    reduce or dtype in the same folder are refused, naming what changed. A call that fails before
+    its first shard is written leaves no ``index.json`` behind (nor a folder it created).
     Runs under no_grad; the model's train/eval mode is left as it is (call ``model.eval()``).
     """
-    plan = _check(model, data, layers, out, inputs, reduce, dtype, forward, shard_size, progress)
-    index = _open_run(model, plan)
-    if not index["complete"]:
-        done_sizes = [c for s in index["shards"] for c in s["batch_sizes"]]
-        total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
-        collector = _Collector(plan)
-        hooks = collector.attach(model)
-        shards = bar = None
-        try:
-            shards = _Shards(plan, index)
-            bar = _Progress(plan.progress, total, shards.writer, len(done_sizes))
-            _batches(data, plan, done_sizes, collector, shards, bar, index["count"])
-            shards.finish()
-        finally:
-            if shards is not None:
-                shards.close()
-            if bar is not None:
-                bar.close()
-            hooks.remove()
-    return load_features(plan.out)
+    out = os.fspath(out)
+    if isinstance(data, (str, bytes)) or hasattr(data, "shape"):
+        raise ExtractError(
+            f"extract(data=...): got a single {type(data).__name__}; pass an iterable of batches, like a DataLoader or np.array_split(x, n)"
+        )
+    if not isinstance(data, Iterable):
+        raise ExtractError(f"extract(data=...): got {type(data).__name__}, which is not iterable; pass a DataLoader or a list of batches")
+    if forward is not None and not callable(forward):
+        raise ExtractError(f"extract(forward=...): must be a callable taking a batch; got {type(forward).__name__}")
+    if dtype is not None and dtype not in STORABLE:
+        raise ExtractError(f"extract(dtype=...): got {dtype!r}; storable dtypes: {', '.join(STORABLE)}")
+    if progress not in (None, True, False):
+        raise ExtractError(f"extract(progress=...): True, False or None (on a terminal only); got {progress!r}")
+    shard_bytes = parse_size(shard_size)
+    be = backend_for(model)
+    named = select(model, layers)  # LayerNotFound here, before any forward
+    names = [n for n, _ in named]
+    if not names:
+        raise ExtractError(f"extract(layers={layers!r}): selects no layer; name at least one")
+    reds = reductions_for(reduce, names)
+    keys = [k for n in names for k in ((n, n + ":input") if inputs else (n,))]
+    fp = _fingerprint(model, be, named, inputs, reds, dtype)
+    meta = {
+        "model": fp["model"],
+        "framework": be.name,
+        "layers": names,
+        "keys": keys,
+        "inputs": inputs,
+        "reduce": fp["reduce"],
+        "dtype": dtype,
+    }
+    existed = os.path.isdir(out)
+    index = _prepare_out(out, fp, meta)
+    fresh = not index["shards"]  # nothing written yet: a failure leaves no folder or index behind
+    if index["complete"]:
+        return load_features(out)
+
+    done_sizes = [c for s in index["shards"] for c in s["batch_sizes"]]
+    specs: dict[str, tuple[tuple[int, ...], str]] = {k: (tuple(v["shape"]), v["dtype"]) for k, v in index["layers"].items()}
+    run = forward if forward is not None else _default_forward(model, be)
+    got: dict[str, Any] = {}
+    state = {"batch": -1}
+
+    def consumer(name: str, red: Reduction | None) -> Callable:
+        def on_forward(ev: Any) -> None:
+            pairs = [(name, ev.output), (name + ":input", (ev.args, ev.kwargs))] if inputs else [(name, ev.output)]
+            for key, value in pairs:
+                if key in got:
+                    raise ExtractError(
+                        f"extract: layer {name!r} ran more than once in the forward of batch {state['batch']}; extract keeps one "
+                        "tensor per sample and layer: select a layer that runs once per forward"
+                    )
+                t = first_tensor(value, be.is_tensor)
+                if t is None:
+                    raise ExtractError(
+                        f"extract: the {'inputs' if key != name else 'output'} of layer {name!r} hold no tensor (batch {state['batch']})"
+                    )
+                r = red.apply(be, t, key) if red is not None else t
+                fresh = red is not None and red.op in ("mean", "max")
+                if dtype is not None and be.dtype_name(r) != dtype:
+                    r, fresh = be.cast(r, dtype), True
+                # a view, or the layer's own output, could change under a later in-place op: copy it
+                got[key] = r if fresh else be.clone(be.detach(r))
+
+        return on_forward
+
+    total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
+    samples, b = index["count"], -1
+    hooks: list[Any] = []
+    writer = bar = None
+    finished = False
+    try:
+        for n_, m in named:
+            hooks.append(attach(model, [(n_, m)], "forward", consumer(n_, reds[n_]), OBSERVER))
+        writer = _Writer(out, index)
+        buffer = _Rows(keys, shard_bytes, writer)
+        bar = _Progress(progress, total, writer, len(done_sizes))
+        for b, batch in enumerate(data):
+            state["batch"] = b
+            n = _count(batch, b)
+            if b < len(done_sizes):  # written before the interruption: skip, after checking it
+                if n != done_sizes[b]:
+                    raise ExtractError(
+                        f"extract(out={out!r}): batch {b} holds {n} samples but held {done_sizes[b]} in the interrupted run; "
+                        "the data changed (a shuffled loader?): resume needs the same batches in the same order"
+                    )
+                continue
+            got.clear()
+            try:
+                with be.no_grad():
+                    run(batch)
+            except Exception as e:
+                if not isinstance(e, ExtractError):
+                    e.add_note(f"hookkit.extract: in the forward of batch {b} ({n} samples)")
+                raise
+            rows = {}
+            for key in keys:
+                if key not in got:
+                    raise ExtractError(f"extract: layer {key.split(':')[0]!r} did not run in the forward of batch {b}")
+                a = be.to_numpy(got[key])
+                if a.ndim == 0 or a.shape[0] != n:
+                    raise ExtractError(
+                        f"extract: {key!r} gave shape {list(a.shape)} for batch {b} of {n} samples; extract needs the samples along "
+                        "dim 0 (use reduce= or forward= for layers that are not batch-first)"
+                    )
+                spec = (tuple(a.shape[1:]), a.dtype.name)
+                old = specs.setdefault(key, spec)
+                if old != spec:
+                    raise ExtractError(
+                        f"extract: {key!r} gave rows of shape {list(spec[0])} {spec[1]} in batch {b}, but {list(old[0])} {old[1]} "
+                        "before; every batch must give the same per-sample shape (pad the data, or reduce= over the varying dims)"
+                    )
+                if a.dtype.name not in fmt.CODES:
+                    raise ExtractError(
+                        f"extract: {key!r} has dtype {a.dtype.name}, which cannot be stored; pass dtype= one of {', '.join(STORABLE)}"
+                    )
+                rows[key] = a
+            buffer.add(rows, n, specs)  # a copy: the batch's tensors are freed now
+            got.clear()
+            samples += n
+            writer.check()
+            bar.update(b + 1, samples)
+        if b + 1 < len(done_sizes):
+            raise ExtractError(
+                f"extract(out={out!r}): data gave {b + 1} batches, fewer than the {len(done_sizes)} already written; "
+                "the data changed: resume needs the same batches in the same order"
+            )
+        if b < 0:
+            raise ExtractError("extract(data=...): the data gave no batches (an exhausted iterator?)")
+        buffer.flush(specs)
+        writer.close()
+        writer.check()
+        index["complete"] = True
+        fmt.write_json(os.path.join(out, fmt.INDEX), index)
+        finished = True
+    finally:
+        if writer is not None:
+            writer.close()  # shards already queued are whole: they are written (resume skips them)
+        if bar is not None:
+            bar.close()
+        for h in hooks:
+            h.remove()
+        if not finished and fresh and not index["shards"]:
+            _forget(out, existed)
+    return load_features(out)
+
+
+def _forget(out: str, existed: bool) -> None:
+    """A call that failed before writing any shard leaves nothing behind: no ``index.json`` (which
+    would tie the folder to these arguments), and no folder it created."""
+    try:
+        os.remove(os.path.join(out, fmt.INDEX))
+        if not existed and not os.listdir(out):
+            os.rmdir(out)
+    except OSError:
+        pass

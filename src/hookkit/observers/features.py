@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from hookkit.core.errors import HookkitError
-from hookkit.core.files import InvalidFile, read_json_file
 
 FORMAT = "hookkit.features"
 VERSION = 1
@@ -43,6 +42,7 @@ DTYPES = {
 }
 CODES = {v: k for k, v in DTYPES.items()}
 _MAX_HEADER = 100 * 2**20  # the safetensors library's own limit
+_MAX_INDEX = 256 * 2**20
 _SHARD_NAME = re.compile(r"shard-[0-9]{5,}\.safetensors")
 
 
@@ -347,10 +347,13 @@ def read_index(out: str) -> dict[str, Any]:
     where = f"load_features({out!r})"
     if not os.path.isfile(path):
         raise FeaturesError(f"{where}: no {INDEX} in the folder; it is not the output of hookkit.extract")
+    if os.path.getsize(path) > _MAX_INDEX:
+        raise FeaturesError(f"{where}: {INDEX} is larger than {_MAX_INDEX} bytes")
     try:
-        index = read_json_file(path, "a features index")
-    except InvalidFile as e:
-        raise FeaturesError(f"{where}: {e}") from None
+        with open(path, encoding="utf-8") as f:
+            index = json.load(f)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise FeaturesError(f"{where}: {INDEX} is not valid JSON ({e})") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT:
         raise FeaturesError(f"{where}: {INDEX} is not a {FORMAT} index")
     if index.get("version") != VERSION:
@@ -362,7 +365,8 @@ def read_index(out: str) -> dict[str, Any]:
         if not isinstance(spec, dict) or spec.get("dtype") not in CODES:
             raise FeaturesError(f"{where}: layer {key!r} needs a dtype among {', '.join(CODES)}; got {spec!r}"[:300])
         _shape(spec.get("shape"), f"{where}, layer {key!r}")
-    total = 0
+    total = batches = 0
+    first: dict[str, int] = {}
     for i, s in enumerate(shards):
         if not isinstance(s, dict):
             raise FeaturesError(f"{where}: shard entry {i} must be an object")
@@ -373,11 +377,21 @@ def read_index(out: str) -> dict[str, Any]:
                     :300
                 ]
             )
+        if name in first:  # the same rows twice, or rows in another order: refused, never read
+            raise FeaturesError(f"{where}: {INDEX} lists shard {name!r} twice (entries {first[name]} and {i}); each shard is listed once")
+        first[name] = i
+        if name != shard_name(i):
+            raise FeaturesError(
+                f"{where}: {INDEX} lists shard {name!r} as entry {i}; shards are listed in the order written: expected {shard_name(i)!r}"
+            )
         count = _int(s.get("count"), "count", f"{where}, shard {name!r}")
         sizes = s.get("batch_sizes", [count])
         if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {name!r}") for n in sizes) != count:
             raise FeaturesError(f"{where}: shard {name!r}: batch_sizes must be a list of integers summing to its count {count}")
         total += count
+        batches += len(sizes)
+    if _int(index.get("batches", batches), "batches", where) != batches:
+        raise FeaturesError(f"{where}: the index counts {index.get('batches')} batches but its shards list {batches} batch sizes")
     if _int(index.get("count"), "count", where) != total:
         raise FeaturesError(f"{where}: the index counts {index.get('count')} samples but its shards hold {total}")
     return index

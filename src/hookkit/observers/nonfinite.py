@@ -3,11 +3,15 @@
 Each watched layer call does one reduction on the device (``aminmax``: min and max propagate NaN
 and show +-Inf) and keeps the two 0-d results; they are checked together (``isfinite(...).all()``)
 and read in one host sync, at points where the model's work is done anyway.
+
+A layer's inputs are probed too, unless an input is the very tensor a watched layer returned (then
+it was probed already): a NaN made by the parent's own code between two layers (``torch.sqrt(h)``
+in a ``forward``) is reported as made *before* the layer that received it, naming the layer that
+ran last before it, instead of blaming the receiver.
 """
 
 from __future__ import annotations
 
-import warnings
 import weakref
 from typing import Any
 
@@ -17,7 +21,8 @@ from hookkit.core.errors import NonFiniteError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LEAVES, LayerSpec, select
-from hookkit.core.tree import first_tensor
+from hookkit.core.tree import first_tensor, leaves
+from hookkit.core.user_frame import warn_user
 from hookkit.core.validate import check_bool, check_model, check_number
 
 __all__ = ["GradientWarning", "watch_nonfinite"]
@@ -83,6 +88,8 @@ class watch_nonfinite(HandleGroup):
         self._norms: list[Any] = []  # one per backward entry when vanish= is set
         self._earliest: tuple[str, int, int] | None = None  # first watched output needing a gradient
         self._error: NonFiniteError | None = None  # found inside a Paddle backward, raised after it
+        self._seen: dict[int, Any] = {}  # id -> weakref of the outputs probed in this forward
+        self.add(attach(model, named, "forward_pre", self._on_input, OBSERVER))
         self.add(attach(model, named, "forward", self._on_forward, OBSERVER))
         if grads:
             self.add(attach(model, named, "grad", self._on_grad, OBSERVER))
@@ -92,6 +99,20 @@ class watch_nonfinite(HandleGroup):
         self._is_tensor, self._probe, self._requires_grad, self._detach = be.is_tensor, be.finite_probe, be.requires_grad, be.detach
 
     # -- hot path: one reduction per layer call, no sync ----------------------------------------
+    def _on_input(self, ev: Event) -> None:
+        args = ev.args
+        if not args:
+            return
+        seen = self._seen
+        probes, start = self._fprobes, len(self._fprobes)
+        for t in args if len(args) == 1 and self._is_tensor(args[0]) else leaves(args, self._is_tensor):
+            ref = seen.get(id(t))
+            if ref is not None and ref() is t:
+                continue  # a watched layer's output, probed when it was made
+            probes.extend(self._probe(self._detach(t) if self._requires_grad(t) else t))
+        if len(probes) > start:
+            self._entries.append(("input", ev.name, ev.call, ev.step, start, len(probes)))
+
     def _on_forward(self, ev: Event) -> None:
         o = ev.output
         if not self._is_tensor(o):
@@ -102,6 +123,7 @@ class watch_nonfinite(HandleGroup):
         probes, start = self._fprobes, len(self._fprobes)
         probes.extend(self._probe(self._detach(o) if tracked else o))
         self._entries.append(("forward", ev.name, ev.call, ev.step, start, len(probes)))
+        self._seen[id(o)] = weakref.ref(o)
         if tracked and self._earliest is None and self.grads:
             self._earliest = (ev.name, ev.call, ev.step)
 
@@ -127,6 +149,7 @@ class watch_nonfinite(HandleGroup):
 
     def _on_root_start(self, ev: Event) -> None:
         self._earliest = None
+        self._seen = {}
         if self._entries or self._error is not None:  # left over from an earlier step
             self.check()
 
@@ -170,13 +193,17 @@ class watch_nonfinite(HandleGroup):
         # something is wrong: find what (more reads are fine here)
         fv = np.asarray(be.to_numpy(f), dtype=np.float64) if f is not None else np.zeros(0)
         gv = np.asarray(be.to_numpy(g), dtype=np.float64) if g is not None else np.zeros(0)
+        previous = None  # the last watched layer whose forward ended before the entry at hand
         for phase, name, call, step, start, stop in entries:
-            values = (fv if phase == "forward" else gv)[start:stop]
+            values = (gv if phase == "backward" else fv)[start:stop]
             if not np.isfinite(values).all():
                 rank, world = be.world()  # data-parallel training: say which process saw it
-                error = NonFiniteError(name, phase, call, step, f"on rank {rank} of {world}" if world > 1 else "")
+                where = f"on rank {rank} of {world}" if world > 1 else ""
+                error = NonFiniteError(name, phase, call, step, where, before=previous)
                 error.rank = rank
                 raise error
+            if phase == "forward":
+                previous = name
         grads = [e for e in entries if e[0] == "backward"]
         if self.explode is not None:
             peaks = [float(np.abs(gv[e[4] : e[5]]).max()) if e[5] > e[4] else 0.0 for e in grads]
@@ -189,10 +216,11 @@ class watch_nonfinite(HandleGroup):
         if hits:
             where = ", ".join(f"{e[1]!r} (call {e[2]}, step {e[3]}: {v:.3g})" for e, v in hits[:8])
             more = f" and {len(hits) - 8} more" if len(hits) > 8 else ""
-            warnings.warn(f"{adjective} gradients ({what}) w.r.t. the output of {where}{more}", GradientWarning, stacklevel=3)
+            warn_user(f"{adjective} gradients ({what}) w.r.t. the output of {where}{more}", GradientWarning)
 
     def _reset(self) -> None:
         self._entries, self._fprobes, self._gprobes, self._norms = [], [], [], []
+        self._seen = {}
 
     def __enter__(self) -> watch_nonfinite:
         return self

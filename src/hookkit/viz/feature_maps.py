@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.viz.figures import new_figure
+
 
 def _as_array(capture_or_tensor: Any, layer: str | None) -> tuple[np.ndarray, str]:
     """The [N, C, H, W] (or [C, H, W]) array of one layer, and a title for it."""
@@ -60,8 +62,6 @@ def feature_maps(
     ...     model(x)
     >>> hookkit.viz.feature_maps(cap, "conv1", sample=0).savefig("conv1.png")
     """
-    import matplotlib.pyplot as plt
-
     if scale not in ("channel", "shared"):
         raise ValueError(f"feature_maps: scale must be 'channel' or 'shared'; got {scale!r}")
     arr, name = _as_array(capture_or_tensor, layer)
@@ -90,7 +90,7 @@ def feature_maps(
         y0 = r * th + (th - h)
         tiles[y0 : y0 + h, c * (w + gap) : c * (w + gap) + w] = shown[i]
     if fig is None:
-        fig = plt.figure(figsize=(1.1 * ncols + (1.0 if colorbar else 0.2), 1.05 * nrows + 0.5))
+        fig = new_figure(figsize=(1.1 * ncols + (1.0 if colorbar else 0.2), 1.05 * nrows + 0.5), layout=None)
     ax = fig.add_subplot(1, 1, 1)
     ax.axis("off")
     image = ax.imshow(tiles, cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
@@ -126,8 +126,6 @@ def feature_maps_by_layer(
 
     ``ncols``: tiles per row, one for all layers or one per layer; ``tile``: inches per tile.
     """
-    import matplotlib.pyplot as plt
-
     layers = list(layers)
     if not layers:
         raise ValueError("feature_maps_by_layer: layers is empty; name at least one captured layer")
@@ -144,7 +142,7 @@ def feature_maps_by_layer(
     if image is not None:
         widths = [max(1.4, 0.45 * height)] + widths
     widths[-1] += 0.8  # the colorbar
-    fig = plt.figure(figsize=(sum(widths), height), layout="constrained")
+    fig = new_figure(figsize=(sum(widths), height))
     subs = list(np.ravel(fig.subfigures(1, len(widths), width_ratios=widths, wspace=0.02)))
     if image is not None:
         img, _ = _as_array(image, None) if not isinstance(image, np.ndarray) else (np.asarray(image, np.float32), "")
@@ -174,6 +172,26 @@ def feature_maps_by_layer(
     return fig
 
 
+def _images(images: Any) -> np.ndarray:
+    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]`` / ``[N, 1 or 3, H, W]`` arrays or tensors."""
+    imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
+    if imgs.ndim == 4:
+        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+    return imgs
+
+
+def _overlay(ax: Any, img: np.ndarray, cam: Any, colors: Any, alpha: float, outline: bool) -> None:
+    """One image with its heatmap over it: opacity grows with the map's value, the strokes outlined in white."""
+    img = (img - img.min()) / (img.max() - img.min() + 1e-7)
+    ax.imshow(img, cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
+    cam = np.clip(np.asarray(cam, np.float64), 0.0, 1.0)
+    rgba = colors(cam)
+    rgba[..., 3] = alpha * (0.15 + 0.85 * cam)  # low values nearly clear: the image shows through
+    ax.imshow(rgba, interpolation="bilinear")
+    if outline and img.ndim == 2 and img.shape == cam.shape:
+        ax.contour(img, levels=[0.5], colors="white", linewidths=1.0, alpha=0.9)
+
+
 def gradcam_overlay(
     images: Any,
     cams: np.ndarray,
@@ -198,12 +216,11 @@ def gradcam_overlay(
     >>> cams = hookkit.gradcam(model, "conv3", x)                             # doctest: +SKIP
     >>> hookkit.viz.gradcam_overlay(x, cams, predicted=pred, labels=y).savefig("cam.png")
     """
-    import matplotlib.pyplot as plt
     from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
 
-    imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
-    if imgs.ndim == 4:
-        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+    imgs = _images(images)
     cams = np.asarray(cams)
     if len(imgs) != len(cams):
         raise ValueError(f"gradcam_overlay: {len(imgs)} images but {len(cams)} heatmaps")
@@ -211,22 +228,14 @@ def gradcam_overlay(
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
     if fig is None:
-        fig = plt.figure(figsize=(tile * ncols + 1.0, (tile + 0.35) * nrows + (0.5 if title else 0.1)), layout="constrained")
+        fig = new_figure(figsize=(tile * ncols + 1.0, (tile + 0.35) * nrows + (0.5 if title else 0.1)))
     axes = fig.subplots(nrows, ncols, squeeze=False)
     colors = colormaps[cmap]
     for i, ax in enumerate(axes.flat):
         ax.axis("off")
         if i >= n:
             continue
-        img = imgs[i]
-        img = (img - img.min()) / (img.max() - img.min() + 1e-7)
-        ax.imshow(img, cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
-        cam = np.clip(np.asarray(cams[i], np.float64), 0.0, 1.0)
-        rgba = colors(cam)
-        rgba[..., 3] = alpha * (0.15 + 0.85 * cam)  # low values nearly clear: the image shows through
-        ax.imshow(rgba, interpolation="bilinear")
-        if outline and img.ndim == 2 and img.shape == cam.shape:
-            ax.contour(img, levels=[0.5], colors="white", linewidths=1.0, alpha=0.9)
+        _overlay(ax, imgs[i], cams[i], colors, alpha, outline)
         parts = []
         if predicted is not None:
             parts.append(f"pred {int(predicted[i])}")
@@ -238,6 +247,58 @@ def gradcam_overlay(
     if title:
         fig.suptitle(title, fontsize=12)
     if n:
-        mappable = plt.cm.ScalarMappable(cmap=colors, norm=plt.Normalize(0, 1))
+        mappable = ScalarMappable(cmap=colors, norm=Normalize(0, 1))
         fig.colorbar(mappable, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02).set_label("Grad-CAM (0: none, 1: most)", fontsize=9)
+    return fig
+
+
+def cam_grid(
+    images: Any,
+    maps: dict[str, Any],
+    *,
+    predicted: Sequence[int] | None = None,
+    labels: Sequence[int] | None = None,
+    alpha: float = 0.6,
+    cmap: str = "jet",
+    outline: bool = True,
+    tile: float = 1.5,
+    title: str | None = None,
+    fig: Any = None,
+) -> Any:
+    """Several CAM methods side by side: one row per image (the image, then each method's map over it),
+    one column per entry of ``maps`` (``{"Grad-CAM": maps [N, H, W], ...}``); returns a Figure.
+
+    >>> maps = {m: hookkit.cam(model, "conv3", x, m) for m in ("gradcam", "scorecam", "eigencam")}   # doctest: +SKIP
+    >>> hookkit.viz.cam_grid(x, maps, predicted=pred, labels=y).savefig("methods.png")
+    """
+    from matplotlib import colormaps
+
+    imgs = _images(images)
+    names = list(maps)
+    for name in names:
+        if len(maps[name]) != len(imgs):
+            raise ValueError(f"cam_grid: {len(imgs)} images but {len(maps[name])} maps for {name!r}")
+    n, ncols = len(imgs), len(names) + 1
+    if fig is None:
+        fig = new_figure(figsize=(tile * ncols + 0.4, tile * n + 0.5 + (0.4 if title else 0)))
+    axes = fig.subplots(max(n, 1), ncols, squeeze=False)
+    colors = colormaps[cmap]
+    for i in range(n):
+        ax = axes[i, 0]
+        img = imgs[i]
+        ax.imshow((img - img.min()) / (img.max() - img.min() + 1e-7), cmap="gray" if img.ndim == 2 else None, interpolation="nearest")
+        parts = ([f"pred {int(predicted[i])}"] if predicted is not None else []) + (
+            [f"true {int(labels[i])}"] if labels is not None else []
+        )
+        wrong = predicted is not None and labels is not None and int(predicted[i]) != int(labels[i])
+        ax.set_ylabel(" / ".join(parts), fontsize=9, color="crimson" if wrong else "black")
+        for j, name in enumerate(names, start=1):
+            _overlay(axes[i, j], img, np.asarray(maps[name])[i], colors, alpha, outline)
+        for ax in axes[i]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    for j, name in enumerate(["input", *names]):
+        axes[0, j].set_title(name, fontsize=10)
+    if title:
+        fig.suptitle(title, fontsize=12)
     return fig

@@ -15,6 +15,7 @@ import numpy as np
 
 from hookkit.core.errors import HookkitError, LayerNotFound
 from hookkit.core.suggest import close_matches
+from hookkit.viz.figures import subplots
 
 GRAD_KINDS = ("norm", "mean", "std", "max_abs")
 
@@ -100,6 +101,21 @@ def data_extent(stats: Any, name: str, *, tail: float = 1e-4) -> tuple[float, fl
     return lo, hi
 
 
+def trimmed_note(stats: Any, name: str, lo: float, hi: float) -> str:
+    """What an axis limited to ``[lo, hi]`` leaves out of a layer's counted values ('' when nothing):
+    the automatic extent trims the thin tails, and a reader should know that it did."""
+    hist = _hist_array(stats, name)
+    edges = _hist_edges(stats, hist.shape[1])
+    totals = hist.sum(axis=0)
+    total = float(totals.sum())
+    if not total:
+        return ""
+    outside = float(totals[(edges[1:] <= lo) | (edges[:-1] >= hi)].sum())
+    if not outside:
+        return ""
+    return f"{100 * outside / total:.2g}% of the counted values lie outside the {lo:g} to {hi:g} shown (thin tails trimmed)"
+
+
 def range_note(stats: Any, name: str) -> str:
     """A warning when the recorded histogram range misses part of a layer's values ('' when nothing
     shows that it does). Values outside ``ActivationStats(range=...)`` are not counted in the
@@ -139,18 +155,18 @@ def _axes(ax: Any, figsize: tuple[float, float]) -> tuple[Any, Any]:
     """(figure, axes): ``ax`` if given, else a new figure with one Axes."""
     if ax is not None:
         return ax.figure, ax
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=figsize, layout="constrained")
-    return fig, ax
+    return subplots(figsize=figsize)
 
 
-def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None, figsize: tuple[float, float] = (12, 3)) -> Any:
+def plot_layer_stats(
+    stats: Any, name_or_index: str | int = 0, *, ax: Any = None, figsize: tuple[float, float] = (12, 3), label: str | None = None
+) -> Any:
     """Mean, std and fraction of near-zero activations of one layer over the recorded steps (fastai's three panels).
 
     >>> fig = hookkit.viz.plot_layer_stats(stats, "fc1")   # doctest: +SKIP
 
     ``ax``: three Axes to draw the panels into, or one Axes for all three lines (with a legend).
+    ``label``: the title (default: the layer's name), e.g. ``"fc1 (Linear)"``.
     """
     name = _layer_name(stats, name_or_index)
     data = stats.layer_stats(name)
@@ -162,9 +178,7 @@ def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None
         ("near_zero", f"fraction <= {threshold:g}" if threshold is not None else "fraction near zero"),
     ]
     if ax is None:
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 3, figsize=figsize, layout="constrained")
+        fig, axes = subplots(1, 3, figsize=figsize)
     elif isinstance(ax, (Sequence, np.ndarray)):
         axes = list(np.ravel(np.asarray(ax, dtype=object)))
         if len(axes) != 3:
@@ -178,11 +192,58 @@ def plot_layer_stats(stats: Any, name_or_index: str | int = 0, *, ax: Any = None
             panel_ax.set_title(title)
             panel_ax.set_xlabel("step")
     if len(set(map(id, axes))) == 1:
-        axes[0].set_title(name)
+        axes[0].set_title(label or name)
         axes[0].set_xlabel("step")
         axes[0].legend()
     else:
-        fig.suptitle(name)
+        fig.suptitle(label or name)
+    return fig
+
+
+def stats_overlay(
+    stats: Any,
+    key: str = "mean",
+    *,
+    layers: Sequence[str] | None = None,
+    labels: dict[str, str] | None = None,
+    log: bool = False,
+    ax: Any = None,
+    figsize: tuple[float, float] = (12, 3.4),
+) -> Any:
+    """One statistic of every layer over the recorded steps in one plot (what TensorBoard's overlaid
+    scalars show): a line per layer, colored by depth, so a layer that drifts stands out.
+
+    >>> fig = hookkit.viz.stats_overlay(stats, "std")                     # doctest: +SKIP
+    >>> fig = hookkit.viz.stats_overlay(grads, "norm", log=True)           # doctest: +SKIP
+
+    ``key``: any statistic ``layer_stats`` returns ("mean", "std", "near_zero"; gradients: "norm",
+    "max_abs"...). ``labels``: a legend label per layer name (e.g. ``"conv1 (Conv2d)"``).
+    Several calls of a layer in one step are averaged.
+    """
+    from matplotlib import colormaps
+
+    names = list(stats.names) if layers is None else [_layer_name(stats, n) for n in layers]
+    fig, ax = _axes(ax, figsize)
+    colors = colormaps["viridis"](np.linspace(0, 0.9, max(len(names), 1)))
+    drawn = 0
+    for color, name in zip(colors, names):
+        data = stats.layer_stats(name)
+        if key not in data:
+            raise HookkitError(
+                f"stats_overlay: no statistic {key!r}; this object records {', '.join(k for k in data if k not in ('step', 'call', 'records', 'hist'))}"
+            )
+        if not len(data["step"]):
+            continue
+        steps, values = _per_step(np.asarray(data["step"]), np.asarray(data[key], np.float64), key)
+        ax.plot(steps, values, color=color, lw=1.3, label=(labels or {}).get(name, name or "(root)"))
+        drawn += 1
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(key)
+    ax.set_title(f"{key} of each layer's {'output gradient' if hasattr(stats, 'param_stats') else 'output'} over training")
+    if drawn:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False, ncol=1 + drawn // 16)
     return fig
 
 
@@ -194,6 +255,7 @@ def color_dim(
     colorbar: bool = True,
     ax: Any = None,
     figsize: tuple[float, float] = (10, 5),
+    label: str | None = None,
 ) -> Any:
     """fastai's "colorful dimension": one histogram per recorded step as a column, ``log1p`` counts, low values at the bottom.
 
@@ -222,9 +284,9 @@ def color_dim(
     ax.set_ylim(lo, hi)
     if lo < 0 < hi:
         ax.axhline(0, color="white", lw=0.6, ls=(0, (4, 4)), alpha=0.6)
-    title = f"{name}: activation histogram per step"
-    note = range_note(stats, name)
-    ax.set_title(title + ("\n" + textwrap.fill(note, 84) if note else ""), fontsize=9 if note else None)
+    title = f"{label or name}: activation histogram per step"
+    notes = [n for n in (range_note(stats, name), trimmed_note(stats, name, lo, hi) if extent == "auto" else "") if n]
+    ax.set_title(title + "".join("\n" + textwrap.fill(n, 84) for n in notes), fontsize=9 if notes else None)
     _step_ticks(ax, np.asarray(stats.layer_stats(name)["step"]))
     ax.set_ylabel("activation")
     if colorbar:
@@ -252,8 +314,11 @@ def hist(stats: Any, name_or_index: str | int = 0, *, at: int | str = -1, ax: An
     edges = _hist_edges(stats, hists.shape[1])
     fig, ax = _axes(ax, figsize)
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge")
-    ax.set_xlim(*data_extent(stats, name))  # the bars are all drawn; the axis shows where the data are
-    ax.set_title(f"{name}: activation histogram ({label})")
+    lo, hi = data_extent(stats, name)
+    ax.set_xlim(lo, hi)  # the bars are all drawn; the axis shows where the data are
+    notes = [n for n in (range_note(stats, name), trimmed_note(stats, name, lo, hi)) if n]
+    title = f"{name}: activation histogram ({label})"
+    ax.set_title(title + "".join("\n" + textwrap.fill(n, 84) for n in notes), fontsize=9 if notes else None)
     ax.set_xlabel("activation")
     ax.set_ylabel("count")
     return fig

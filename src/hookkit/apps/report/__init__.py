@@ -20,7 +20,9 @@ from hookkit.apps.report.render import (
     figure_sections,
     gradient_section,
     page,
+    scalars_section,
     summary_section,
+    update_ratio_section,
 )
 from hookkit.core.errors import HookkitError
 
@@ -49,12 +51,16 @@ def report(
     dropout: dict[str, Any] | None = None,
     figures: list[dict[str, Any]] | None = None,
     meta: dict[str, Any] | None = None,
+    scalars: dict[str, Any] | None = None,
 ) -> pathlib.Path:
     """Write the HTML report and return its path.
 
-    ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` objects
-    (one, or a list). ``out``: the HTML file (default ``DIR/report.html`` for a folder, else
-    ``hookkit-report.html``). ``summary``: a ``hookkit.summary(...)`` result (or its ``to_dict()``).
+    ``source``: a folder of saved statistics, or ``ActivationStats`` / ``GradientStats`` / ``WeightStats``
+    objects or ``hookkit.diff`` results (one, or a list). ``out``: the HTML file (default
+    ``DIR/report.html`` for a folder, else ``hookkit-report.html``). ``summary``: a
+    ``hookkit.summary(...)`` result (or its ``to_dict()``); its layer classes also label the plots
+    ("conv1 (Conv2d)"). ``scalars``: your own curves, ``{"loss": [...], "accuracy": [...]}`` (one value
+    per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
@@ -66,27 +72,46 @@ def report(
     check_str(title, fn="report", arg="title")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
-    acts = grads = None
+    acts = grads = weights = None
     folder = None
+    diffs: list[Any] = []
     if isinstance(source, (str, os.PathLike)):
         folder = pathlib.Path(source)
         saved = _load_folder(folder)
-        acts, grads = saved.pop("activations"), saved.pop("gradients")
+        acts, grads, weights = saved.pop("activations"), saved.pop("gradients"), saved.pop("weights")
         summary = summary if summary is not None else saved["summary"]
         dropout = dropout if dropout is not None else saved["dropout"]
         figures = (saved["figures"] or []) + list(figures or [])
         meta = {**(saved["meta"] or {}), **(meta or {})}
+        scalars = {**(saved["scalars"] or {}), **(scalars or {})}
     else:
         for obj in source if isinstance(source, (list, tuple)) else [source]:
-            if hasattr(obj, "param_stats"):
+            if hasattr(obj, "update_ratios"):
+                weights = obj
+            elif hasattr(obj, "param_stats"):
                 grads = obj
             elif hasattr(obj, "layer_stats"):
                 acts = obj
+            elif hasattr(obj, "first_in"):  # a hookkit.diff result
+                diffs.append(obj)
             else:
-                fail("report", "source", "a folder, ActivationStats or GradientStats (or a list of them)", obj, kind=ArgumentTypeError)
+                fail(
+                    "report",
+                    "source",
+                    "a folder, ActivationStats, GradientStats, WeightStats or a hookkit.diff result (or a list of them)",
+                    obj,
+                    kind=ArgumentTypeError,
+                )
     if hasattr(summary, "to_dict"):
         summary = summary.to_dict()
-    live = [s for s in (acts, grads) if s is not None]
+    if scalars:
+        from hookkit.apps.report.folder import check_scalars
+
+        if not isinstance(scalars, dict):
+            fail("report", "scalars", '{name: [values]} or {name: {"step": [...], "value": [...]}}', scalars, kind=ArgumentTypeError)
+        scalars = check_scalars(scalars, "report(): scalars")
+    types = {r["name"]: r["type"] for r in (summary or {}).get("rows", []) if r.get("call", 0) == 0}
+    live = [s for s in (acts, grads, weights) if s is not None]
     if any(getattr(s, "rank", 0) != 0 for s in live):
         # distributed training: every rank reads (the cross-rank reduction is a collective), rank 0 writes
         for s in live:
@@ -96,13 +121,21 @@ def report(
     sections: list[Section] = []
     if summary:
         sections.append(summary_section(summary))
+    if scalars:
+        sections.append(scalars_section(scalars))
     if acts is not None and list(acts.names):
-        sections += activation_sections(acts)
+        sections += activation_sections(acts, types)
     if grads is not None and list(grads.names):
         sections.append(gradient_section(grads))
+    if weights is not None and list(weights.names):
+        sections.append(update_ratio_section(weights))
     sections += figure_sections(figures or [], FIGURE_SECTIONS)
     if dropout:
         sections.append(dropout_section(dropout))
+    if diffs:
+        from hookkit.apps.report.diff_section import diff_section
+
+        sections += [diff_section(d) for d in diffs]
     if not sections:
         where = f"folder {str(folder)!r}" if folder else "the objects given"
         raise HookkitError(f"nothing to report in {where}: save ActivationStats / GradientStats there first (stats.save(DIR))")

@@ -168,6 +168,31 @@ def check_meta(data: dict, where: str) -> dict:
     return data
 
 
+MAX_SCALAR_POINTS = 1_000_000
+
+
+def check_scalars(data: dict, where: str) -> dict[str, dict[str, list[float]]]:
+    """``scalars.json`` (or ``report(scalars=...)``): ``{name: [values]}`` or ``{name: {"step": [...],
+    "value": [...]}}``, numbers only; returned as ``{name: {"step", "value"}}``."""
+    out = {}
+    for name, value in data.items():
+        _field(where, "(name)", name, isinstance(name, str) and bool(name), "a non-empty string")
+        if isinstance(value, dict):
+            steps, values = value.get("step"), value.get("value")
+            _field(where, f"{name}.value", values, isinstance(values, list), "an array of numbers")
+            _field(
+                where, f"{name}.step", steps, isinstance(steps, list) and len(steps) == len(values), f"an array of {len(values)} numbers"
+            )
+        else:
+            _field(where, name, value, isinstance(value, list), 'an array of numbers or {"step": [...], "value": [...]}')
+            steps, values = list(range(len(value))), value
+        _field(where, name, len(values), len(values) <= MAX_SCALAR_POINTS, f"at most {MAX_SCALAR_POINTS:,} points")
+        for key, seq in (("step", steps), ("value", values)):
+            _field(where, f"{name}.{key}", seq, all(_is_num(v) for v in seq), "numbers only")
+        out[name] = {"step": [float(v) for v in steps], "value": [float(v) for v in values]}
+    return out
+
+
 def load_figures(folder: pathlib.Path, data: list, where: str) -> list[dict[str, Any]]:
     """``figures.json``: ``[{"file": "x.png", "section": "gradcam", "caption": "..."}]`` (optionally
     ``"section_title"`` and ``"section_intro"``); each file a PNG inside the folder."""
@@ -200,7 +225,7 @@ def load_folder(folder: pathlib.Path) -> dict[str, Any]:
 
     if not folder.is_dir():
         raise HookkitError(f"report(): {str(folder)!r} is not a folder of saved statistics")
-    for name in ("activation_stats.json", "activation_stats.safetensors", "gradient_stats.json", "gradient_stats.safetensors"):
+    for name in [f"{kind}.{ext}" for kind in ("activation_stats", "gradient_stats", "weight_stats") for ext in ("json", "safetensors")]:
         if (folder / name).exists() or (folder / name).is_symlink():
             confined(folder, name, str(folder / name))  # statistics linked from outside the folder are refused too
     try:
@@ -211,13 +236,16 @@ def load_folder(folder: pathlib.Path) -> dict[str, Any]:
     dropout = read_json(folder, "dropout.json")
     meta = read_json(folder, "meta.json")
     figures = read_json(folder, "figures.json", list)
+    scalars = read_json(folder, "scalars.json")
     return {
         "activations": stats.get("activation_stats"),
         "gradients": stats.get("gradient_stats"),
+        "weights": stats.get("weight_stats"),
         "summary": None if summary is None else check_summary(summary, str(folder / "summary.json")),
         "dropout": None if dropout is None else check_dropout(dropout, str(folder / "dropout.json")),
         "meta": None if meta is None else check_meta(meta, str(folder / "meta.json")),
         "figures": [] if figures is None else load_figures(folder, figures, str(folder / "figures.json")),
+        "scalars": None if scalars is None else check_scalars(scalars, str(folder / "scalars.json")),
     }
 
 

@@ -36,22 +36,24 @@ def anchor(text: str) -> str:
 
 
 def png_bytes(fig: Any, dpi: int = 90) -> bytes:
-    """The PNG of a matplotlib Figure; the figure is closed afterwards."""
-    import matplotlib.pyplot as plt
-
+    """The PNG of a matplotlib Figure (one of pyplot's is closed afterwards; hookkit's own are not in pyplot)."""
     buf = io.BytesIO()
     try:
         fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     finally:
-        plt.close(fig)
+        if getattr(fig.canvas, "manager", None) is not None:  # registered with pyplot: release it
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
     return buf.getvalue()
 
 
-def img(png: bytes, caption: str = "", alt: str = "") -> str:
-    """A <figure> with the PNG embedded as a data URI."""
+def img(png: bytes, caption: str = "", alt: str = "", wide: bool = False) -> str:
+    """A <figure> with the PNG embedded as a data URI (``wide``: the page's full width)."""
     data = base64.b64encode(png).decode("ascii")
     cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-    return f'<figure><img alt="{html.escape(alt or caption)}" src="data:image/png;base64,{data}">{cap}</figure>'
+    cls = ' class="wide"' if wide else ""
+    return f'<figure{cls}><img alt="{html.escape(alt or caption)}" src="data:image/png;base64,{data}">{cap}</figure>'
 
 
 def table(header: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
@@ -98,16 +100,46 @@ def summary_section(summary: dict[str, Any]) -> Section:
     return sec
 
 
-def activation_sections(stats: Any) -> list[Section]:
-    """Mean / std / near-zero over training, and the colorful-dimension images, one figure per layer."""
-    from hookkit import viz
-    from hookkit.viz.stats_plots import data_extent, range_note
+def details(summary: str, items: list[str], grid: bool = True) -> str:
+    """Figures shown on demand: a collapsed ``<details>`` block (no script needed)."""
+    body = "\n".join(items)
+    if grid:
+        body = f'<div class="grid">{body}</div>'
+    return f"<details><summary>{html.escape(summary)}</summary>{body}</details>"
 
+
+def layer_labels(names: list[str], types: dict[str, str]) -> dict[str, str]:
+    """``name (Type)`` for the layers whose class is known."""
+    return {n: f"{n or '(root)'} ({types[n]})" if types.get(n) else (n or "(root)") for n in names}
+
+
+def activation_sections(stats: Any, types: dict[str, str] | None = None) -> list[Section]:
+    """One full-width figure per statistic with every layer overlaid (mean, std, near-zero fraction),
+    each layer's own three panels on demand, and the colorful-dimension images."""
+    from hookkit import viz
+    from hookkit.viz.stats_plots import data_extent, range_note, trimmed_note
+
+    labels = layer_labels(list(stats.names), types or {})
+    near_zero = getattr(stats, "near_zero", 0.05)
     act = Section(
         "activations",
         "Activation statistics over training",
-        "Per layer: mean, standard deviation and fraction of outputs <= the near-zero threshold at each recorded step "
-        "(hookkit.ActivationStats, fastai's definitions: negative outputs count in that fraction).",
+        "Every layer's output statistics at each recorded step, one line per layer, colored from the first layer (dark) "
+        "to the last (light): mean, standard deviation and fraction of outputs <= the near-zero threshold "
+        "(hookkit.ActivationStats, fastai's definitions: negative outputs count in that fraction). "
+        "Each layer's own panels are under the figures.",
+    )
+    for key, what in (("mean", "mean"), ("std", "standard deviation"), ("near_zero", f"fraction of outputs <= {near_zero:g}")):
+        fig = viz.stats_overlay(stats, key, labels=labels, figsize=(13, 3.4))
+        act.items.append(img(png_bytes(fig), f"{what} of each layer's output, all layers", wide=True))
+    act.items.append(
+        details(
+            f"Per layer ({len(labels)}): mean, std and near-zero fraction",
+            [
+                img(png_bytes(viz.plot_layer_stats(stats, name, figsize=(11, 2.6), label=labels[name])), labels[name])
+                for name in stats.names
+            ],
+        )
     )
     lo, hi = (float(v) for v in getattr(stats, "hist_range", (0.0, 0.0)))
     color = Section(
@@ -115,23 +147,38 @@ def activation_sections(stats: Any) -> list[Section]:
         "Colorful dimension",
         "Histograms of each layer's outputs over training (x: step, y: output value, color: log(1 + count)), recorded over "
         f"[{lo:g}, {hi:g}] in {getattr(stats, 'bins', '?')} bins; each panel's y axis shows the values that occurred "
-        "(symmetric around 0 when they have both signs). A bright band at 0 means many outputs near zero; "
-        "values outside the recorded range are not counted (the panel says so when the recorded mean and std show some).",
+        "(symmetric around 0 when they have both signs; thin tails are trimmed and the caption says how much). A bright "
+        "band at 0 means many outputs near zero; values outside the recorded range are not counted (the panel says so "
+        "when the recorded mean and std show some).",
         grid=True,
     )
     for name in stats.names:
-        act.items.append(
-            img(
-                png_bytes(viz.plot_layer_stats(stats, name, figsize=(11, 2.6))),
-                f"{name}: mean, std, fraction <= {getattr(stats, 'near_zero', 0.05):g}",
-            )
-        )
         if "hist" in stats.layer_stats(name):
             shown = data_extent(stats, name)
-            note = range_note(stats, name)
-            caption = f"{name}: values {shown[0]:g} to {shown[1]:g} shown" + (f"; {note}" if note else "")
-            color.items.append(img(png_bytes(viz.color_dim(stats, name, figsize=(6.4, 3.2))), caption))
+            notes = [n for n in (trimmed_note(stats, name, *shown), range_note(stats, name)) if n]
+            caption = f"{labels[name]}: values {shown[0]:g} to {shown[1]:g} shown" + "".join(f"; {n}" for n in notes)
+            color.items.append(img(png_bytes(viz.color_dim(stats, name, figsize=(6.4, 3.2), label=labels[name])), caption))
     return [act] + ([color] if color.items else [])
+
+
+def scalars_section(scalars: dict[str, Any]) -> Section:
+    """The user's own curves (loss, accuracy, learning rate...): ``{name: values}`` or
+    ``{name: {"step": [...], "value": [...]}}``, one panel per name."""
+    from hookkit.viz.figures import subplots
+
+    sec = Section(
+        "scalars", "Training curves", "Scalars logged during training, as given to hookkit.report(scalars=...) or saved in scalars.json."
+    )
+    names = list(scalars)
+    fig, axes = subplots(1, len(names), figsize=(13, 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        value = scalars[name]
+        steps, values = (value["step"], value["value"]) if isinstance(value, dict) else (range(len(value)), value)
+        ax.plot(list(steps), list(values), lw=1.4)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+    sec.items.append(img(png_bytes(fig), ", ".join(names), wide=True))
+    return sec
 
 
 def gradient_section(grads: Any) -> Section:
@@ -151,6 +198,39 @@ def gradient_section(grads: Any) -> Section:
         )
     except Exception:  # no parameter gradients recorded: the output-gradient views stand alone
         pass
+    return sec
+
+
+def update_ratio_section(weights: Any) -> Section:
+    """The update-to-weight ratio of each parameter over the steps (``hookkit.WeightStats``), log scale,
+    with the usual 1e-3 guide line, and the last recorded ratio of each parameter."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    names, steps, ratios = weights.update_ratios()
+    sec = Section(
+        "update-ratio",
+        "Update-to-weight ratio",
+        "||w_t - w_(t-1)|| / ||w_(t-1)|| of each parameter at each optimizer step (hookkit.WeightStats). Around 1e-3 (dashed) "
+        "is the usual sign of a well-set learning rate; far above, the weights churn; far below, the layer barely learns.",
+    )
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    for name, row in zip(names, ratios):
+        ok = np.isfinite(row) & (row > 0)
+        if ok.any():
+            ax.plot(steps[ok], row[ok], lw=1, label=name)
+    ax.axhline(1e-3, color="k", ls="--", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("update / weight")
+    if 0 < len(names) <= 12:
+        ax.legend(fontsize=7, ncol=2, loc="upper right")
+    sec.items.append(img(png_bytes(fig), f"{len(names)} parameters, one line each (log scale); dashed: 1e-3"))
+    last = []
+    for name, row in zip(names, ratios):
+        finite = row[np.isfinite(row)]
+        last.append([name, f"{finite[-1]:.2e}" if len(finite) else "--", f"{np.median(finite):.2e}" if len(finite) else "--"])
+    sec.items.append(table(["Parameter", "Last ratio", "Median ratio"], last, numeric={1, 2}))
     return sec
 
 

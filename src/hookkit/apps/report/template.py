@@ -28,6 +28,9 @@ tr.static td { color: var(--muted); }
 ul.totals { list-style: none; padding: 0; margin: 10px 0 0; color: var(--muted); font-size: 13px; }
 ul.totals li { margin: 1px 0; }
 figure.wide { width: 100%; }
+figure.wide img { width: 100%; }
+details { margin: 8px 0 20px; }
+details summary { cursor: pointer; color: var(--accent); font-size: 14px; margin-bottom: 10px; }
 .grid { display: flex; flex-wrap: wrap; gap: 16px; }
 .grid figure { margin: 0; }
 footer { color: var(--muted); font-size: 12px; padding: 16px 40px; border-top: 1px solid var(--line); }

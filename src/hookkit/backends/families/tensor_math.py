@@ -96,3 +96,28 @@ class TensorMath:
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
+
+    def isfinite(self, t: Any) -> Any:
+        """Elementwise: True where ``t`` is neither NaN nor infinite (bool)."""
+        raise _missing("isfinite")
+
+    def interpolate_aligned(self, t: Any, size: Sequence[int], mode: str) -> Any:
+        """Resize channels-first ``[N, C, *spatial]`` to ``size`` with the corner pixels aligned
+        (``align_corners=True``, as ``UpsamplingBilinear2d``): ``mode`` "linear", "bilinear", "trilinear"."""
+        raise _missing("interpolate_aligned")
+
+    def nan_to_zero(self, t: Any) -> Any:
+        """``t`` with every NaN replaced by 0."""
+        raise _missing("nan_to_zero")
+
+    def tile_rows(self, t: Any, k: int) -> Any:
+        """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
+        raise _missing("tile_rows")
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        """Each row of ``t`` ``k`` times in a row along axis 0 (``[t0, t0, t1, t1, ...]``)."""
+        raise _missing("repeat_rows")
+
+    def abs(self, t: Any) -> Any:
+        """Elementwise absolute value."""
+        raise _missing("abs")

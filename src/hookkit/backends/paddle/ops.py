@@ -21,8 +21,8 @@ class PaddleOps:
         t.stop_gradient = False
         return t
 
-    def grads_of(self, output: Any, inputs: Sequence[Any]) -> tuple:
-        return tuple(paddle.grad([output], list(inputs)))
+    def grads_of(self, output: Any, inputs: Sequence[Any], allow_unused: bool = False) -> tuple:
+        return tuple(paddle.grad([output], list(inputs), allow_unused=allow_unused))
 
     # -- interventions ----------------------------------------------------------------------------
     def clamp(self, t: Any, lo: float | None = None, hi: float | None = None) -> Any:

@@ -15,8 +15,8 @@ class TorchOps:
     def set_requires_grad(self, t: Any) -> Any:
         return t.requires_grad_(True)
 
-    def grads_of(self, output: Any, inputs: Sequence[Any]) -> tuple:
-        return torch.autograd.grad(output, list(inputs))
+    def grads_of(self, output: Any, inputs: Sequence[Any], allow_unused: bool = False) -> tuple:
+        return torch.autograd.grad(output, list(inputs), allow_unused=allow_unused)
 
     # -- interventions ----------------------------------------------------------------------------
     def clamp(self, t: Any, lo: float | None = None, hi: float | None = None) -> Any:

@@ -75,5 +75,23 @@ class TorchTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return t.gather(dim, index)
 
+    def isfinite(self, t: Any) -> Any:
+        return torch.isfinite(t)
+
+    def interpolate_aligned(self, t: Any, size: Sequence[int], mode: str) -> Any:
+        return F.interpolate(t, size=tuple(int(s) for s in size), mode=mode, align_corners=True)
+
+    def nan_to_zero(self, t: Any) -> Any:
+        return torch.nan_to_num(t, nan=0.0, posinf=float("inf"), neginf=float("-inf"))
+
+    def tile_rows(self, t: Any, k: int) -> Any:
+        return t.repeat(k, *([1] * (t.dim() - 1)))
+
+    def repeat_rows(self, t: Any, k: int) -> Any:
+        return t.repeat_interleave(k, dim=0)
+
+    def abs(self, t: Any) -> Any:
+        return t.abs()
+
 
 OPS = TorchTensorMath()

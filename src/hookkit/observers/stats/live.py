@@ -34,9 +34,10 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair
+from hookkit.observers.stats.backwards import BackwardCounter
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
 from hookkit.observers.stats.reduce import Block, gather_blocks, merge_block
-from hookkit.observers.stats.series import ACTIVATION, GRADIENT, Kind, Rows
+from hookkit.observers.stats.series import ACTIVATION, BACKWARD, GRADIENT, Kind, Rows
 
 __all__ = ["ActivationStats", "GradientStats"]
 
@@ -49,10 +50,11 @@ class Pending:
     tensors in host memory are written by the C kernel into ``host`` instead (preallocated rows,
     no tensor per call: ``Backend.activation_sums_into``, ``tensor_sums_into``)."""
 
-    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks", "host")
+    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks", "host", "width")
 
-    def __init__(self, backend: Any, bins: int = 0):
+    def __init__(self, backend: Any, bins: int = 0, width: int = 3):
         self.backend = backend
+        self.width = width  # values per device row (a 2-d row block holds several rows)
         self.host = HostRows(bins)
         self.rows: list[Any] = []
         self.hists: list[Any] = []
@@ -74,13 +76,16 @@ class Pending:
             del self.hists[:]
 
     def drain(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(steps, calls, numels, rows [k, 3] float64, hists [k, bins] or None)``; empties the lists."""
+        """``(steps, calls, numels, rows [k, width] float64, hists [k, bins] or None)``; empties the lists."""
         self.stack()
-        to_numpy = self.backend.to_numpy
+        to_numpy, w = self.backend.to_numpy, self.width
         rows = (
-            np.concatenate([np.asarray(to_numpy(c), np.float64).reshape(-1, 3) for c in self.chunks]) if self.chunks else np.zeros((0, 3))
+            np.concatenate([np.asarray(to_numpy(c), np.float64).reshape(-1, w) for c in self.chunks]) if self.chunks else np.zeros((0, w))
         )
-        hists = np.concatenate([np.asarray(to_numpy(c), np.float64) for c in self.hist_chunks]) if self.hist_chunks else None
+        hists = None
+        if self.hist_chunks:
+            parts = [np.asarray(to_numpy(c), np.float64) for c in self.hist_chunks]
+            hists = np.concatenate([h.reshape(-1, h.shape[-1]) for h in parts])
         out = (np.array(self.steps, np.int64), np.array(self.calls, np.int64), np.array(self.numels, np.float64), rows, hists)
         self.chunks, self.hist_chunks = [], []
         del self.steps[:], self.calls[:], self.numels[:]
@@ -149,6 +154,11 @@ class _Recorder(HandleGroup):
         except BaseException:
             self.remove()  # nothing half-attached
             raise
+
+    def __repr__(self) -> str:  # the statistics' own display, not HandleGroup's
+        from hookkit.observers.stats.display import text
+
+        return text(self)
 
     def __enter__(self) -> Any:
         return self
@@ -353,10 +363,6 @@ class ActivationStats(_Recorder, ActivationData):
         """
         return read_files(directory, "activation_stats")  # type: ignore[return-value]
 
-    def __repr__(self) -> str:
-        n = sum(len(r) for r in self._local) + sum(len(p) for p in self._pending)
-        return f"<hookkit.ActivationStats {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
-
 
 def _weak(t: Any) -> Any:
     """A weak reference to ``t``, or a dead one where the tensor type takes none."""
@@ -412,7 +418,8 @@ class GradientStats(_Recorder, GradientData):
         # Under data parallelism the gradient is final only after the backward (DDP all-reduces
         # it then): read .grad at the end of each recorded backward instead of at the hook.
         self._after_backward = be.world()[1] > 1
-        self._due: list[Any] = [None]  # the step whose parameter gradients are to be read
+        self._due: list[Any] = [None]  # (step, backward) whose parameter gradients are to be read
+        self._backwards = BackwardCounter(be)  # several backwards of one forward: one row each
         self._warned_local = False
         record = self._recording(every, False)
 
@@ -431,24 +438,26 @@ class GradientStats(_Recorder, GradientData):
         real_dtypes = real.real
         pending = self._pending[slot]
         rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
-        due, after = self._due, self._after_backward
+        due, after, backward = self._due, self._after_backward, self._backwards.index
 
         def on_grad(ev: Event) -> None:
             step = ev.step
             if ev.index != 0 or not record(step):
                 return
-            if not into(host, ev.grad, step, ev.call):  # not in host memory: the framework's ops
+            b = backward(step)
+            key = b * BACKWARD + ev.call if b else ev.call  # rows keyed by (step, backward, call)
+            if not into(host, ev.grad, step, key):  # not in host memory: the framework's ops
                 g = detach(ev.grad)
                 if id(g.dtype) not in real_dtypes and not real(g, ev.name):
                     return
                 rows.append(sums(g))
                 steps.append(step)
-                calls.append(ev.call)
+                calls.append(key)
                 numels.append(numel(g))
                 if len(rows) >= CHUNK:
                     stack()
             if after and due[0] is None:
-                due[0] = step
+                due[0] = (step, b)
                 be.after_backward(self._read_param_grads)
 
         return on_grad
@@ -461,11 +470,13 @@ class GradientStats(_Recorder, GradientData):
         rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
 
         last = self._last_param_row
+        backward = self._backwards.index
 
         def on_param_grad(ev: Event) -> None:
-            step, grad, i = ev.step, ev.grad, index[ev.param_name]
+            step, grad = ev.step, ev.grad
             if not record(step):
                 return
+            i = index[ev.param_name] + BACKWARD * backward(step)  # the parameter's index, and which backward
             seen = last[0] is not None and last[0]() is grad  # the same gradient, seen by another layer
             if seen and last[1] is not None:
                 k = host.slot()
@@ -491,7 +502,7 @@ class GradientStats(_Recorder, GradientData):
 
     def _read_param_grads(self) -> None:
         """End of a recorded backward (data-parallel training): each parameter's synchronized ``.grad``."""
-        step, self._due[0] = self._due[0], None
+        (step, b), self._due[0] = self._due[0], None
         be = self._backend
         sums, numel, grad_of = be.param_sums, be.numel, be.grad_of
         for refs, pending in zip(self._param_refs, self._param_pending):
@@ -500,11 +511,12 @@ class GradientStats(_Recorder, GradientData):
                 g = None if p is None else grad_of(p)
                 if g is None or not numel(g):  # no gradient in this backward, or an empty shard
                     continue
-                if be.tensor_sums_into(pending.host, g, step, i):
+                key = b * BACKWARD + i
+                if be.tensor_sums_into(pending.host, g, step, key):
                     continue
                 pending.rows.append(sums(be.detach(g)))
                 pending.steps.append(step)
-                pending.calls.append(i)
+                pending.calls.append(key)
                 pending.numels.append(numel(g))
                 if len(pending.rows) >= CHUNK:
                     pending.stack()
@@ -538,12 +550,13 @@ class GradientStats(_Recorder, GradientData):
         for pending, sharded in zip(self._param_pending, self._param_sharded):
             steps, index, n, r, _ = pending.drain()
             state = np.column_stack((n, r[:, 0], r[:, 1] ** 2, r[:, 2]))
-            local.append(_per_step(steps, state))
+            backwards, index = index // BACKWARD, index % BACKWARD
+            local.append(_per_step(steps, backwards, state))
             if world > 1 and rank != 0:
                 # equal copies on every rank (DDP) count once, from rank 0; shards (FSDP) from every rank
                 keep = sharded[index]
-                steps, state = steps[keep], state[keep]
-            contributions.append(_per_step(steps, state))
+                steps, backwards, state = steps[keep], backwards[keep], state[keep]
+            contributions.append(_per_step(steps, backwards, state))
         return local, contributions
 
     def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
@@ -552,7 +565,7 @@ class GradientStats(_Recorder, GradientData):
         for i, name in enumerate(self.names):
             table = dict(slots[i].columns())
             params = slots[n + i].columns()
-            for key in ("mean", "std", "norm", "max_abs", "step", "records"):
+            for key in ("mean", "std", "norm", "max_abs", "step", "backward", "records"):
                 table[f"param_{key}"] = params[key]
             out[name] = table
         return out
@@ -562,24 +575,23 @@ class GradientStats(_Recorder, GradientData):
         """Read statistics written by ``GradientStats.save(directory)``."""
         return read_files(directory, "gradient_stats")  # type: ignore[return-value]
 
-    def __repr__(self) -> str:
-        n = sum(len(r) for r in self._local[: len(self.names)]) + sum(len(p) for p in self._pending)
-        return f"<hookkit.GradientStats {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
 
-
-def _per_step(steps: np.ndarray, state: np.ndarray) -> Block:
-    """A layer's parameter rows of each step merged into one row (call 0). A backward delivers a
-    step's parameters together: rows of one step are contiguous, merged without sorting."""
+def _per_step(steps: np.ndarray, backwards: np.ndarray, state: np.ndarray) -> Block:
+    """A layer's parameter rows of each (step, backward) merged into one row (its key's call is the
+    backward). A backward delivers a step's parameters together: rows of one backward are
+    contiguous, merged without sorting."""
     if not len(steps):
         return _empty(GRADIENT)
-    if bool((steps[1:] >= steps[:-1]).all()):
+    key = backwards * BACKWARD
+    ds, db = np.diff(steps), np.diff(backwards)
+    if bool(((ds > 0) | ((ds == 0) & (db >= 0))).all()):
         new = np.empty(len(steps), dtype=bool)
         new[0] = True
-        np.not_equal(steps[1:], steps[:-1], out=new[1:])
+        np.logical_or(ds != 0, db != 0, out=new[1:])
         starts = np.flatnonzero(new)
         merged = GRADIENT.merge(state, starts)
-        step = steps[starts]
+        step, key = steps[starts], key[starts]
     else:
-        zeros = np.zeros(len(steps), np.int64)
-        step, _, _, merged, _ = merge_block(GRADIENT, (steps, zeros, zeros, state, None))
-    return step, np.zeros(len(step), np.int64), np.ones(len(step), np.int64), merged, None
+        ones = np.ones(len(steps), np.int64)
+        step, key, _, merged, _ = merge_block(GRADIENT, (steps, key, ones, state, None))
+    return step, key, np.ones(len(step), np.int64), merged, None

@@ -125,7 +125,14 @@ class StatsData:
         return 1
 
     def __repr__(self) -> str:
-        return f"<hookkit.{type(self).__name__} {len(self.names)} layers>"
+        from hookkit.observers.stats.display import text
+
+        return text(self)
+
+    def _repr_html_(self) -> str:
+        from hookkit.observers.stats.display import html
+
+        return html(self)
 
 
 class ActivationData(StatsData):
@@ -159,19 +166,24 @@ class GradientData(StatsData):
     kind = "gradient_stats"
 
     def layer_stats(self, name: str) -> dict[str, np.ndarray]:
-        """Gradient w.r.t. the layer's output: ``{"mean", "std", "norm", "max_abs", "step", "call", "records"}``."""
+        """Gradient w.r.t. the layer's output: ``{"mean", "std", "norm", "max_abs", "step", "backward", "call", "records"}``,
+        one row per (forward ``step``, ``backward`` of that forward, ``call`` of the layer in it): a
+        forward differentiated twice (``retain_graph=True``, ``create_graph=True`` then a penalty's
+        backward) gives backwards 0 and 1, each the gradient that backward sent through the output."""
         return super().layer_stats(name)
 
     def param_stats(self, name: str) -> dict[str, np.ndarray]:
         """The layer's direct parameter gradients, all together, one row per recorded backward:
-        ``{"mean", "std", "norm", "max_abs", "step", "records"}`` (empty arrays for a layer without parameters)."""
+        ``{"mean", "std", "norm", "max_abs", "step", "backward", "records"}`` (``backward``: 0, 1, ...
+        for several backwards of one forward; empty arrays for a layer without parameters)."""
         self._check_name(name)
         return {k[6:]: v for k, v in self._tables()[name].items() if k.startswith("param_")}
 
     def gradient_flow(self, params: bool = False) -> tuple[list[str], np.ndarray, np.ndarray]:
         """The gradient-flow view: ``(names, steps, norms[len(names), len(steps)])``, the norm of each
         layer's output gradient (``params=True``: of its parameter gradients) per step; NaN where a
-        layer has no record. Several calls in one step are combined (root of the sum of squares).
+        layer has no record. Several calls (and several backwards) in one step are combined (root of the
+        sum of squares).
 
         >>> names, steps, norms = gstats.gradient_flow()   # doctest: +SKIP
         """
@@ -191,6 +203,16 @@ class GradientData(StatsData):
 
 
 _CLASSES: dict[str, type[StatsData]] = {"activation_stats": ActivationData, "gradient_stats": GradientData}
+_HIST_KINDS = {"activation_stats"}  # kinds whose rows may carry a histogram
+
+
+def register_kind(kind: str, type_name: str, cls: type[StatsData], hist: bool = False) -> None:
+    """Make ``load_stats`` / ``read_files`` know one more kind of statistics file (``<kind>.json``,
+    ``<kind>.safetensors``) read back as ``cls(names, framework, settings, tables)``."""
+    _TYPES[kind] = type_name
+    _CLASSES[kind] = cls
+    if hist:
+        _HIST_KINDS.add(kind)
 
 
 def read_files(directory: str | os.PathLike, kind: str) -> StatsData:
@@ -242,10 +264,11 @@ def _read_meta(path: str, kind: str) -> dict[str, Any]:
     every = meta.get("every", 1)
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         bad("every", "an int >= 1", every)
-    if kind == "activation_stats":
+    if kind in _HIST_KINDS:
         bins = meta.get("bins", 40)
         if not isinstance(bins, int) or isinstance(bins, bool) or not 1 <= bins <= 1 << 20:
             bad("bins", "an int >= 1", bins)
+    if kind == "activation_stats":
         rng = meta.get("range", [0.0, 10.0])
         ok = isinstance(rng, list) and len(rng) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
         if not ok or not (math.isfinite(rng[0]) and math.isfinite(rng[1]) and rng[0] < rng[1]):
@@ -270,10 +293,10 @@ def _check_tables(tables: dict[str, dict[str, np.ndarray]], path: str, meta: dic
             if a.dtype.kind not in "fiu":
                 raise InvalidFile(f"{path}: array {field!r} must hold numbers; got dtype {a.dtype}")
             base = key[6:] if key.startswith("param_") else key
-            if base in ("step", "call", "records") and a.dtype.kind not in "iu":
+            if base in ("step", "call", "backward", "records") and a.dtype.kind not in "iu":
                 raise InvalidFile(f"{path}: array {field!r} must hold integers; got dtype {a.dtype}")
             if base == "hist":
-                if kind != "activation_stats" or a.ndim != 2 or a.shape[1] != bins:
+                if kind not in _HIST_KINDS or a.ndim != 2 or a.shape[1] != bins:
                     raise InvalidFile(f"{path}: array {field!r} must have shape [records, {bins}] (bins); got {list(a.shape)}")
             elif a.ndim != 1:
                 raise InvalidFile(f"{path}: array {field!r} must be 1-d (one value per record); got shape {list(a.shape)}")
@@ -295,5 +318,5 @@ def load_stats(directory: str | os.PathLike) -> dict[str, StatsData]:
         if os.path.exists(os.path.join(directory, f"{kind}.json")):
             out[kind] = read_files(directory, kind)
     if not out:
-        raise FileNotFoundError(f"no activation_stats.json or gradient_stats.json in {os.fspath(directory)!r}")
+        raise FileNotFoundError(f"no {' or '.join(k + '.json' for k in _TYPES)} in {os.fspath(directory)!r}")
     return out

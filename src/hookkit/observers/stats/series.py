@@ -7,6 +7,10 @@ merge two records exactly, as if their values had been one tensor. Two kinds:
   with Chan et al.'s parallel formulas; histogram counts add.
 - ``GRADIENT``: ``[n, sum, sum of squares, max |x|]``: sums add, the max is a max (NaN wins).
 
+Gradient rows are keyed by (step, backward, call): ``backward`` numbers the backwards of one
+forward (``loss_a.backward(retain_graph=True); loss_b.backward()`` gives backwards 0 and 1), packed
+into the stored call as ``backward * BACKWARD + call`` and split again by ``columns()``.
+
 ``Rows`` keeps ``step``, ``call`` and ``records`` (how many records a row holds) beside the state,
 in buffers that double when full, and the finished columns (mean, std, ...) computed once per row:
 a read costs O(rows added since the last read). Long runs: past ``limit`` rows, the oldest rows
@@ -22,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ACTIVATION", "GRADIENT", "LIMIT", "Kind", "Rows"]
+__all__ = ["ACTIVATION", "BACKWARD", "GRADIENT", "LIMIT", "Kind", "Rows"]
 
 LIMIT = 8192  # rows kept per layer before the oldest are merged pairwise (documented policy)
 
@@ -93,20 +97,22 @@ ACTIVATION = _Activation("activation", 4, ("mean", "std", "near_zero"))
 GRADIENT = _Gradient("gradient", 4, ("mean", "std", "norm", "max_abs"))
 
 
-_CALLS = 1 << 24  # calls of one layer in one step stay below this: (step, call) packs into one int64
+BACKWARD = 1 << 32  # gradient rows: the stored "call" is backward * BACKWARD + call (see Rows.columns)
 
 
 def merge_keys(steps: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """``(order, starts)`` to sort rows by (step, call) and merge equal keys (``starts``: the first
     sorted row of each key); None when the rows are sorted and unique already (nothing to do)."""
-    key = steps * _CALLS + calls
-    if len(key) < 2 or bool((key[1:] > key[:-1]).all()):
+    if len(steps) < 2:
         return None
-    order = np.argsort(key, kind="stable")
-    key = key[order]
-    new = np.empty(len(key), dtype=bool)
+    ds, dc = np.diff(steps), np.diff(calls)
+    if bool(((ds > 0) | ((ds == 0) & (dc > 0))).all()):
+        return None
+    order = np.lexsort((calls, steps))
+    s, c = steps[order], calls[order]
+    new = np.empty(len(s), dtype=bool)
     new[0] = True
-    np.not_equal(key[1:], key[:-1], out=new[1:])
+    np.logical_or(s[1:] != s[:-1], c[1:] != c[:-1], out=new[1:])
     return order, np.flatnonzero(new)
 
 
@@ -198,6 +204,8 @@ class Rows:
         if self.hist is not None:
             view["hist"] = self.hist[:n]
         view["step"], view["call"], view["records"] = self.step[:n], self.call[:n], self.records[:n]
+        if self.kind is GRADIENT:  # the key packs (backward, call): several backwards of one forward
+            view["call"], view["backward"] = self.call[:n] % BACKWARD, self.call[:n] // BACKWARD
         for v in view.values():
             v.flags.writeable = False
         self._view = view

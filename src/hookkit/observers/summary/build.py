@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from hookkit.backends import Backend
 from hookkit.core.select import ALL, select
-from hookkit.core.validate import check_model
+from hookkit.core.validate import check_model, fail
 from hookkit.observers.summary.inputs import build_inputs, is_float
+from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
 from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summary
 
@@ -27,6 +28,8 @@ def summary(
     dtypes: Any = None,
     mode: str = "eval",
     device: Any = None,
+    optimizer: Any = None,
+    loss_fn: Callable[[Any], Any] | None = None,
 ) -> Summary:
     """Run one forward without gradients and return the layer table with totals.
 
@@ -37,10 +40,31 @@ def summary(
     afterwards. When the forward raises, the rows that ran are printed and the error is re-raised
     with the failing layer named (its ``hookkit_summary`` attribute holds the rows).
 
+    ``mode="train"``: the forward runs with gradients, as in training, and the ``Saved`` column
+    (``row.saved_bytes``) gives the bytes autograd keeps for backward during each call (distinct
+    storages, parameters not counted; ``saved_bytes`` the total). With ``optimizer=`` too: the
+    training-memory estimate (parameters, buffers, inputs, gradients, optimizer state, saved
+    activations, largest transient) beside the measured peak of one real step (forward,
+    ``loss_fn(output)`` (default: the sum of the first output tensor), backward,
+    ``optimizer.step()``); weights, buffers, ``.grad`` and the optimizer's state are put back exactly.
+
     >>> s = hookkit.summary(gpt2, {"input_ids": (1, 16)}, dtypes="long")   # doctest: +SKIP
     >>> print(s); s.total_params, s.total_mult_adds   # doctest: +SKIP
+    >>> s = hookkit.summary(model, (32, 3, 32, 32), mode="train", optimizer=opt)   # doctest: +SKIP
+    >>> s.saved_bytes, s.training["estimate"], s.training["measured"]   # doctest: +SKIP
     """
-    result, exc = summarize(model, input_size, input_data, depth=depth, columns=columns, dtypes=dtypes, mode=mode, device=device)
+    result, exc = summarize(
+        model,
+        input_size,
+        input_data,
+        depth=depth,
+        columns=columns,
+        dtypes=dtypes,
+        mode=mode,
+        device=device,
+        optimizer=optimizer,
+        loss_fn=loss_fn,
+    )
     if exc is not None:
         result.print()
         raise exc
@@ -48,13 +72,29 @@ def summary(
 
 
 def summarize(
-    model: Any, input_size: Any, input_data: Any, *, depth: int, columns: Sequence[str], dtypes: Any, mode: str, device: Any
+    model: Any,
+    input_size: Any,
+    input_data: Any,
+    *,
+    depth: int,
+    columns: Sequence[str],
+    dtypes: Any,
+    mode: str,
+    device: Any,
+    optimizer: Any = None,
+    loss_fn: Callable[[Any], Any] | None = None,
 ) -> tuple[Summary, BaseException | None]:
     """The summary and the forward's exception (None when it ran), without printing or raising it."""
     be = check_model(model, fn="summary")
     if mode not in MODES:
         raise ValueError(f"summary(): mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
+    if optimizer is not None and mode != "train":
+        fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
+    if loss_fn is not None and not callable(loss_fn):
+        fail("summary", "loss_fn", "None or a callable taking the model's output and returning a scalar loss", loss_fn)
     columns = tuple(columns)
+    if mode == "train" and columns == DEFAULT_COLUMNS:
+        columns += ("saved",)
     bad = [c for c in columns if c not in COLUMNS]
     if bad:
         raise ValueError(f"summary(): columns: unknown {', '.join(map(repr, bad))}; valid: {', '.join(COLUMNS)}")
@@ -73,9 +113,18 @@ def summarize(
 
     hooked = [] if "" in opaque else [(n, m) for n, m in select(model, ALL) if _opaque_root(n, opaque) is None]
     leaf_ids = {id(m) for _, m in named if not be.children(m)}
-    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named])
+    saved = None
+    if mode == "train":
+        params = [p for p in be.parameters(model) if _initialized(be, p)]
+        saved = SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
+    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved)
     rows = _with_opaque_rows(rec.rows, be, named, opaque)
     result = _assemble(model, be, named, rows, depth, columns, notes)
+    if saved is not None:
+        result.saved_bytes = saved.total
+        if exc is None and optimizer is not None:
+            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss_fn or default_loss(be))
+        saved.release()
     result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
     result.mult_adds_method = counter.label
     result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]

@@ -8,6 +8,7 @@ comes back as it was: training flags, buffers (BatchNorm statistics...) and hook
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -62,12 +63,14 @@ class Recorder:
 
     def pre(self, ev: router.Event) -> None:
         be = self.be
+        in_shapes, in_bytes = shapes_and_bytes(be, tensors((ev.args, ev.kwargs), be.is_tensor))
         row = Row(
             name=ev.name,
             type=be.type_name(ev.layer),
             depth=len(self.stack),
             call=ev.call,
-            input_shapes=shapes_and_bytes(be, tensors((ev.args, ev.kwargs), be.is_tensor))[0],
+            input_shapes=in_shapes,
+            input_bytes=in_bytes,
             kernel_size=kernel_size(ev.layer),
             leaf=id(ev.layer) in self.leaf_ids,
         )
@@ -119,11 +122,25 @@ class ModelState:
 
 
 def run_forward(
-    model: Any, be: Backend, hooked: list[tuple[str, Any]], leaf_ids: set[int], args: tuple, kwargs: dict, mode: str, layers: list[Any]
+    model: Any,
+    be: Backend,
+    hooked: list[tuple[str, Any]],
+    leaf_ids: set[int],
+    args: tuple,
+    kwargs: dict,
+    mode: str,
+    layers: list[Any],
+    saved: Any = None,
 ) -> tuple[Recorder, Any, BaseException | None]:
-    """One forward without gradients, observed on ``hooked``; the model is restored afterwards."""
+    """One forward without gradients, observed on ``hooked``; the model is restored afterwards.
+
+    ``saved``: a ``memory.SavedCounter``: the forward then runs with gradients, as in training, and
+    every tensor autograd saves is counted on the rows of the calls running (``saved.after(output)``
+    runs last, inside the same hooks: the loss)."""
     counter = be.mult_add_counter()
     rec = Recorder(be, counter, leaf_ids)
+    if saved is not None:
+        saved.recorder = rec
     state = ModelState(be, model, layers)
     exc: BaseException | None = None
     handles = []
@@ -133,7 +150,8 @@ def run_forward(
             handles.append(router.attach(model, hooked, "forward", rec.post, router.OBSERVER))
         if mode != "same":
             be.set_training(model, mode == "train")
-        with be.no_grad(), counter:
+        grads = be.no_grad() if saved is None else be.enable_grad()
+        with grads, counter, saved.hooks() if saved is not None else contextlib.nullcontext():
             root = None
             if not hooked:  # the model itself takes no hooks (scripted): one row from its inputs and output
                 root = Row(name="", type=be.type_name(model), depth=0, call=0, leaf=not be.children(model))
@@ -144,6 +162,8 @@ def run_forward(
             if root is not None:
                 rec.stack.clear()
                 rec.finish(root, output, counter.total())
+            if saved is not None:
+                saved.after(output)
     except Exception as e:  # noqa: BLE001 - re-raised by summary() after the partial table
         exc = e
     finally:

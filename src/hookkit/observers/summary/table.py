@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "trainable", "mult_adds")
+COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "trainable", "mult_adds", "saved")
 DEFAULT_COLUMNS = ("input_size", "output_size", "num_params", "trainable", "mult_adds")
 HEADERS = {  # torchinfo's names: what its users read
     "input_size": "Input Shape",
@@ -20,6 +20,7 @@ HEADERS = {  # torchinfo's names: what its users read
     "kernel_size": "Kernel Shape",
     "trainable": "Trainable",
     "mult_adds": "Mult-Adds",
+    "saved": "Saved",
 }
 
 
@@ -43,6 +44,10 @@ class Row:
     kernel_size: list[int] | None = None
     tied: list[str] = field(default_factory=list)
     output_bytes: int = 0
+    input_bytes: int = 0
+    #: bytes of the distinct storages autograd saved for backward during this call (its sublayers'
+    #: included; each storage on the calls running when it was first saved; parameters not counted)
+    saved_bytes: int = 0
     leaf: bool = True
     finished: bool = False
     failed: bool = False
@@ -77,6 +82,11 @@ class Summary:
     #: whether a forward ran (False: the parameters-only summary)
     forward_ran: bool = True
     notes: list[str] = field(default_factory=list)
+    #: bytes of the distinct storages autograd saved for backward in the forward (``mode="train"``)
+    saved_bytes: int = 0
+    #: the training-memory estimate and the measured peak, in bytes (``mode="train", optimizer=...``):
+    #: params, buffers, inputs, gradients, optimizer_state, saved, transient, estimate, measured, measured_how
+    training: dict[str, Any] | None = None
 
     @property
     def non_trainable_params(self) -> int:
@@ -108,6 +118,8 @@ class Summary:
             "notes": list(self.notes),
             "error": self.error,
             "columns": list(self.columns),
+            "saved_bytes": self.saved_bytes,
+            "training": None if self.training is None else dict(self.training),
         }
 
     @classmethod
@@ -138,6 +150,8 @@ class Summary:
             masked_params=data.get("masked_params", 0),
             forward_ran=data.get("forward_ran", True),
             notes=list(data.get("notes", [])),
+            saved_bytes=data.get("saved_bytes", 0),
+            training=data.get("training"),
         )
 
     def table(self) -> tuple[list[str], list[list[str]], list[str]]:
@@ -183,6 +197,13 @@ class Summary:
                 f"Activation memory: {mb(self.activation_bytes)} (sum of output tensor bytes of leaf layer calls)",
             ]
         lines.append(f"Parameter memory: {mb(self.param_bytes)}")
+        if "saved" in self.columns or self.saved_bytes:
+            lines.append(
+                f"Saved for backward: {mb(self.saved_bytes)} (distinct storages autograd keeps from the forward "
+                "to the backward, parameters not counted; each on the calls running when first saved)"
+            )
+        if self.training:
+            lines += training_lines(self.training)
         lines += [f"Note: {n}" for n in self.notes]
         if self.error:
             lines.append(f"FORWARD FAILED: {self.error}")
@@ -215,6 +236,15 @@ class Summary:
     def __repr__(self) -> str:
         return self._render_rich() if sys.stdout.isatty() else str(self)
 
+    def _repr_html_(self) -> str:
+        """The table in a notebook: one row per call, no wrapped lines, failed rows in red."""
+        from hookkit.viz.html import html_table
+
+        header, body, footer = self.table()
+        styles = ["color:#c00;font-weight:bold" if r.failed else ("color:#888" if r.static else None) for r in self.rows]
+        body = [[_em_indent(cells[0]), *cells[1:]] for cells in body]  # HTML collapses the text table's spaces
+        return html_table(header, body, caption=f"{self.model_type} ({self.framework})", footer=footer, row_styles=styles)
+
     def _render_rich(self) -> str:
         from rich.console import Console
 
@@ -231,6 +261,11 @@ class Summary:
             Console(file=file).print(self)
         else:
             print(str(self), file=file)
+
+
+def _em_indent(label: str) -> str:
+    stripped = label.lstrip(" ")
+    return "\u2003" * ((len(label) - len(stripped)) // 2) + stripped
 
 
 def cell(r: Row, column: str, total_params: int) -> str:
@@ -256,7 +291,23 @@ def cell(r: Row, column: str, total_params: int) -> str:
         return "--" if r.trainable is None else str(r.trainable)
     if column == "mult_adds":
         return f"{r.mult_adds:,}" if r.mult_adds else "--"
+    if column == "saved":
+        return mb(r.saved_bytes) if r.saved_bytes else "--"
     raise AssertionError(column)
+
+
+def training_lines(t: dict[str, Any]) -> list[str]:
+    """The footer's training-memory lines: the estimate's parts, the measured peak, why they differ."""
+    est, measured = t.get("estimate", 0), t.get("measured", 0)
+    diff = f"{100.0 * (est - measured) / measured:+.1f}%" if measured else "n/a"
+    return [
+        f"Training memory estimate: {mb(est)} = params {mb(t.get('params', 0))} + buffers {mb(t.get('buffers', 0))} "
+        f"+ inputs {mb(t.get('inputs', 0))} + gradients {mb(t.get('gradients', 0))} + optimizer state {mb(t.get('optimizer_state', 0))} "
+        f"+ saved activations {mb(t.get('saved', 0))} + largest transient {mb(t.get('transient', 0))}",
+        f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})",
+        "  (the estimate adds every part as if all were alive at once; in the step, saved activations are freed as the "
+        "backward reaches them while gradients appear, and the allocator's temporaries come and go)",
+    ]
 
 
 def shapes(shape_list: list[list[int]]) -> str:

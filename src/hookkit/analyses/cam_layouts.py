@@ -1,0 +1,142 @@
+"""Layer outputs -> channels-first ``[N, C, *spatial]`` maps that line up with the input's spatial axes.
+
+Recognized without help: ``[N, C, h, w]``; channels-last ``[N, h, w, C]`` (Swin, Paddle NHWC);
+ViT tokens ``[N, prefix + h*w, C]`` on 2-D inputs, the grid inferred from the input's size and the
+class / register / distillation tokens that lead the sequence dropped; ``[N, C, L]`` on 1-D inputs;
+``[N, C, D, H, W]`` on 3-D inputs. Channels-first wins when both readings fit. Anything else takes
+``reshape=``: a callable returning ``[N, C, *spatial]``, or one of the layout names
+``"channels_first"``, ``"channels_last"``, ``"tokens"``.
+
+>>> layout = plan_layout(be, (8, 197, 768), (224, 224), None, None, "blocks.11.norm1", "cam")  # doctest: +SKIP
+>>> layout.describe()
+'ViT tokens: 1 prefix token dropped, 14 x 14 grid'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hookkit.core.validate import InvalidArgument, fail
+
+NAMES = ("channels_first", "channels_last", "tokens")
+MAX_PREFIX = 16  # class + distillation + register tokens tried when the grid is inferred
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one layer's output maps to ``[N, C, *spatial]``; applied alike to activations and gradients."""
+
+    kind: str  # "channels_first" | "channels_last" | "tokens" | "custom"
+    prefix: int = 0
+    grid: tuple[int, ...] = ()
+    fn: Callable[[Any], Any] | None = None
+
+    def to_channels_first(self, m: Any, t: Any) -> Any:
+        if self.kind == "channels_first":
+            return t
+        if self.kind == "channels_last":
+            r = len(t.shape)
+            return m.permute(t, [0, r - 1, *range(1, r - 1)])
+        if self.kind == "tokens":
+            n, c = t.shape[0], t.shape[-1]
+            grid = m.reshape(t[:, self.prefix :, :], [n, *self.grid, c])
+            return m.permute(grid, [0, len(self.grid) + 1, *range(1, len(self.grid) + 1)])
+        return self.fn(t)  # type: ignore[misc]
+
+    def channel_axis(self, shape: Sequence[int], channels: int) -> int:
+        """The channel axis of the layer's own output (where an ablation zeroes a channel)."""
+        if self.kind == "channels_first":
+            return 1
+        if self.kind in ("channels_last", "tokens"):
+            return len(shape) - 1
+        axes = [a for a in range(1, len(shape)) if shape[a] == channels]
+        return axes[-1] if axes else 1
+
+    def describe(self) -> str:
+        if self.kind == "tokens":
+            grid = " x ".join(map(str, self.grid))
+            return f"ViT tokens: {self.prefix} prefix token{'s' if self.prefix != 1 else ''} dropped, {grid} grid"
+        return {"channels_first": "channels-first", "channels_last": "channels-last", "custom": "reshape="}[self.kind]
+
+
+def _fits(spatial: Sequence[int], size: Sequence[int]) -> bool:
+    """True when one stride ``s`` maps the input's ``size`` to ``spatial`` (each dim floor or ceil of size / s)."""
+    lo, hi = 0.0, math.inf
+    for d, n in zip(spatial, size):
+        if d < 1:
+            return False
+        lo = max(lo, n / (d + 1))
+        if d > 1:
+            hi = min(hi, n / (d - 1))
+    return lo < hi
+
+
+def token_grid(tokens: int, size: Sequence[int], prefix: int | None = None) -> tuple[int, tuple[int, int]] | None:
+    """``(prefix, (h, w))`` of a token sequence on a 2-D input of ``size``: the fewest leading tokens whose
+    removal leaves an ``h x w`` grid of the input's proportions; None when there is none."""
+    counts = [prefix] if prefix is not None else range(0, min(tokens, MAX_PREFIX + 1))
+    H, W = size
+    for k in counts:
+        n = tokens - k
+        best = None
+        for h in range(1, n + 1):
+            if n % h or not _fits((h, n // h), size):
+                continue
+            miss = abs(math.log(h / (n // h)) - math.log(H / W))
+            if best is None or miss < best[0]:
+                best = (miss, (h, n // h))
+        if best is not None:
+            return k, best[1]
+    return None
+
+
+def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: str = "") -> InvalidArgument:
+    s = len(size)
+    want = {1: "[N, C, L]", 2: "[N, C, h, w]", 3: "[N, C, D, H, W]"}.get(s, "[N, C, *spatial]")
+    return InvalidArgument(
+        f"{fn}(): layer {name or '(root)'!r} outputs {list(shape)}, which hookkit cannot map onto the input's spatial size "
+        f"{tuple(size)}{why}; give a layer whose output is {want} feature maps (channels-first or channels-last) or ViT tokens "
+        f"[N, T, C], or reshape=f(output) -> {want}"
+    )
+
+
+def plan_layout(shape: Sequence[int], size: Sequence[int], reshape: Any, prefix_tokens: int | None, name: str, fn: str) -> Layout:
+    """The layout of a layer output of ``shape`` for an input whose spatial size is ``size``."""
+    shape, s = tuple(shape), len(size)
+    if callable(reshape):
+        return Layout("custom", fn=reshape)
+    if reshape is not None and reshape not in NAMES:
+        fail(fn, "reshape", f"None, a callable f(output) -> [N, C, *spatial], or one of {', '.join(map(repr, NAMES))}", reshape)
+    r = len(shape)
+    if reshape == "tokens" or (reshape is None and r == 3 and s == 2):
+        if r != 3 or s != 2:
+            raise _refuse(name, shape, size, fn, ": reshape='tokens' needs [N, T, C] outputs and a 2-D input")
+        found = token_grid(shape[1], size, prefix_tokens)
+        if found is None:
+            extra = f" after dropping prefix_tokens={prefix_tokens}" if prefix_tokens is not None else ""
+            raise _refuse(name, shape, size, fn, f": its {shape[1]} tokens{extra} form no grid of the input's proportions")
+        return Layout("tokens", prefix=found[0], grid=found[1])
+    if r != 2 + s:
+        raise _refuse(name, shape, size, fn)
+    if reshape is not None:
+        return Layout(reshape)
+    first, last = _fits(shape[2:], size), _fits(shape[1:-1], size)
+    if first or not last:
+        if not first and s > 1:
+            raise _refuse(name, shape, size, fn)
+        return Layout("channels_first")
+    return Layout("channels_last")
+
+
+def check_mapped(t: Any, n: int, size: Sequence[int], name: str, fn: str) -> None:
+    """What ``reshape=`` returned must be ``[N, C, *spatial]`` with as many spatial axes as the input."""
+    shape = tuple(getattr(t, "shape", ()) or ())
+    if len(shape) != 2 + len(size) or shape[0] != n:
+        axes = {1: "L", 2: "h, w", 3: "D, H, W"}.get(len(size), "*spatial")
+        raise InvalidArgument(
+            f"{fn}(): reshape must return [N, C, {axes}] (N={n}, {len(size)} spatial axes like the input) for layer "
+            f"{name!r}; it returned shape {list(shape)}"
+        )

@@ -1,0 +1,144 @@
+"""The CAM methods: each is only its weight function over one layer's channels-first activations ``A``
+``[N, C, *spatial]`` and gradients ``G`` (``analyses/cam.py`` does everything else).
+
+A method returns per-channel weights ``[N, C]`` (the map is ``relu(sum_c w_c A_c)``), weighted
+activations ``[N, C, *spatial]`` (summed over channels, or projected with ``eigen_smooth``) or the
+map itself. The arithmetic follows each paper as pytorch-grad-cam implements it, step for step.
+
+``eigencam`` / ``eigengradcam`` / ``eigen_smooth`` project on the first principal component; an SVD's
+sign is arbitrary, so hookkit fixes it: the projection's largest-magnitude value is positive (flipped
+when ``|min| > |max|``, the correction of Seg-Eigen-CAM, Eq. 13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+ABLATION_OFFSET = 1e7  # an ablated channel goes to 0 where the layer's minimum is 0, else to min - 1e7
+
+
+@dataclass(frozen=True)
+class Method:
+    """``kind``: what ``weigh(p)`` returns: "weights" ``[N, C]``, "weighted" ``[N, C, *S]`` or "map" ``[N, *S]``;
+    ``grads``: it reads the layer's gradient; ``forwards``: it runs the model again (ScoreCAM, AblationCAM)."""
+
+    kind: str
+    weigh: Callable[[Any], Any]
+    grads: bool = True
+    forwards: bool = False
+
+
+def spatial(t: Any) -> list[int]:
+    return list(range(2, len(t.shape)))
+
+
+def project(be: Any, m: Any, t: Any) -> Any:
+    """``[N, C, *S]`` -> ``[N, *S]``: each sample's positions projected on the first principal component of
+    its channels (positions as observations, centred per channel), sign fixed as the module says."""
+    n, c, s = t.shape[0], t.shape[1], list(t.shape[2:])
+    x = m.permute(m.reshape(m.nan_to_zero(t), [n, c, -1]), [0, 2, 1])  # [N, P, C]
+    x = x - m.mean(x, [1], keepdim=True)
+    _, _, vh = m.svd(x)
+    proj = m.einsum("npc,nc->np", x, vh[:, 0, :])
+    flip = be.cast(-m.amin(proj, [1], keepdim=True) > m.amax(proj, [1], keepdim=True), "float32")
+    return m.reshape(proj * (1 - 2 * flip), [n, *s])
+
+
+# -- gradient methods -----------------------------------------------------------------------------
+def _gradcam(p: Any) -> Any:
+    return p.m.mean(p.grads, spatial(p.grads))
+
+
+def _hirescam(p: Any) -> Any:
+    return p.grads * p.acts
+
+
+def _gradcam_plus_plus(p: Any) -> Any:
+    m, a, g = p.m, p.acts, p.grads
+    g2 = g * g
+    sum_a = m.sum(a, spatial(a), keepdim=True)
+    aij = g2 / (2 * g2 + sum_a * g2 * g + 1e-6)
+    aij = p.be.where(g != 0, aij, p.be.zeros_like(aij))
+    return m.sum(m.relu(g) * aij, spatial(a))
+
+
+def _xgradcam(p: Any) -> Any:
+    m, a = p.m, p.acts
+    return m.sum(p.grads * a / (m.sum(a, spatial(a), keepdim=True) + 1e-7), spatial(a))
+
+
+def _gradcam_elementwise(p: Any) -> Any:
+    return p.m.relu(p.grads * p.acts)
+
+
+def _layercam(p: Any) -> Any:
+    return p.m.relu(p.grads) * p.acts
+
+
+def _eigencam(p: Any) -> Any:
+    return project(p.be, p.m, p.acts)
+
+
+def _eigengradcam(p: Any) -> Any:
+    return project(p.be, p.m, p.grads * p.acts)
+
+
+# -- methods that run the model again (batched, under no_grad) -------------------------------------
+def _scorecam(p: Any) -> Any:
+    """Softmax over channels of the target score of the input masked by each upsampled, min-max scaled channel."""
+    m, a, x = p.m, p.acts, p.x
+    n, c = a.shape[0], a.shape[1]
+    mode = ("linear", "bilinear", "trilinear")[len(p.size) - 1]
+    up = m.interpolate_aligned(a, p.size, mode)
+    axes = spatial(up)
+    lo, hi = m.amin(up, axes, keepdim=True), m.amax(up, axes, keepdim=True)
+    up = (up - lo) / (hi - lo + 1e-8)
+    xs = m.reshape(x, [n, 1, *x.shape[1:]])
+    scores = []
+    for start in range(0, c, p.chunk):
+        k = min(p.chunk, c - start)
+        masks = m.reshape(up[:, start : start + k], [n, k, 1, *p.size])
+        rows = m.permute(xs * masks, [1, 0, *range(2, 3 + len(p.size))])  # channel-major: row j*N + i
+        scores.append(p.row_scores(m.reshape(rows, [k * n, *x.shape[1:]]), k))
+    return m.softmax(m.permute(m.cat(scores, 0), [1, 0]), -1)
+
+
+def _ablationcam(p: Any) -> Any:
+    """(score - score with channel c ablated) / score, the ablated channel set to 0 (or min - 1e7 where the
+    layer's minimum is not 0) across all positions of the layer's own output. The layers before run once
+    on the N samples when the rest of the model takes the k x N ablated rows (else on k copies)."""
+    m, be, raw = p.m, p.be, p.raw
+    n, c = p.acts.shape[0], p.acts.shape[1]
+    r = len(raw.shape)
+    axis = p.layout.channel_axis(raw.shape, c)
+    low = m.amin(raw, list(range(1, r)), keepdim=True)  # [N, 1, ...]
+    value = be.where(low == 0, be.zeros_like(low), low - ABLATION_OFFSET)
+    onehot_shape = [1] * r
+    onehot_shape[axis] = c
+    new = []
+    for start in range(0, c, p.chunk):
+        k = min(p.chunk, c - start)
+        hot = p.onehot(start, k, n, onehot_shape)  # [k*N, ..., C at axis, ...]
+        rep = m.cat([raw] * k, 0)
+        ablated = rep * (1 - hot) + hot * m.cat([value] * k, 0)
+        new.append(p.ablated_scores(ablated, k))
+    new = m.permute(m.cat(new, 0), [1, 0])  # [N, C]
+    orig = m.reshape(p.scores, [n, 1])
+    return (orig - new) / orig
+
+
+METHODS: dict[str, Method] = {
+    "gradcam": Method("weights", _gradcam),
+    "hirescam": Method("weighted", _hirescam),
+    "gradcam++": Method("weights", _gradcam_plus_plus),
+    "xgradcam": Method("weights", _xgradcam),
+    "gradcam-elementwise": Method("weighted", _gradcam_elementwise),
+    "layercam": Method("weighted", _layercam),
+    "eigencam": Method("map", _eigencam, grads=False),
+    "eigengradcam": Method("map", _eigengradcam),
+    "scorecam": Method("weights", _scorecam, grads=False, forwards=True),
+    "ablationcam": Method("weights", _ablationcam, grads=False, forwards=True),
+    "fullgrad": Method("fullgrad", lambda p: None),  # the template's own path: every bias layer and the input
+}

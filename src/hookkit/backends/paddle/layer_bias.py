@@ -1,0 +1,27 @@
+"""PaddlePaddle's ``layer_bias`` family (see ``hookkit.backends.families.layer_bias``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paddle
+
+from hookkit.backends.families.layer_bias import LayerBias
+
+_CONV = (paddle.nn.Conv1D, paddle.nn.Conv2D, paddle.nn.Conv3D)
+_NORM = (paddle.nn.BatchNorm1D, paddle.nn.BatchNorm2D, paddle.nn.BatchNorm3D, paddle.nn.BatchNorm)
+
+
+class PaddleLayerBias(LayerBias):
+    def has_bias(self, layer: Any) -> bool:
+        return type(layer) in _CONV + _NORM and getattr(layer, "bias", None) is not None
+
+    def bias(self, layer: Any) -> Any:
+        with paddle.no_grad():
+            if type(layer) in _NORM:
+                eps = getattr(layer, "_epsilon", 1e-5)
+                return layer.bias - layer._mean * layer.weight / paddle.sqrt(layer._variance + eps)
+            return layer.bias.detach().clone()
+
+
+OPS = PaddleLayerBias()

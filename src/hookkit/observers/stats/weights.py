@@ -1,0 +1,285 @@
+"""``WeightStats``: per parameter and optimizer step, the weights' mean, std, norm, max |w|, histogram
+and update-to-weight ratio ``||w_t - w_{t-1}|| / ||w_{t-1}||``, kept on the device until read.
+
+At each recorded step one call of the backend's ``training`` family computes every watched
+parameter's row ``[mean, m2, max |w|, ||w - prev||^2, ||prev||^2]`` as one device tensor (and,
+with ``hist=True``, their histograms); the rows wait in a ``live.Pending`` like the activation
+rows, and a read moves them to the host, merges them into ``series.Rows`` and, in distributed
+training, merges them with the other ranks' (one collective per read, none per step). The
+previous weights are one copy per watched parameter on its device, refreshed only before a
+recorded step (``every=N``: one copy in N steps).
+
+Steps come from the optimizer: torch's ``register_step_post_hook``; Paddle's optimizers have no
+step hook, so the backend wraps ``step``/``minimize`` on that optimizer instance (removed with the
+statistics). Without an optimizer, the weights are read before each training-mode forward of the
+model (the update of the step before it).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Any
+
+import numpy as np
+
+from hookkit.core.handles import Handle
+from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.select import LayerSpec
+from hookkit.core.validate import check_bool, check_int, check_range_pair, fail
+from hookkit.observers.stats.live import Pending, _Recorder
+from hookkit.observers.stats.loaded import StatsData, read_files, register_kind
+from hookkit.observers.stats.reduce import Block, merge_block
+from hookkit.observers.stats.series import ACTIVATION, Kind, Rows
+
+__all__ = ["WEIGHT", "WeightData", "WeightStats"]
+
+
+class _Weight(Kind):
+    """``[n, mean, m2, max |w|, ||w - prev||^2, ||prev||^2]``: Chan's merge for (n, mean, m2), a max,
+    sums of squares (shards of one parameter make the whole parameter's norms)."""
+
+    def merge(self, state: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        moments = ACTIVATION.merge(np.column_stack((state[:, :3], np.zeros(len(state)))), starts)[:, :3]
+        with np.errstate(invalid="ignore"):
+            peak = np.maximum.reduceat(state[:, 3], starts)
+        squares = np.add.reduceat(state[:, 4:6], starts, axis=0)  # NaN (no previous weights) stays NaN
+        return np.column_stack((moments, peak, squares))
+
+    def finish(self, state: np.ndarray) -> dict[str, np.ndarray]:
+        n, mean, m2, peak, step_sq, prev_sq = state.T
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return {
+                "mean": np.where(n > 0, mean, np.nan).astype(np.float32),
+                "std": np.where(n > 1, np.sqrt(np.maximum(m2, 0.0) / (n - 1)), np.nan).astype(np.float32),
+                "norm": np.sqrt(np.maximum(m2, 0.0) + n * np.where(n > 0, mean, 0.0) ** 2).astype(np.float32),
+                "max_abs": peak.astype(np.float32),
+                "update_ratio": np.where(prev_sq > 0, np.sqrt(step_sq) / np.sqrt(prev_sq), np.nan).astype(np.float32),
+            }
+
+
+WEIGHT = _Weight("weight", 6, ("mean", "std", "norm", "max_abs", "update_ratio"))
+
+
+class WeightData(StatsData):
+    """Weight statistics per parameter (by its dotted name): ``param_stats(name)`` -> ``{"mean", "std",
+    "norm", "max_abs", "update_ratio", "step", "records"}`` (and ``"hist"`` with ``hist=True``).
+
+    >>> w = hookkit.WeightStats.load("runs/w"); w.param_stats("0.weight")["update_ratio"]   # doctest: +SKIP
+    """
+
+    kind = "weight_stats"
+
+    def __init__(self, names: list[str], framework: str, settings: dict[str, Any], tables: dict[str, dict[str, np.ndarray]] | None = None):
+        super().__init__(names, framework, settings, tables)
+        self.hist = bool(settings.get("hist", False))
+        self.bins = int(settings.get("bins", 64))
+        ranges = settings.get("ranges") or [[-1.0, 1.0]] * len(self.names)
+        self.hist_ranges = {n: (float(r[0]), float(r[1])) for n, r in zip(self.names, ranges)}
+
+    def settings(self) -> dict[str, Any]:
+        return {"every": self.every, "hist": self.hist, "bins": self.bins, "ranges": [list(self.hist_ranges[n]) for n in self.names]}
+
+    def param_stats(self, name: str) -> dict[str, np.ndarray]:
+        """One parameter's series, one value per recorded step (``update_ratio`` NaN at the first
+        step and where the previous weights' norm is 0)."""
+        return self.layer_stats(name)
+
+    def update_ratios(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """``(names, steps, ratios[len(names), len(steps)])``: the update-to-weight ratio of every
+        parameter per recorded step (NaN where there is none). A healthy learning rate gives about 1e-3.
+
+        >>> names, steps, ratios = wstats.update_ratios()   # doctest: +SKIP
+        """
+        tables = [self.param_stats(n) for n in self.names]
+        steps = self.steps
+        out = np.full((len(tables), len(steps)), np.nan)
+        for i, t in enumerate(tables):
+            if len(t.get("step", ())):
+                out[i, np.searchsorted(steps, t["step"])] = t["update_ratio"]
+        return list(self.names), steps, out
+
+
+register_kind("weight_stats", "WeightStats", WeightData, hist=True)
+
+
+def _pow2_above(x: float) -> float:
+    return 2.0 ** math.ceil(math.log2(x)) if x > 0 and math.isfinite(x) else 1.0
+
+
+class WeightStats(_Recorder, WeightData):
+    """wandb.watch(log="all")'s weight view, on the device: per parameter and optimizer step the
+    weights' mean, std, norm, max |w| (and histogram with ``hist=True``) and the update-to-weight
+    ratio ``||w_t - w_{t-1}|| / ||w_{t-1}||`` (about 1e-3 when the learning rate is right).
+
+    >>> wstats = hookkit.WeightStats(model, optimizer=opt, hist=True)   # doctest: +SKIP
+    >>> for x, y in data: train_step(model, opt, x, y)                   # doctest: +SKIP
+    >>> wstats.param_stats("fc.weight")["update_ratio"]                  # doctest: +SKIP
+    >>> wstats.save("runs/w"); hookkit.report("runs/w")                  # doctest: +SKIP
+
+    ``layers``: a layer spec (default: every layer with parameters); their direct parameters are
+    watched, each once (tied ones under their first name), keyed by dotted name ("fc.weight").
+    ``optimizer``: record after each of its steps (torch: ``register_step_post_hook``; Paddle: its
+    ``step``/``minimize`` wrapped on that instance until removed); None: before each training-mode
+    forward of ``model``. ``every=N``: record steps whose index is a multiple of N (one copy of the
+    weights is taken at the step before each, for the ratio). ``hist``: histograms of ``bins`` bins
+    over ``range`` (default: per parameter, +-the power of two above its largest |w| when created;
+    values outside are not counted). The ratio is NaN at the first recorded step (no previous
+    weights yet) and where the previous weights' norm is 0.
+
+    Distributed training (DDP, FSDP, ``paddle.DataParallel``): create it on every rank (with
+    ``range=None`` the ranks agree on the ranges once, here); reads are collectives returning the
+    statistics of the whole parameters: replicated parameters from rank 0, FSDP shards merged.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        layers: LayerSpec = None,
+        optimizer: Any = None,
+        every: int = 1,
+        hist: bool = False,
+        *,
+        bins: int = 64,
+        range: tuple[float, float] | None = None,  # noqa: A002 - ActivationStats' name
+        sync: bool = True,
+    ):
+        fn = "WeightStats"
+        check_bool(hist, fn=fn, arg="hist")
+        check_int(bins, fn=fn, arg="bins", low=1, high=1 << 16)
+        fixed = None if range is None else check_range_pair(range, fn=fn, arg="range")
+        named = self._setup(model, layers, every, sync)
+        be = self._backend
+        self._ops = be.family("training")
+        params: list[tuple[str, Any]] = []
+        seen: set[int] = set()
+        for lname, layer in named:
+            for pname, p in be.named_parameters(layer, recurse=False):
+                if id(p) not in seen and be.requires_grad(p):
+                    seen.add(id(p))
+                    params.append((f"{lname}.{pname}" if lname else pname, p))
+        if not params:
+            fail(fn, "layers", "a spec selecting layers with trainable parameters", layers)
+        ranges = [list(fixed)] * len(params) if fixed is not None else self._ranges([p for _, p in params]) if hist else None
+        settings = {"every": every, "hist": hist, "bins": bins, "ranges": ranges}
+        WeightData.__init__(self, [n for n, _ in params], be.name, settings)
+        self._refs = [weakref.ref(p) for _, p in params]
+        self._numels = [be.numel(self._ops.local(p)) for _, p in params]
+        self._sharded = np.array([be.is_sharded(p) for _, p in params], dtype=bool)
+        self._prev: list[Any] = [None] * len(params)
+        self._prev_step = -2  # the step whose weights ``_prev`` holds (after it)
+        self._count = 0
+        self._local = [Rows(WEIGHT, bins if hist else 0) for _ in params]
+        self._pending = Pending(be, bins if hist else 0, width=5)
+        if optimizer is not None:
+            mine = {id(p) for p in self._ops.optimizer_parameters(optimizer)}
+            if not any(id(p) in mine for _, p in params):
+                fail(fn, "optimizer", "an optimizer updating some of the watched parameters", optimizer)
+
+            def attach_all() -> None:
+                self.add(Handle(self._ops.on_step(optimizer, self._on_step).remove))
+        else:
+            model_ref = self._model
+
+            def on_forward(ev: Event) -> None:
+                m = model_ref()
+                if m is not None and be.is_training(m):
+                    self._record(ev.step)
+
+            def attach_all() -> None:
+                self.add(attach(model, [("", model)], "forward_pre", on_forward, OBSERVER))
+
+        self._attach_all(attach_all)
+
+    def _ranges(self, params: list[Any]) -> list[list[float]]:
+        """Per parameter +-(the power of two above max |w|), agreed across ranks (a max, once)."""
+        be = self._backend
+        local = [self._ops.local(p) for p in params]
+        peaks = np.array([float(np.max(np.abs(be.to_numpy(p)))) if be.numel(p) else 0.0 for p in local], np.float64)
+        if be.world()[1] > 1:
+            peaks = np.max(np.stack([r.reshape(-1) for r in be.all_gather_rows(peaks.reshape(1, -1))]), axis=0)
+        return [[-_pow2_above(a), _pow2_above(a)] for a in peaks]
+
+    # -- recording ----------------------------------------------------------------------------------
+    def _on_step(self) -> None:
+        step = self._count
+        self._count += 1
+        self._record(step)
+
+    def _record(self, step: int) -> None:
+        every = self.every
+        record, keep = step % every == 0, (step + 1) % every == 0
+        if not (record or keep):
+            return
+        local = self._ops.local
+        ws = [None if w is None else local(w) for w in (r() for r in self._refs)]
+        live = [i for i, w in enumerate(ws) if w is not None]
+        if not live:
+            return
+        if record:
+            prevs = [self._prev[i] if self._prev_step == step - 1 else None for i in live]
+            pending = self._pending
+            pending.rows.append(self._ops.weight_rows([ws[i] for i in live], prevs))
+            if self.hist:
+                histc, detach = self._backend.histc, self._backend.detach
+                pending.hists.append(self._backend.stack([histc(detach(ws[i]), self.bins, *self.hist_ranges[self.names[i]]) for i in live]))
+            pending.steps.extend([step] * len(live))
+            pending.calls.extend(live)
+            pending.numels.extend(self._numels[i] for i in live)
+        if keep:
+            be = self._backend
+            for i in live:
+                if self._prev[i] is None:
+                    self._prev[i] = be.clone(be.detach(ws[i]))
+                    self._prev_step = -2
+            self._ops.copy_all([self._prev[i] for i in live], [ws[i] for i in live])
+            self._prev_step = step
+
+    # -- reading --------------------------------------------------------------------------------
+    def _has_pending(self) -> bool:
+        return len(self._pending) > 0
+
+    def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
+        steps, index, n, r, hists = self._pending.drain()
+        state = np.column_stack((n, r))
+        local, contributions = [], []
+        ones = np.ones(len(steps), np.int64)
+        for i in range(len(self.names)):
+            mine = index == i
+            zeros = np.zeros(int(mine.sum()), np.int64)
+            block = merge_block(WEIGHT, (steps[mine], zeros, ones[mine], state[mine], None if hists is None else hists[mine]))
+            local.append(block)
+            if world > 1 and rank != 0 and not self._sharded[i]:
+                # replicated parameters (DDP) count once, from rank 0; FSDP shards from every rank
+                block = (block[0][:0], block[1][:0], block[2][:0], block[3][:0], None if block[4] is None else block[4][:0])
+            contributions.append(block)
+        return local, contributions
+
+    def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
+        out = {}
+        for name, rows in zip(self.names, slots):
+            table = dict(rows.columns())
+            table.pop("call", None)
+            out[name] = table
+        return out
+
+    def clear(self) -> None:
+        """Forget what was recorded (on this rank); keep recording (the kept copies stay)."""
+        super().clear()
+
+    @staticmethod
+    def load(directory: Any) -> WeightData:
+        """Read statistics written by ``WeightStats.save(directory)``.
+
+        >>> hookkit.WeightStats.load("runs/w").param_stats("fc.weight")   # doctest: +SKIP
+        """
+        return read_files(directory, "weight_stats")  # type: ignore[return-value]
+
+    def remove(self) -> None:
+        """Stop recording and drop the kept copies of the weights; what was recorded stays readable."""
+        super().remove()
+        self._prev = [None] * len(self._prev)
+
+    def __repr__(self) -> str:
+        n = sum(len(r) for r in self._local) + len(self._pending)
+        return f"<hookkit.WeightStats {len(self.names)} parameters, {n} records, {'removed' if self.removed else 'active'}>"
