@@ -331,6 +331,165 @@ def timing(gc, repeats: int) -> None:
         print(f"| {method} | " + " | ".join(table[method]) + " |")
 
 
+def metrics(gc) -> float:
+    """cam_metric against pytorch-grad-cam's ROAD classes and CamMultImageConfidenceChange on the
+    VGG-style model (imputation noise 0 on both sides: their noise comes from torch's global generator)."""
+    from pytorch_grad_cam.metrics import road
+    from pytorch_grad_cam.metrics.cam_mult_image import CamMultImageConfidenceChange
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    init = road.NoisyLinearImputer.__init__
+    road.NoisyLinearImputer.__init__ = lambda self, noise=0.01, weighting=road.neighbors_weights: init(self, 0.0, weighting)
+    model, layer = models()["VGG-style"][:2]
+    x = 5 * torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(3))  # logits that move
+    target = [1, 4, 2, 8]
+    maps = hookkit.cam(model, layer, x, target=target)
+    targets = [ClassifierOutputTarget(t) for t in target]
+    pcts = [10, 30, 50, 70, 90]
+    cases = {
+        "road-most-relevant-first": road.ROADMostRelevantFirstAverage(pcts),
+        "road-least-relevant-first": road.ROADLeastRelevantFirstAverage(pcts),
+        "road-combined": road.ROADCombined(pcts),
+        "confidence-drop": CamMultImageConfidenceChange(),
+    }
+    worst = 0.0
+    print("\ncam_metric vs pytorch-grad-cam's metrics (VGG-style, 4 images, percentiles 10..90 step 20, noise 0):")
+    for metric, theirs_metric in cases.items():
+        with torch.no_grad():
+            b = theirs_metric(x, maps, targets, model)
+        a = hookkit.cam_metric(model, x, maps, target=target, metric=metric, percentiles=pcts, noise=0.0)
+        d = float(np.abs(a - np.asarray(b).reshape(-1)).max())
+        worst = max(worst, d)
+        print(f"  {metric:26s} max abs diff {d:.1e} (largest score {np.abs(a).max():.2f})")
+    road.NoisyLinearImputer.__init__ = init
+    return worst
+
+
+def fullgrad_order(gc) -> None:
+    """For information: the ResNet-style model with torchvision's registration order (``downsample`` after
+    ``bn2``, called first): pytorch-grad-cam pairs the biases (module order) with gradients (forward order)
+    by position, so its FullGrad mixes up two batch norms; hookkit pairs each bias with its own layer."""
+
+    class TorchvisionOrder(Block):
+        def __init__(self, cin: int, cout: int, stride: int = 1):
+            super().__init__(cin, cout, stride)
+            if self._modules.get("down") is not None:
+                self.down = self._modules.pop("down")  # registered last
+
+    torch.manual_seed(0)
+    model = ResNetish()
+    model.layer2, model.layer3 = TorchvisionOrder(16, 32, 2), TorchvisionOrder(32, 64, 2)
+    randomize_bn(model)
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    d = np.abs(
+        ours("fullgrad", model, "layer3", x, [1, 2, 3, 4]) - theirs(gc, "fullgrad", model, model.layer3, None, False, x, [1, 2, 3, 4])
+    )
+    print(f"\nFullGrad, ResNet-style with torchvision's registration order: max abs diff {d.max():.1e} (pytorch-grad-cam mispairs biases)")
+
+
+# -- Paddle vs torch: the same small models on both, weights copied ---------------------------------
+def twin_models():
+    """A VGG-style CNN, a ViT-style token model and a channels-last model written once for both
+    frameworks; returns [(name, layer, torch model, paddle model)] with the torch weights copied."""
+    import paddle
+
+    def build(fw):
+        nn = torch.nn if fw == "torch" else paddle.nn
+        conv = nn.Conv2d if fw == "torch" else nn.Conv2D
+        pool = nn.MaxPool2d if fw == "torch" else nn.MaxPool2D
+        perm = (lambda t, p: t.permute(*p)) if fw == "torch" else (lambda t, p: t.transpose(list(p)))
+        cat = (lambda ts: torch.cat(ts, 1)) if fw == "torch" else (lambda ts: paddle.concat(ts, 1))
+        Layer = nn.Module if fw == "torch" else nn.Layer
+
+        class VGG(Layer):
+            def __init__(self):
+                super().__init__()
+                self.features = nn.Sequential(conv(3, 8, 3, padding=1), nn.ReLU(), conv(8, 16, 3, padding=1), nn.ReLU(), pool(2),
+                                              conv(16, 16, 3, padding=1), nn.ReLU(), pool(2))  # fmt: skip
+                self.fc = nn.Linear(16 * 8 * 8, 10)
+
+            def forward(self, x):
+                return self.fc(self.features(x).flatten(1))
+
+        class Tokens(Layer):
+            def __init__(self):
+                super().__init__()
+                self.embed = conv(3, 16, 4, stride=4)
+                self.cls = nn.Linear(1, 16)  # the class token: cls.weight[:, 0] (a parameter both frameworks copy alike)
+                self.norm1 = nn.LayerNorm(16)
+                self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+                self.norm2 = nn.LayerNorm(16)
+                self.head = nn.Linear(16, 10)
+
+            def forward(self, x):
+                t = perm(self.embed(x).flatten(2), (0, 2, 1))  # [N, 64, 16]
+                one = x[:, :1, :1, 0] * 0 + 1  # [N, 1, 1] of ones
+                t = cat([self.cls(one), t])  # [N, 65, 16]
+                h = self.norm1(t)
+                att = (self.q(h) @ perm(self.k(h), (0, 2, 1))) / 4.0
+                att = torch.softmax(att, -1) if fw == "torch" else paddle.nn.functional.softmax(att, -1)
+                t = t + att @ self.v(h)
+                return self.head(self.norm2(t)[:, 0])
+
+        class NHWC(Layer):
+            def __init__(self):
+                super().__init__()
+                self.embed = conv(3, 16, 4, stride=4)
+                self.norm = nn.LayerNorm(16)
+                self.mlp = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 16))
+                self.head = nn.Linear(16, 10)
+
+            def forward(self, x):
+                h = perm(self.embed(x), (0, 2, 3, 1))  # [N, 8, 8, 16]
+                h = h + self.mlp(self.norm(h))
+                return self.head(h.mean(1).mean(1))
+
+        return {"VGG-style": (VGG(), "features.5"), "ViT-style (tokens)": (Tokens(), "norm1"), "channels-last": (NHWC(), "norm")}
+
+    torch.manual_seed(3)
+    th, pd = build("torch"), build("paddle")
+    out = []
+    for name in th:
+        tm, layer = th[name]
+        pm, _ = pd[name]
+        state = {}
+        for k, v in tm.state_dict().items():
+            a = v.detach().numpy()
+            is_linear = isinstance(tm.get_submodule(k.rsplit(".", 1)[0]), nn.Linear)
+            state[k] = a.T if is_linear and k.endswith("weight") else a
+        pm.set_state_dict(state)
+        tm.eval()
+        pm.eval()
+        out.append((name, layer, tm, pm))
+    return out
+
+
+def paddle_vs_torch() -> float:
+    import paddle
+
+    print("\nPaddle vs torch, the same weights (max abs difference over 2 inputs x 2 targets):")
+    rows, worst = [], 0.0
+    for name, layer, tm, pm in twin_models():
+        cells = []
+        for method in METHODS:
+            d = 0.0
+            for seed in (1, 2):
+                x = np.random.default_rng(seed).standard_normal((4, 3, 32, 32)).astype(np.float32)
+                for target in (None, [1, 3, 5, 7]):
+                    a = hookkit.cam(tm, layer, torch.tensor(x), method, target=target)
+                    b = hookkit.cam(pm, layer, paddle.to_tensor(x), method, target=target)
+                    d = max(d, float(np.abs(a - b).max()))
+            cells.append(d)
+            worst = max(worst, d)
+        rows.append((name, cells))
+    print("\n| method | " + " | ".join(n for n, _ in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    for i, method in enumerate(METHODS):
+        print(f"| {method} | " + " | ".join(f"{cells[i]:.1e}" for _, cells in rows) + " |")
+    print(f"worst: {worst:.1e}")
+    return worst
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -342,6 +501,9 @@ def main() -> int:
     print("agreement with pytorch-grad-cam (max abs difference over inputs and targets):")
     worst = agreement(gc, args.quick)
     print(f"\nworst: {worst:.1e} ({'OK' if worst <= 1e-4 else 'FAIL'}: tolerance 1e-4)")
+    fullgrad_order(gc)
+    metrics(gc)
+    paddle_vs_torch()
     if not args.no_time:
         print("\ntime per batch of 8 (CPU time, median of interleaved runs): hookkit / pytorch-grad-cam")
         timing(gc, args.repeats)

@@ -143,16 +143,18 @@ def cmd_port(args) -> None:
         return "gradient of blocks.7.mlp.1 (GELU) x 1.001", hookkit.on_output_grad(m, "blocks.7.mlp.1", lambda layer, g: g * 1.001)
 
     for change in (scaled, transposed, grad_edit):
-        src, dst = pair()
-        what, handle = change(dst)
-        t0 = time.perf_counter()
-        d = hookkit.diff(src, dst, x, backward=True)
-        wall = time.perf_counter() - t0
-        if handle is not None:
-            handle.remove()
-        rows.append(
-            [what, _first(d, "forward"), _first(d, "output-grad"), _first(d, "param-grad"), f"{len(d.rows)} pairs, {wall:.1f} s wall"]
-        )
+        for local in (False, True):
+            src, dst = pair()
+            what, handle = change(dst)
+            t0 = time.perf_counter()
+            d = hookkit.diff(src, dst, x, backward=True, local=local)
+            wall = time.perf_counter() - t0
+            if handle is not None:
+                handle.remove()
+            label = what + (" (local=True)" if local else "")
+            rows.append(
+                [label, _first(d, "forward"), _first(d, "output-grad"), _first(d, "param-grad"), f"{len(d.rows)} pairs, {wall:.1f} s wall"]
+            )
     print(
         H.table(
             rows,
@@ -185,12 +187,12 @@ def cmd_autocast(args) -> None:
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4, vocab_size=512, n_positions=64, use_cache=False)).eval()
     x = ids(2, 32)
-    d = hookkit.diff(model, Autocast(model), x, map=lambda n: f"m.{n}", layers=[":leaves", ""], backward=args.backward)
+    d = hookkit.diff(model, Autocast(model), x, map=lambda n: f"m.{n}", layers=[":leaves", ""], backward=args.backward, local=args.local)
     print("first divergence:", d.first)
     header, body, _ = d.table()
     keep = [i for i, r in enumerate(d.rows) if r.grows or r is d.first or r.layer in ("", "lm_head")]
     print(H.table([[body[i][j] for j in (1, 2, 5, 8, 9, 10, 11)] for i in keep], [header[j] for j in (1, 2, 5, 8, 9, 10, 11)]))
-    for phase in ("forward", "output-grad"):
+    for phase in ("forward", "output-grad") if args.backward else ("forward",):
         print(f"\n{phase}: relative error ||a-b||/||a|| by block and sublayer")
         cols = ["ln_1", "attn.c_attn", "attn.c_proj", "ln_2", "mlp.c_fc", "mlp.act", "mlp.c_proj"]
         err = {r.layer: r.rel_err for r in d.rows if r.phase == phase}
@@ -267,6 +269,7 @@ def main() -> None:
     p.add_argument("--tokens", type=int, default=64)
     p.add_argument("--backward", action="store_true", help="autocast: also compare gradients")
     p.add_argument("--plot", default="", help="autocast: save the error-by-depth plot here")
+    p.add_argument("--local", action="store_true", help="autocast: each layer's own error (diff(local=True))")
     args = p.parse_args()
     {"port": cmd_port, "autocast": cmd_autocast, "cost": cmd_cost, "memory": cmd_memory}[args.what](args)
 

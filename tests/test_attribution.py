@@ -360,3 +360,32 @@ def test_layer_off_the_path_and_layers_that_run_twice(fw, rng):
     assert hooks_left(twice) == []
     with pytest.raises(HookkitError, match="inputs"):
         hookkit.attribute(model, None, fw.labels(np.ones((3, 4))))
+
+
+def test_auto_chunks_follow_the_budget_also_for_a_frozen_model(fw, rng):
+    class Recording(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.body = fw.sequential(fw.linear(4, 64), fw.nn.Tanh(), fw.linear(64, 3))
+            self.rows: list[int] = []
+
+        def forward(self, x):
+            self.rows.append(int(x.shape[0]))
+            return self.body(x)
+
+    model = Recording()
+    for p in fw.params(model):  # nothing requires a gradient: the cost is measured on the chunks' graph
+        if fw.name == "paddle":
+            p.stop_gradient = True
+        else:
+            p.requires_grad_(False)
+    x, _ = data(rng, n=4)
+    whole = hookkit.attribute(model, "body.1", fw.tensor(x), target=0, n_steps=32, internal_batch_size=None)
+    for layer in ("body.1", None):
+        model.rows.clear()
+        got = hookkit.attribute(model, layer, fw.tensor(x), target=0, n_steps=32, max_memory=16 << 10)
+        chunks = model.rows[2:]  # after the probes at the inputs and the baselines
+        # a row keeps at least its 64 tanh values (256 B) for the backward: 16 KB hold at most 64 rows
+        assert len(chunks) >= 4 and max(chunks) * 256 <= 16 << 10 and sum(chunks) == 32 * 4
+        if layer is not None:
+            np.testing.assert_allclose(np_(fw, got), np_(fw, whole), rtol=1e-5, atol=1e-6)

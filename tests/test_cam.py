@@ -650,3 +650,54 @@ def test_ablation_rows_multiply_at_the_layer_or_inputs_are_copied(fw, n):
         one_by_one = hookkit.cam(model, "conv2", x, "ablationcam", target=1, batch_size=n)
         np.testing.assert_allclose(hookkit.cam(model, "conv2", x, "ablationcam", target=1, batch_size=64), one_by_one, atol=1e-6)
         assert hookkit.remove_all(model) == 0
+
+
+def test_frozen_model_and_detection_style_outputs(fw):
+    """No parameter takes gradients and the input does not either: the layer's output is made a leaf.
+    A model returning one dict per sample (detections): a callable target scores them."""
+    model = tiny_cnn(fw)
+    x = fw.tensor(images())
+    expected = hookkit.cam(model, "conv2", x, target=[0, 1, 2])
+    for p in model.parameters():
+        if fw.name == "torch":
+            p.requires_grad_(False)
+        else:
+            p.stop_gradient = True
+    np.testing.assert_allclose(hookkit.cam(model, "conv2", x, target=[0, 1, 2]), expected, atol=1e-7)
+
+    class Detector(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.net = model
+
+        def forward(self, x):
+            logits = self.net(x)
+            return [{"scores": logits[i], "labels": 1} for i in range(logits.shape[0])]
+
+    def box_scores(out):
+        return fw.lib.stack([d["scores"][d["labels"]] for d in out])
+
+    det = Detector()
+    for method in ("gradcam", "scorecam", "ablationcam"):
+        np.testing.assert_allclose(
+            hookkit.cam(det, "net.conv2", x, method, target=box_scores), hookkit.cam(model, "conv2", x, method, target=1), atol=1e-6
+        )
+
+
+def test_paddle_nhwc_convolution(paddle_fw):
+    import paddle
+
+    paddle.seed(0)
+    conv = paddle.nn.Conv2D(2, 6, 3, stride=2, padding=1, data_format="NHWC")
+    fc = paddle.nn.Linear(6, 3)
+    model = paddle.nn.Sequential(conv, paddle.nn.ReLU(), paddle.nn.AdaptiveAvgPool2D(1, data_format="NHWC"), paddle.nn.Flatten(), fc)
+    x = images(n=2, size=(8, 8)).transpose(0, 2, 3, 1)  # [N, H, W, C] images
+    xt = paddle.to_tensor(np.ascontiguousarray(x))
+    # hookkit's inputs are channels-first: a permute in front feeds the NHWC model
+    first = paddle.nn.Sequential(permute_layer(paddle_fw, (0, 2, 3, 1)), model)
+    maps = hookkit.cam(first, "1.0", paddle.to_tensor(np.ascontiguousarray(x.transpose(0, 3, 1, 2))), target=[1, 2])
+    a = leaf(paddle_fw, conv(xt))
+    logits = fc(paddle.nn.functional.relu(a).mean([1, 2]))
+    g = paddle_fw.numpy(grad_of(paddle_fw, logits[0, 1] + logits[1, 2], a)).transpose(0, 3, 1, 2)
+    cam = (g.mean((2, 3), keepdims=True) * paddle_fw.numpy(a).transpose(0, 3, 1, 2)).sum(1)
+    np.testing.assert_allclose(maps, finish(cam, (8, 8)), atol=TOL)

@@ -267,6 +267,42 @@ def test_bfloat16_loosens_tolerance_downstream():
     assert d.rows[0].rel_err > 1e-4  # bf16 weights: errors from the first layer
 
 
+def test_a_layer_called_twice_is_compared_per_call(fw):
+    class Twice(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = fw.nn.Linear(4, 4)
+            self.act = fw.nn.Tanh()
+
+        def forward(self, x):
+            return self.fc(self.act(self.fc(x)))
+
+    a = Twice()
+    b = copy.deepcopy(a)
+    with hookkit.edit(b, "fc", lambda out, ev: out + 0.01, calls=[1]):
+        d = hookkit.diff(a, b, X, backward=True)
+    assert [(r.layer, r.call) for r in d.rows if r.phase == "forward"] == [("fc", 0), ("act", 0), ("fc", 1), ("", 0)]
+    assert (d.first.layer, d.first.call, d.first.phase) == ("fc", 1, "forward")
+    # backward: call 1 of fc (and the output, the same tensor), then act, then call 0; the shared weight's gradient once
+    back = [(r.where, r.call) for r in d.rows if r.phase != "forward"]
+    assert back[:4] == [("fc", 1), ("(root)", 0), ("act", 0), ("fc", 0)] and sorted(back[4:]) == [("fc.bias", 0), ("fc.weight", 0)]
+
+
+def test_transformers_conv1d_weight_is_transposed_by_type():
+    from transformers.pytorch_utils import Conv1D
+
+    torch.manual_seed(0)
+    conv = Conv1D(8, 4)  # GPT-2's projection: weight [in=4, out=8]
+    linear = torch.nn.Linear(4, 8)
+    hookkit.port_weights(conv, linear)
+    assert torch.equal(linear.weight, conv.weight.T) and torch.equal(linear.bias, conv.bias)
+    assert hookkit.diff(conv, linear, X, backward=True).first is None
+    square = Conv1D(4, 4)
+    pd = paddle.nn.Linear(4, 4)  # both store [in, out]: copied as is, though the shape cannot tell
+    hookkit.port_weights(square, pd)
+    assert np.array_equal(pd.weight.numpy(), square.weight.detach().numpy())
+
+
 # -- pairing -------------------------------------------------------------------------------------------
 def test_pairing_by_structure_when_names_differ(fw):
     a = mlp(fw.name)
@@ -364,6 +400,25 @@ def test_diff_across_frameworks_finds_the_changed_block():
     assert not any(r.diverged for r in d.rows[: d.rows.index(d.first)])
 
 
+def test_local_mode_names_the_changed_layer_forwards_and_backwards():
+    src = torch_lm(3)
+    pd = paddle_lm(3)
+    hookkit.port_weights(src, pd)
+    w = pd.blocks[1].mlp[2].weight
+    w.set_value(w.numpy() * 1.001)
+    d = hookkit.diff(src, pd, tokens(), backward=True, local=True)
+    assert d.local and (d.first.layer, d.first.phase) == ("blocks.1.mlp.2", "forward")
+    # every leaf of b ran on a's inputs: only the changed layer and the containers holding (or adding to) it differ
+    assert {r.layer for r in d.rows if r.phase == "forward" and r.diverged} == {"blocks.1.mlp.2", "blocks.1.mlp", "blocks.1", "blocks.2"}
+    # backward, each leaf handed a's gradient on: only the gradient the changed weight computes differs
+    assert [(r.where, r.phase) for r in d.rows if r.phase != "forward" and r.diverged] == [("blocks.1.mlp.1", "output-grad")]
+    assert d.first_in("backward").rel_err == pytest.approx(1e-3, rel=1e-2)
+    assert _nothing_attached(pd, hookkit.backends.backend_for(pd))
+    # without local=True the same change spreads to every row after it (forward) and from the loss on (backward)
+    spread = hookkit.diff(src, pd, tokens(), backward=True)
+    assert spread.first_in("backward").where == "head.weight" and sum(r.diverged for r in spread.rows) > 50
+
+
 def test_gradient_edit_in_paddle_found_across_frameworks():
     src = torch_lm(2)
     pd = paddle_lm(2)
@@ -441,6 +496,8 @@ def test_argument_errors_and_a_failing_forward_leave_nothing_attached():
         hookkit.diff(a, b, X, backward="yes")
     with pytest.raises(hookkit.HookkitError, match="rtol"):
         hookkit.diff(a, b, X, rtol=-1)
+    with pytest.raises(hookkit.HookkitError, match="local must be False when layers pair by structure"):
+        hookkit.diff(a, mlp("torch", names=True), X, local=True)
     with pytest.raises(RuntimeError):
         hookkit.diff(a, b, np.zeros((2, 7), "float32"))  # wrong input width: the model raises
     be = hookkit.backends.backend_for(a)
@@ -474,6 +531,7 @@ def test_table_plot_and_report(tmp_path):
     line = next(ln for ln in text.splitlines() if "<< first divergence" in ln)
     assert line.split()[1:3] == ["forward", "2"]
     assert "^ grows" in text
+    assert "The backward pass diverges too (first: param-grad of 4.weight)" in text
     fig = d.plot()
     assert plt.get_fignums() == [] and len(fig.axes) == 1
     assert {t.get_text() for t in fig.axes[0].get_legend().get_texts()} >= {"forward output", "output gradient", "parameter gradient"}
@@ -492,6 +550,8 @@ def test_cli_diff(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "No divergence" in out and "param-grad" in out
+    code = main(["diff", "test_diff:torch_mlp", "test_diff:paddle_mlp", "--input-size", "3,4", "--port", "--local"])
+    assert code == 0 and "local: each leaf of b ran on a's inputs" in capsys.readouterr().out
     code = main(["diff", "test_diff:torch_mlp", "test_diff:paddle_mlp", "--input-size", "3,4"])
     assert code == 1 and "First divergence: forward of 0" in capsys.readouterr().out
     code = main(["diff", "test_diff:torch_mlp", "test_diff:nope", "--input-size", "3,4"])

@@ -182,3 +182,18 @@ def test_estimate_argument_errors(fw):
     with pytest.raises((ValueError, TypeError), match="loss_fn"):
         hookkit.summary(model, (2, 5), mode="train", optimizer=opt, loss_fn=3)
     assert not any(hookkit.core.router.attached(model).values())
+
+
+def test_report_shows_the_estimate_and_refuses_a_bad_one(torch_fw, tmp_path):
+    import json
+
+    model = torch_fw.mlp()
+    s = hookkit.summary(model, (4, 5), mode="train", optimizer=torch_fw.adam(model))
+    (tmp_path / "summary.json").write_text(s.to_json())
+    page = hookkit.report(tmp_path).read_text()
+    assert "Training memory estimate" in page and "Saved for backward" in page
+    data = s.to_dict()
+    data["training"] = "much"
+    (tmp_path / "summary.json").write_text(json.dumps(data))
+    with pytest.raises(hookkit.core.validate.InvalidFile, match="training"):
+        hookkit.report(tmp_path)

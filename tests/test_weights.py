@@ -19,10 +19,13 @@ def _train_step(fw, model, opt, x):
     fw.step(opt)
 
 
-def test_update_ratio_is_the_hand_value_after_sgd_steps(fw):
+@pytest.mark.parametrize("host_routes", [True, False])  # the C kernel on the CPU; the framework's ops elsewhere
+def test_update_ratio_is_the_hand_value_after_sgd_steps(fw, monkeypatch, host_routes):
     model = fw.mlp((4, 6, 3))
+    monkeypatch.setattr(type(hookkit.backends.backend_for(model)), "host_routes", host_routes)
     opt = _sgd(fw, model)
-    stats = hookkit.WeightStats(model, optimizer=opt)
+    stats = hookkit.WeightStats(model, optimizer=opt, hist=True, bins=16, range=(-2, 2))
+    assert stats._cpu == host_routes
     assert stats.names == ["0.weight", "0.bias", "2.weight", "2.bias"]
     snaps = []
     for _ in range(3):
@@ -42,6 +45,7 @@ def test_update_ratio_is_the_hand_value_after_sgd_steps(fw):
         np.testing.assert_allclose(s["std"][2], now.std(ddof=1), rtol=1e-5)
         np.testing.assert_allclose(s["norm"][2], np.linalg.norm(now), rtol=1e-5)
         np.testing.assert_allclose(s["max_abs"][2], np.abs(now).max(), rtol=1e-6)
+        np.testing.assert_array_equal(s["hist"][2], np.histogram(now, 16, (-2, 2))[0])
     stats.remove()
     _train_step(fw, model, opt, fw.randn(5, 4))
     assert len(stats.param_stats("0.weight")["step"]) == 3  # removed: no more records
@@ -135,7 +139,7 @@ def test_errors_leave_nothing_attached(fw):
 
 
 # -- the training-loop callbacks: weight statistics and histograms, read back from the files ------------
-from test_integrations import BATCH, N, lightning, paddle_fit  # noqa: E402, F401  (fixtures: a real Lightning / Paddle fit)
+from test_integrations import BATCH, N, RecordingWriter, hf_trainer, lightning, paddle_fit  # noqa: E402, F401  (fixtures: real fits)
 
 STEPS_PER_EPOCH = N // BATCH
 
@@ -175,6 +179,23 @@ def test_lightning_logs_weight_histograms_to_tensorboard(lightning, tmp_path):  
     np.testing.assert_allclose(ratios[1], s["update_ratio"][STEPS_PER_EPOCH:].mean(), rtol=1e-5)
     norms = [e.value for e in acc.Scalars("weight/net.2.weight/norm")]
     np.testing.assert_allclose(norms[0], s["norm"][:STEPS_PER_EPOCH].mean(), rtol=1e-5)
+
+
+def test_huggingface_trainer_records_at_the_optimizer_steps(hf_trainer):  # noqa: F811
+    from hookkit.integrations.huggingface import HookkitTrainerCallback
+
+    writer = RecordingWriter()
+    cb = HookkitTrainerCallback(
+        activation_stats=False, gradient_stats=False, weight_stats=True, layers="transformer.h.0.mlp.c_fc", writer=writer
+    )
+    trainer, model = hf_trainer(cb)
+    trainer.train()
+    s = cb.weight_stats.param_stats("transformer.h.0.mlp.c_fc.weight")
+    np.testing.assert_array_equal(s["step"], [0, 1, 2])  # the Trainer's (accelerate-wrapped) optimizer's steps
+    np.testing.assert_allclose(s["norm"][-1], float(model.transformer.h[0].mlp.c_fc.weight.detach().norm()), rtol=1e-5)
+    logged = [(v, step) for t, v, step in writer.scalars if t == "weight/transformer.h.0.mlp.c_fc.weight/update_ratio"]
+    assert [step for _, step in logged] == [2, 3] and logged[0][0] == pytest.approx(float(s["update_ratio"][1]), rel=1e-5)
+    assert not any(hookkit.core.router.attached(model).values())
 
 
 def test_paddle_hapi_logs_weight_histograms_to_visualdl(paddle_fit, tmp_path):  # noqa: F811

@@ -10,10 +10,14 @@
 # only for the framework of the user's model. The apps (``report``) load on first use: __getattr__.
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
+from hookkit.analyses.attribution_patching import attribution_patching
 from hookkit.analyses.cam import cam
 from hookkit.analyses.cam_metrics import cam_metric
 from hookkit.analyses.diff import diff
 from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.lens import LensResult, logit_lens
+from hookkit.analyses.patching import patching_sweep
+from hookkit.analyses.patterns import attention_patterns
 from hookkit.analyses.port import Ported, PortError, port_weights
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
@@ -69,6 +73,8 @@ __all__ = [
     "WITH_PARAMS",
     "ablate",
     "ActivationStats",
+    "attention_patterns",
+    "attribution_patching",
     "cam",
     "cam_metric",
     "attribute",
@@ -104,8 +110,10 @@ __all__ = [
     "Hooks",
     "in_channels",
     "LayerNotFound",
+    "LensResult",
     "load_features",
     "load_stats",
+    "logit_lens",
     "mask_activations",
     "model_sizes",
     "NonFiniteError",
@@ -116,6 +124,7 @@ __all__ = [
     "on_grad",
     "on_output_grad",
     "patch",
+    "patching_sweep",
     "port_weights",
     "Ported",
     "PortError",

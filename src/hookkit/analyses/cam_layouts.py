@@ -7,8 +7,7 @@ class / register / distillation tokens that lead the sequence dropped; ``[N, C, 
 ``reshape=``: a callable returning ``[N, C, *spatial]``, or one of the layout names
 ``"channels_first"``, ``"channels_last"``, ``"tokens"``.
 
->>> layout = plan_layout(be, (8, 197, 768), (224, 224), None, None, "blocks.11.norm1", "cam")  # doctest: +SKIP
->>> layout.describe()
+>>> plan_layout((8, 197, 768), (224, 224), None, None, "blocks.11.norm1", "cam").describe()   # doctest: +SKIP
 'ViT tokens: 1 prefix token dropped, 14 x 14 grid'
 """
 

@@ -40,8 +40,12 @@ def project(be: Any, m: Any, t: Any) -> Any:
     n, c, s = t.shape[0], t.shape[1], list(t.shape[2:])
     x = m.permute(m.reshape(m.nan_to_zero(t), [n, c, -1]), [0, 2, 1])  # [N, P, C]
     x = x - m.mean(x, [1], keepdim=True)
-    _, _, vh = m.svd(x)
-    proj = m.einsum("npc,nc->np", x, vh[:, 0, :])
+    if x.shape[1] >= c:  # the first right singular vector of x: the top eigenvector of x^T x (C x C)
+        _, vecs = m.eigh(m.einsum("npc,npd->ncd", x, x))
+        proj = m.einsum("npc,nc->np", x, vecs[:, :, -1])
+    else:  # fewer positions than channels: x v = s u, u the top eigenvector of x x^T (P x P)
+        vals, vecs = m.eigh(m.einsum("npc,nqc->npq", x, x))
+        proj = vecs[:, :, -1] * m.relu(vals[:, -1:]) ** 0.5
     flip = be.cast(-m.amin(proj, [1], keepdim=True) > m.amax(proj, [1], keepdim=True), "float32")
     return m.reshape(proj * (1 - 2 * flip), [n, *s])
 

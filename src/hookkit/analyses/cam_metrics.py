@@ -9,8 +9,7 @@ percentiles. "confidence-drop": the score of the input multiplied by the map min
 input (pytorch-grad-cam's ``CamMultImageConfidenceChange``).
 
 >>> maps = hookkit.cam(model, "layer4", x)                                          # doctest: +SKIP
->>> hookkit.cam_metric(model, x, maps, metric="road-combined")                    # doctest: +SKIP
-array([0.31, 0.12, ...], dtype=float32)
+>>> hookkit.cam_metric(model, x, maps, metric="road-combined")   # [N] float32   # doctest: +SKIP
 """
 
 from __future__ import annotations

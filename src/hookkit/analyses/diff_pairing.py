@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.core.errors import LayerNotFound
+from hookkit.core.select import ALL, LayerSpec, select
 from hookkit.core.suggest import close_matches
 from hookkit.core.validate import ArgumentTypeError, fail
 
@@ -136,3 +137,35 @@ class StructureAligner:
     def rest(self) -> list[Any]:
         """Keys of ``a``'s calls never paired."""
         return self.skipped + [k for k, _ in self.calls[self.pos :]]
+
+
+class Plan:
+    """Which layers of each model take part (``layers_a``, ``layers_b``), how they pair (``mode``: "name",
+    "map" or "structure"), and for name / map pairing which of ``a``'s layers each ``b`` layer answers to."""
+
+    def __init__(self, a: Any, be_a: Any, b: Any, be_b: Any, layers: LayerSpec | None, map: Map, fn: str):
+        sel_a = [(n, m) for n, m in select(a, ALL if layers is None else layers) if be_a.has_forward(m)]
+        all_b = [(n, m) for n, m in select(b, ALL) if be_b.has_forward(m)]
+        names_b = [n for n, _ in all_b if n]
+        known_b = set(names_b)
+        leaves_a = [n for n, m in sel_a if n and not be_a.children(m)]
+        # by structure when most of a's leaves have no namesake in b
+        if map == "structure" or (map is None and leaves_a and 2 * sum(n in known_b for n in leaves_a) < len(leaves_a)):
+            self.mode = "structure"
+            self.layers_a = [(n, m) for n, m in sel_a if not n or not be_a.children(m)]
+            self.layers_b = [(n, m) for n, m in all_b if not n or not be_b.children(m)]
+            self.b_to_a: dict[str, list[str]] = {"": [""]} if any(not n for n, _ in self.layers_a) else {}
+            return
+        self.mode = "map" if map is not None and map != "name" else "name"
+        all_a = [n for n, m in select(a, ALL) if n and be_a.has_forward(m)]
+        covered = resolve(map, all_a, names_b, fn)
+        pairs = name_pairs([n for n, _ in sel_a if n], names_b, covered)
+        if any(not n for n, _ in sel_a):
+            pairs[""] = ""  # the models' outputs always pair
+        self.layers_a = sel_a
+        # with the default layers, b's layers nobody pairs with are attached too, to list their calls
+        wanted = set(pairs.values()) if layers is not None else {n for n, _ in all_b}
+        self.layers_b = [(n, m) for n, m in all_b if n in wanted]
+        self.b_to_a = {}
+        for na, nb in pairs.items():
+            self.b_to_a.setdefault(nb, []).append(na)

@@ -84,8 +84,9 @@ class Diff:
     >>> print(d); d.plot()
     """
 
-    def __init__(self, rows: list[Row], unpaired: list[Unpaired], pairing: str, frameworks: tuple[str, str]):
+    def __init__(self, rows: list[Row], unpaired: list[Unpaired], pairing: str, frameworks: tuple[str, str], local: bool = False):
         self.rows = rows
+        self.local = local  # each leaf of b ran on a's inputs and a's output gradient
         self.unpaired = unpaired
         self.pairing = pairing  # "name", "map" or "structure"
         self.frameworks = frameworks
@@ -135,9 +136,16 @@ class Diff:
 
     def _footer(self) -> list[str]:
         fa, fb = self.frameworks
-        lines = [f"a: {fa}, b: {fb}; {len(self.rows)} pairs compared (paired by {self.pairing})"]
+        how = "; local: each leaf of b ran on a's inputs and a's output gradient" if self.local else ""
+        lines = [f"a: {fa}, b: {fb}; {len(self.rows)} pairs compared (paired by {self.pairing}{how})"]
         first = self.first
         lines.append(f"First divergence: {first}" if first else "No divergence: every pair within tolerance")
+        back = self.first_in("backward")
+        if first is not None and first.phase == "forward" and back is not None and not self.local:
+            lines.append(
+                f"The backward pass diverges too (first: {back.phase} of {back.where}): gradients read the forward "
+                f"activations, which differ from {first.where} on; the forward divergence is the one to explain first"
+            )
         if self.unpaired:
             shown = ", ".join(f"{u.side}:{u.layer or '(root)'}#{u.call}" for u in self.unpaired[:6])
             more = f" and {len(self.unpaired) - 6} more" if len(self.unpaired) > 6 else ""
@@ -195,6 +203,7 @@ class Diff:
         return {
             "frameworks": list(self.frameworks),
             "pairing": self.pairing,
+            "local": self.local,
             "first": None if first is None else self.rows.index(first),
             "rows": [{**asdict(r), "shape": list(r.shape)} for r in self.rows],
             "unpaired": [asdict(u) for u in self.unpaired],
@@ -202,8 +211,9 @@ class Diff:
 
     # -- the plot ---------------------------------------------------------------------------------
     def plot(self, *, ax: Any = None, figsize: tuple[float, float] = (10, 3.5)) -> Any:
-        """Relative error (``||a - b|| / ||a||``, log scale) by depth (the forward position of each
-        layer's call), forward and backward on one axis, the first divergence marked. Returns the
+        """Relative error (``||a - b|| / ||a||``, log scale; exact agreement on the grey line below the
+        smallest error) by depth (the forward position of each layer's call), forward and backward on
+        one axis, the first divergence marked. Returns the
         matplotlib Figure; pyplot is not used (nothing is left open).
 
         >>> fig = d.plot(); fig.savefig("diff.png")   # doctest: +SKIP
@@ -215,7 +225,8 @@ class Diff:
             ax = fig.add_subplot()
         else:
             fig = ax.figure
-        floor = 1e-12
+        nonzero = [r.rel_err for r in self.rows if 0 < r.rel_err < math.inf]
+        floor = min(nonzero) / 10 if nonzero else 1e-12  # exact agreement is drawn one decade below the smallest error
         styles = {
             "forward": ("C0", "o", "forward output"),
             "output-grad": ("C1", "s", "output gradient"),
@@ -238,6 +249,8 @@ class Diff:
         ax.set_yscale("log")
         ax.set_xlabel("depth (forward position of the layer's call)")
         ax.set_ylabel("relative error ||a-b||/||a||")
+        ax.axhline(floor, color="0.7", lw=0.5)
+        ax.annotate("exactly equal", (0, floor), xycoords=("axes fraction", "data"), fontsize=7, color="0.5", va="bottom")
         fa, fb = self.frameworks
         ax.set_title(f"diff: a ({fa}) vs b ({fb})")
         if self.rows:

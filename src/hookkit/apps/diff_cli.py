@@ -1,4 +1,4 @@
-"""``hookkit diff A B --input-size 2,8 [--dtype long] [--backward] [--port] [--kw k=v] [--json]``:
+"""``hookkit diff A B --input-size 2,8 [--dtype long] [--backward] [--port] [--local] [--kw k=v] [--json]``:
 build two models (``package.module:callable`` each), run ``hookkit.diff`` on random inputs, print
 the table. Exit status as the ``diff`` tool's: 0 no divergence, 1 divergence, 2 error."""
 
@@ -18,6 +18,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--dtype", action="append", default=[], help="input dtype (float, long, ...), one per --input-size or one for all")
     p.add_argument("--backward", action="store_true", help="also compare output and parameter gradients of the sum of the output")
     p.add_argument("--port", action="store_true", help="copy a's weights into b first (hookkit.port_weights)")
+    p.add_argument("--local", action="store_true", help="each layer's own error: b's layers run on a's inputs (diff(local=True))")
     p.add_argument("--kw", action="append", default=[], help="keyword for both callables, like n_layer=2 (repeatable)")
     p.add_argument("--rtol", type=float, default=None, help="relative tolerance (default: from the dtypes compared)")
     p.add_argument("--atol", type=float, default=None, help="absolute tolerance (default: from the dtypes compared)")
@@ -62,7 +63,7 @@ def run_cli(args: argparse.Namespace) -> int:
         if args.port:
             hookkit.port_weights(a, b)
         inputs = make_inputs(shapes, dtypes, args.seed)
-        d = hookkit.diff(a, b, tuple(inputs), backward=args.backward, rtol=args.rtol, atol=args.atol)
+        d = hookkit.diff(a, b, tuple(inputs), backward=args.backward, rtol=args.rtol, atol=args.atol, local=args.local)
     except (TargetError, HookkitError) as e:
         return _error(e)
     except Exception as e:  # noqa: BLE001 - a model that fails on these inputs: one line, not a traceback

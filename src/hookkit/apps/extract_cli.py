@@ -47,6 +47,12 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--dtype", default=None, help="stored dtype, like float16")
     p.add_argument("--shard-size", default="16MB", help="bytes per shard file, like 16MB (default); memory stays under ~3x this")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="progress bar (default: on a terminal)")
+    p.add_argument(
+        "--nproc",
+        type=int,
+        default=1,
+        help="processes to start (gloo on 127.0.0.1), each extracting its share into the same folder; one progress bar (default: 1)",
+    )
     return p
 
 
@@ -97,6 +103,27 @@ class _Batches:
         return _batches(self.array, self.size, self.dtype)
 
 
+class _RankBatches:
+    """Rank ``rank``'s share of the samples, as ``DistributedSampler(shuffle=False)`` deals them
+    (padded with the first samples to a multiple of ``world``); ``batch_sampler`` lists each batch's
+    sample indices, which ``extract`` stores so the folder reads back in the file's order."""
+
+    def __init__(self, array: np.ndarray, size: int, dtype: str | None, rank: int, world: int):
+        n = len(array)
+        padded = list(range(n)) + list(range(-(-n // world) * world - n))
+        mine = padded[rank::world]
+        self.array, self.dtype = array, dtype
+        self.batch_sampler = [mine[i : i + size] for i in range(0, len(mine), size)]
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for idx in self.batch_sampler:
+            batch = np.ascontiguousarray(self.array[idx])
+            yield batch.astype(self.dtype) if self.dtype else batch
+
+
 def _forward_failure(e: Exception) -> str:
     """One line for an exception raised by the model on the data: where, what, and a hint."""
     where = next((n.removeprefix("hookkit.extract: ") for n in getattr(e, "__notes__", ()) if n.startswith("hookkit.extract")), "")
@@ -114,6 +141,35 @@ def _forward_failure(e: Exception) -> str:
 
 
 def run_cli(args: Any) -> int:
+    if getattr(args, "nproc", 1) < 1:
+        print(f"hookkit extract: error: --nproc must be >= 1; got {args.nproc}", file=sys.stderr)
+        return 2
+    if getattr(args, "nproc", 1) > 1:
+        return _launch(args)
+    return _extract(args, rank_world=None)
+
+
+def _launch(args: Any) -> int:
+    """``--nproc N``: N processes on this machine, each one rank of a gloo process group."""
+    from hookkit.backends import backend_for
+
+    try:
+        model = load_model(args.target, parse_kw(args.kw), seed=args.seed, weights=args.weights)
+    except (TargetError, HookkitError) as e:
+        print(f"hookkit extract: error: {e}", file=sys.stderr)
+        return 2
+    codes = backend_for(model).launch(args.nproc, _rank_main, (args,))
+    return max(codes) if codes else 0
+
+
+def _rank_main(args: Any) -> int:
+    from hookkit.backends import loaded_backends
+
+    rank, world = next((b.world() for b in loaded_backends() if b.world()[1] > 1), (0, 1))
+    return _extract(args, rank_world=(rank, world))
+
+
+def _extract(args: Any, rank_world: tuple[int, int] | None) -> int:
     from hookkit.observers.extract import extract
 
     try:
@@ -141,9 +197,14 @@ def run_cli(args: Any) -> int:
         model = load_model(args.target, parse_kw(args.kw), seed=args.seed, weights=args.weights)
         if hasattr(model, "eval"):
             model.eval()
+        batches = (
+            _Batches(array, args.batch_size, args.data_dtype)
+            if rank_world is None
+            else _RankBatches(array, args.batch_size, args.data_dtype, *rank_world)
+        )
         feats = extract(
             model,
-            _Batches(array, args.batch_size, args.data_dtype),
+            batches,
             args.layers,
             args.out,
             inputs=args.inputs,
@@ -158,6 +219,8 @@ def run_cli(args: Any) -> int:
     except Exception as e:  # noqa: BLE001 - the model's forward failed: one line and a hint, not a traceback
         print(f"hookkit extract: error: {_forward_failure(e)}", file=sys.stderr)
         return 2
-    shapes = ", ".join(f"{k} {list(a.shape)} {a.dtype}" for k, a in feats.items())
-    print(f"{feats.count} samples -> {args.out}: {shapes}")
+    if rank_world is None or rank_world[0] == 0:
+        shapes = ", ".join(f"{k} {list(a.shape)} {a.dtype}" for k, a in feats.items())
+        ranks = f" ({rank_world[1]} processes)" if rank_world else ""
+        print(f"{feats.count} samples -> {args.out}{ranks}: {shapes}")
     return 0

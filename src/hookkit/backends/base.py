@@ -98,14 +98,14 @@ class Core:
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         """Native post-hook ``fn(layer, args, kwargs, output) -> None | output``; returns its handle."""
 
-    def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
-        """Raise if hooks on these layers could not run on every call (compiled graphs)."""
-
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         """Remove the layer's native forward pre- and post-hooks whose function ``match(fn)``
         accepts, without their handles (the inert hooks a copy or an unpickled model carries);
         returns how many were removed."""
         return 0
+
+    def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
+        """Raise if hooks on these layers could not run on every call (compiled graphs)."""
 
     def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
         """Make hooks placed now take effect in code the framework already compiled for ``model``

@@ -165,16 +165,38 @@ def select(model: Any, layers: LayerSpec = LEAVES) -> Selection:
         specs = [LEAVES]
     wrapped = _wrapper_name(model, inner, backend) if inner is not model else ""
     chosen: set[int] = set()
+    aliases: dict[str, tuple[int, Any]] = {}  # a shared layer named by another attribute path
     for spec in specs:
+        bare = _without_prefix(spec, wrapped)
         try:
-            chosen.update(_match_one(_without_prefix(spec, wrapped), named, backend))
+            chosen.update(_match_one(bare, named, backend))
         except LayerNotFound as exc:
+            found = _alias(inner, bare, named, backend) if isinstance(bare, str) else None
+            if found is not None:
+                aliases[bare] = found
+                continue
             if exc.spec == spec or not isinstance(spec, str):
                 raise
             raise LayerNotFound(spec, exc.close, f"in the model inside {type(model).__name__}") from None
-    if not chosen:
+    if not chosen and not aliases:
         raise LayerNotFound(layers, [], "the predicate selected no layer")
-    return Selection(named[i] for i in sorted(chosen))
+    order = [((i, 0, ""), named[i]) for i in chosen] + [((i, 1, name), (name, layer)) for name, (i, layer) in aliases.items()]
+    return Selection(pair for _, pair in sorted(order, key=lambda kv: kv[0]))
+
+
+def _alias(root: Any, path: str, named: list[tuple[str, Any]], backend: Any) -> tuple[int, Any] | None:
+    """A layer reachable under another attribute path than its first name (``self.a = self.b =
+    shared``: ``named_layers`` lists it once, as ``a``): ``(its index in named, the layer)``."""
+    if not path or path.startswith(":") or any(c in path for c in "*?["):
+        return None
+    layer = root
+    for part in path.split("."):
+        child = getattr(layer, part, None) if part.isidentifier() or part.isdigit() else None
+        if child is None or not any(c is child for c in backend.children(layer)):
+            return None
+        layer = child
+    index = next((i for i, (_, m) in enumerate(named) if m is layer), None)
+    return None if index is None else (index, layer)
 
 
 class Selection(list):

@@ -279,6 +279,8 @@ def patch(
     positions: Any = None,
     token_dim: int | None = None,
     index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
 ) -> Edits:
     """Replace selected layers' outputs with stored ones (activation patching).
 
@@ -297,7 +299,16 @@ def patch(
     ...     patched = model(corrupt_ids)
     >>> with hookkit.patch(model, "h.1", clean, positions=[4]):   # only token 4
     ...     patched = model.generate(corrupt_ids, max_new_tokens=5)
+
+    ``heads=`` (attention layers): the values are per-head records ``[B, H_selected, T, d_head]``,
+    e.g. a ``capture(..., heads=)`` of the clean run.
     """
+    if heads is not None and heads is not False:
+        from hookkit.interventions.heads import patch_heads
+
+        if positions is not None or steps is not None:
+            fail("patch", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
+        return patch_heads(model, layers, values, calls, heads, head_layout)
     check_model(model, fn="patch")
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
@@ -401,17 +412,30 @@ def ablate(
     positions: Any = None,
     token_dim: int | None = None,
     index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
 ) -> Edits:
     """Zero or mean ablation of selected layers' outputs. ``mode="mean"`` replaces each sample by the
     mean over the batch (dim 0), or by ``mean=`` (shape ``output.shape[1:]``; a dict name -> mean
     per layer). ``positions=`` / ``steps=``: only those token positions / generation steps (see ``steer``).
 
     >>> h = hookkit.ablate(model, "h.0.mlp", mode="mean")   # doctest: +SKIP
+
+    ``heads=`` (a list of head indices) on an attention layer of a known family ablates those heads'
+    slices of the output projection's input (``head_layout=`` describes another layer):
+
+    >>> h = hookkit.ablate(model, "transformer.h.0.attn", heads=[1, 3])   # doctest: +SKIP
     """
     check_model(model, fn="ablate")
     check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
     if mean is not None and mode != "mean":
         fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
+    if heads is not None and heads is not False:
+        from hookkit.interventions.heads import ablate_heads
+
+        if positions is not None or steps is not None:
+            fail("ablate", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
+        return ablate_heads(model, layers, heads, mode, mean, calls, head_layout)
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     means = None
@@ -465,6 +489,8 @@ def steer(
     positions: Any = None,
     token_dim: int | None = None,
     index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
 ) -> Edits:
     """Add ``scale * vector`` to selected layers' outputs; ``vector`` has the size of the last dim
     (broadcast over the others) or any shape that broadcasts into the output; a dict name -> vector
@@ -482,8 +508,16 @@ def steer(
     >>> h = hookkit.steer(model, "h.1", direction, scale=4.0)   # doctest: +SKIP
     >>> with hookkit.steer(model, "transformer.h.1", direction, positions="generated"):   # doctest: +SKIP
     ...     out = model.generate(ids, max_new_tokens=20)
+
+    ``heads=``: add a ``[d_head]`` vector (or ``[H_selected, d_head]``) to each selected head's slice.
     """
     check_model(model, fn="steer")
+    if heads is not None and heads is not False:
+        from hookkit.interventions.heads import steer_heads
+
+        if positions is not None or steps is not None:
+            fail("steer", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
+        return steer_heads(model, layers, vector, scale, calls, heads, head_layout)
     be = backend_for(model)
     names = [n for n, _ in select(model, layers)]
     vectors = {
@@ -525,6 +559,8 @@ def edit(
     positions: Any = None,
     token_dim: int | None = None,
     index: int | None = 0,
+    heads: Any = None,
+    head_layout: Any = None,
 ) -> Edits:
     """Apply ``fn(output, ev) -> new | None`` to selected layers' outputs (the tensor at ``index``;
     ``ev`` has ``name``, ``call``, ``step``, ``args``, ``offset``, ``gen_step``). None keeps the output.
@@ -532,8 +568,16 @@ def edit(
     token axis and returns its replacement (same shape); ``ev.selected`` lists their absolute positions.
 
     >>> h = hookkit.edit(model, "fc", lambda out, ev: out * 2)   # doctest: +SKIP
+
+    ``heads=``: ``fn`` gets and returns the selected heads' record ``[B, H_selected, T, d_head]``.
     """
     check_model(model, fn="edit")
+    if heads is not None and heads is not False:
+        from hookkit.interventions.heads import edit_with_heads
+
+        if positions is not None or steps is not None:
+            fail("edit", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
+        return edit_with_heads(model, layers, fn, calls, heads, head_layout)
     check_callable(fn, fn="edit", arg="fn", signature="fn(output, ev)")
 
     def apply(t: Any, pos: int, ev: Event) -> Any:

@@ -9,6 +9,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from enum import Enum
 from functools import partial
+from itertools import count
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
 
@@ -94,10 +95,11 @@ class Record:
     ``pos``: where the forward sat in its sequence (``offset``, ``gen_step``: see ``Event``);
     ``positions``: the absolute positions the output holds when the capture selected some."""
 
-    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "pos", "positions", "_grads", "_structure")
+    __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "pos", "positions", "_grads", "_structure", "_seq")
 
-    def __init__(self, name: str, call: int, step: int, output: Any = None, pos: Any = None):
+    def __init__(self, name: str, call: int, step: int, output: Any = None, pos: Any = None, seq: int = 0):
         self.name, self.call, self.step, self.output, self.pos = name, call, step, output, pos
+        self._seq = seq  # when the call happened, among all the capture's records
         self.inputs = self.kwargs = self.grad = self._structure = self.positions = None
         self._grads: list | tuple = _NO_GRADS
 
@@ -181,6 +183,9 @@ class capture(HandleGroup):
     Distributed training (DDP, FSDP): each process captures its own tensors, per rank (unlike the
     statistics, nothing is gathered across ranks); a data-parallel wrapper's ``module.`` prefix
     may be given or left out of layer names.
+
+    ``heads=True`` (or a list of head indices) on attention layers of a known family records each
+    call's per-head input of the output projection, ``[B, H, T, d_head]`` (see ``hookkit.ablate``).
     """
 
     def __init__(
@@ -195,6 +200,8 @@ class capture(HandleGroup):
         to: Any = None,
         clone: bool = False,
         keep: Keep = "all",
+        heads: Any = None,
+        head_layout: Any = None,
         positions: Any = None,
         steps: Any = None,
         token_dim: int | None = None,
@@ -222,9 +229,14 @@ class capture(HandleGroup):
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
         self._records: dict[str, list[Record]] = {}
+        self._seq = count()  # numbers records in the order the calls happened, across layers
         self.grads = _Grads(self)
+        if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
+            self._heads(model, layers, heads, head_layout)
+            return
         named = select(model, layers)
         self.names = [n for n, _ in named]
+        self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
         for name in self.names:
             self._records[name] = []
         try:
@@ -235,6 +247,26 @@ class capture(HandleGroup):
         except BaseException:
             self.remove()
             raise
+
+    def _heads(self, model: Any, layers: LayerSpec, heads: Any, head_layout: Any) -> None:
+        from hookkit.interventions.heads import attach_capture
+
+        if self._inputs or self._grads or not self._outputs:
+            fail("capture", "heads", "None with inputs=True, grads=True or outputs=False (head records are outputs)", heads)
+        if self._positions is not None or self._gen_steps is not None:
+            fail("capture", "heads", "None with positions= or steps= (head records hold every position)", heads)
+        self.names = []
+        try:
+            self.names = attach_capture(self, model, layers, heads, head_layout)
+        except BaseException:
+            self.remove()
+            raise
+
+    def record_value(self, name: str, ev: Event, value: Any) -> None:
+        """Record ``value`` as layer ``name``'s output at ``ev``'s call (consumers computing what they record)."""
+        if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
+            self._new_step(ev.step)
+        self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, self._keep(value), ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
     def _forward_consumer(self, name: str) -> Any:
@@ -254,10 +286,11 @@ class capture(HandleGroup):
             return partial(self._on_forward, name)
         # bound once: the layer's list is never replaced (clear() empties it in place)
         append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep
+        seq = self._seq
 
         def on_forward(ev: Event) -> None:
             out = ev.output
-            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos))
+            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
 
         return on_forward
 
@@ -304,7 +337,7 @@ class capture(HandleGroup):
             output, selected = found
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
             self._new_step(ev.step)
-        rec = Record(name, ev.call, ev.step, None, ev.pos)
+        rec = Record(name, ev.call, ev.step, None, ev.pos, next(self._seq))
         rec.positions = selected
         if self._outputs:
             rec.output = self._keep(output)
@@ -340,8 +373,22 @@ class capture(HandleGroup):
 
             raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(close_matches(name, self.names) or self.names[:8])}")
         if not recs:
-            raise KeyError(f"layer {name!r} has not run since the capture started")
+            raise KeyError(f"layer {name!r} has not run since the capture started{self._swapped(name)}")
         return recs[-1]
+
+    def _swapped(self, name: str) -> str:
+        """A hint when the model now holds another layer under ``name`` than the one hooked."""
+        model = self._model()
+        try:
+            now = dict(select(model, name)).get(name) if model is not None else None
+        except (LookupError, ValueError):
+            now = None
+        if now is None or now is self._hooked[name]():
+            return ""
+        return (
+            f": the model's {name!r} was replaced after the capture started, and the new layer is not hooked "
+            "(hooks stay on the layer object they were placed on); start the capture after swapping layers"
+        )
 
     def __getitem__(self, name: str) -> Any:
         """The last output (or inputs, if outputs=False) of layer ``name``."""
@@ -395,9 +442,10 @@ class capture(HandleGroup):
         return stitch(self._backend, name, self._records[name], dim, self._index, call, self._positions is not None)
 
     def records(self) -> list[Record]:
-        """All records of all layers, in the order the calls happened."""
+        """All records of all layers, in the order the calls happened (interleaved calls of several
+        layers included; a forward run inside another comes where it ran)."""
         out = [r for recs in self._records.values() for r in recs]
-        return sorted(out, key=lambda r: (r.step, self.names.index(r.name), r.call))
+        return sorted(out, key=lambda r: r._seq)
 
     def clear(self) -> None:
         """Forget what was recorded; keep recording."""

@@ -1,23 +1,20 @@
 """``hookkit.extract``: layers' outputs over a whole data set, streamed to sharded safetensors files.
 
-The compute thread runs the forwards; the hooks (router consumers) reduce and cast each output on
-its device; complete batches go to a shard buffer; a full buffer goes through a queue of one to a
-writer thread, which writes the shard (temporary file, then ``os.replace``) and only then the index.
-So host memory holds at most three shards' worth of features (the one being written, the one
-queued, the one being filled) plus one batch, whatever the number of samples; and an interrupted
-run, re-run with the same arguments, continues after the last shard the index lists.
+A short pipeline: check the arguments, open the run (fingerprint, folder, this rank's part), attach
+the collector (router consumers that reduce and cast each output on its device), run the batches
+(complete batches go to a shard buffer; a full buffer goes to the writer thread, which writes the
+shard, then the index: ``extract_io``), finish (the last shard; under a process group, the index of
+all ranks: ``extract_ranks``). An interrupted run, re-run with the same arguments, continues after
+the last shard its index lists.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import re
-import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +23,10 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.observers import extract_ranks as ranks
 from hookkit.observers import features as fmt
+from hookkit.observers.extract_io import Progress, Rows, Writer
+from hookkit.observers.extract_ranks import RankPlan
 from hookkit.observers.features import ExtractError, Features, load_features
 from hookkit.observers.reductions import ReduceSpec, Reduction, reductions_for
 
@@ -149,130 +149,10 @@ def _difference(key: str, old: Any, new: Any) -> str:
     return f"{key}: {old!r} there, {new!r} now"[:300]
 
 
-# -- the writer thread ----------------------------------------------------------------------------
-class _Writer:
-    """Writes shards handed over through a queue of one, then updates the index; never outlives
-    the call (``close`` joins it); its exception is re-raised in the caller."""
-
-    def __init__(self, out: str, index: dict[str, Any]):
-        self.out, self.index = out, index
-        self.q: queue.Queue = queue.Queue(maxsize=1)
-        self.error: BaseException | None = None
-        self.bytes_written = 0
-        self.thread = threading.Thread(target=self._run, name="hookkit-extract-writer", daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self.q.get()
-            if item is None:
-                return
-            try:
-                self._write(*item)
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                self.error = e
-                return
-
-    def _write(self, layers: dict[str, Any], chunks: dict[str, list[np.ndarray]], sizes: list[int], done: Callable[[], None]) -> None:
-        index = self.index
-        name = fmt.shard_name(len(index["shards"]))
-        self.bytes_written += fmt.write_shard(os.path.join(self.out, name), chunks)
-        done()  # the buffers can be filled again
-        index["layers"] = layers
-        index["shards"].append({"file": name, "count": sum(sizes), "batch_sizes": sizes})
-        index["count"] += sum(sizes)
-        index["batches"] += len(sizes)
-        fmt.write_json(os.path.join(self.out, fmt.INDEX), index)  # only after the shard is whole
-
-    def check(self) -> None:
-        if self.error is not None:
-            e = self.error
-            note = f"hookkit.extract: writing a shard to {self.out!r} failed"
-            if note not in getattr(e, "__notes__", ()):
-                e.add_note(note)
-            raise e
-
-    def submit(self, item: Any) -> None:
-        while True:
-            self.check()
-            try:
-                self.q.put(item, timeout=0.05)
-                return
-            except queue.Full:
-                continue
-
-    def close(self) -> None:
-        """Let the writer finish what is queued, and join it."""
-        while self.thread.is_alive():
-            try:
-                self.q.put(None, timeout=0.05)
-                break
-            except queue.Full:
-                continue
-        self.thread.join()
-
-
-class _Rows:
-    """Per-key row buffers of the shard being filled, recycled through the writer: at most ``sets``
-    of them exist (the one filling, the one queued, the one being written), each of about
-    ``shard_size`` + one batch, allocated once and reused, so memory neither grows nor fragments."""
-
-    def __init__(self, keys: list[str], shard_bytes: int, writer: _Writer, sets: int = 3):
-        self.keys, self.shard_bytes, self.writer, self.sets = keys, shard_bytes, writer, sets
-        self.free: queue.Queue = queue.Queue()
-        self.made = 0
-        self.full = self.bps = 0
-        self.cur: dict[str, np.ndarray] | None = None
-        self.filled = 0
-        self.sizes: list[int] = []
-
-    def _acquire(self, specs: dict[str, tuple[tuple[int, ...], str]], n: int) -> dict[str, np.ndarray]:
-        try:
-            return self.free.get_nowait()
-        except queue.Empty:
-            pass
-        if self.made < self.sets:
-            self.made += 1
-            self.bps = sum(fmt._prod(specs[k][0]) * np.dtype(specs[k][1]).itemsize for k in self.keys)
-            self.full = -(-self.shard_bytes // max(1, self.bps)) + n  # rows of a full shard, at most
-            # small first, doubled as it fills: a short run never maps a whole shard's worth
-            return {k: np.empty((min(self.full, 8 * n), *specs[k][0]), specs[k][1]) for k in self.keys}
-        while True:  # all sets in flight: wait for the writer to hand one back
-            self.writer.check()
-            try:
-                return self.free.get(timeout=0.05)
-            except queue.Empty:
-                continue
-
-    def add(self, rows: dict[str, np.ndarray], n: int, specs: dict[str, tuple[tuple[int, ...], str]]) -> None:
-        if self.cur is None:
-            self.cur = self._acquire(specs, n)
-        cur, at = self.cur, self.filled
-        if at + n > len(cur[self.keys[0]]):  # grow this set: doubled, to a full shard (or this batch)
-            size = max(at + n, min(2 * len(cur[self.keys[0]]), self.full))
-            for k in self.keys:
-                bigger = np.empty((size, *specs[k][0]), specs[k][1])
-                bigger[:at] = cur[k][:at]
-                cur[k] = bigger
-        for k in self.keys:
-            cur[k][at : at + n] = rows[k]
-        self.filled += n
-        self.sizes.append(n)
-        if self.bps * self.filled >= self.shard_bytes:
-            self.flush(specs)
-
-    def flush(self, specs: dict[str, tuple[tuple[int, ...], str]]) -> None:
-        if self.cur is None or not self.sizes:
-            return
-        cur, filled = self.cur, self.filled
-        layers = {k: {"shape": list(s[0]), "dtype": s[1]} for k, s in specs.items()}
-        self.writer.submit((layers, {k: [cur[k][:filled]] for k in self.keys}, self.sizes, lambda: self.free.put(cur)))
-        self.cur, self.filled, self.sizes = None, 0, []
-
-
 # -- the folder -----------------------------------------------------------------------------------
-def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
-    """Create or reopen ``out``: a new index, or the old one when the fingerprint matches (resume)."""
+def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any], plan: RankPlan) -> dict[str, Any]:
+    """Create or reopen ``out``: a new index (this rank's, under a process group), or the old one
+    when the fingerprint matches (resume)."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise ExtractError(f"extract(out={out!r}): it is a file; give a folder (created if missing)")
     try:
@@ -282,9 +162,13 @@ def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any]) ->
     if not os.access(out, os.W_OK | os.X_OK):
         raise ExtractError(f"extract(out={out!r}): the folder is not writable")
     index = None
-    if os.path.exists(os.path.join(out, fmt.INDEX)):
+    top = os.path.join(out, fmt.INDEX)
+    if plan.ranked and os.path.exists(top):  # a finished multi-rank run: left as it is
+        return fmt.read_index(out)
+    ranks.check_world(out, plan)
+    if os.path.exists(os.path.join(out, plan.index_name)):
         try:
-            index = fmt.read_index(out)
+            index = fmt.read_index(out, plan.index_name, plan.shard_rank)
         except fmt.FeaturesError as e:
             raise ExtractError(
                 f"extract(out={out!r}): the folder holds an index that cannot be resumed ({e}); use a new folder or delete it"
@@ -298,9 +182,9 @@ def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any]) ->
                 "re-run with the same model and weights, layers, inputs, reduce and dtype to resume it, or use a new folder"
             )
     else:
-        names = [n for n in os.listdir(out) if fmt._SHARD_NAME.fullmatch(n)]
+        names = [n for n in os.listdir(out) if _own_shard(n, plan)]
         if names:
-            raise ExtractError(f"extract(out={out!r}): the folder holds shard files but no {fmt.INDEX}; use a new folder")
+            raise ExtractError(f"extract(out={out!r}): the folder holds shard files but no {plan.index_name}; use a new folder")
         index = {
             "format": fmt.FORMAT,
             "version": fmt.VERSION,
@@ -312,64 +196,250 @@ def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any]) ->
             "batches": 0,
             "complete": False,
         }
+        if plan.ranked:
+            index.update(rank=plan.rank, world=plan.world)
+        if plan.ids is not None:
+            index["samples"] = True  # each shard also holds every row's data-set index
         try:
-            fmt.write_json(os.path.join(out, fmt.INDEX), index)
+            fmt.write_json(os.path.join(out, plan.index_name), index)
         except OSError as e:
             raise ExtractError(f"extract(out={out!r}): cannot write to the folder: {e.strerror or e}") from None
     # leftovers of a killed run: temporary files, and shards written after the index's last update
     listed = {s["file"] for s in index["shards"]}
     for n in os.listdir(out):
-        stale_tmp = n.startswith(".") and n.endswith(".tmp") and (fmt._SHARD_NAME.fullmatch(n[1:-4]) or n[1:-4] == fmt.INDEX)
-        if stale_tmp or (fmt._SHARD_NAME.fullmatch(n) and n not in listed):
+        stale_tmp = n.startswith(".") and n.endswith(".tmp") and (_own_shard(n[1:-4], plan) or n[1:-4] == plan.index_name)
+        if stale_tmp or (_own_shard(n, plan) and n not in listed):
             os.remove(os.path.join(out, n))
     return index
 
 
-# -- progress -------------------------------------------------------------------------------------
-class _Progress:
-    """A rich progress line (samples, samples/s, bytes written) on a terminal; nothing otherwise."""
+def _own_shard(name: str, plan: RankPlan) -> bool:
+    """A shard file of this rank (or of the single process)."""
+    if not fmt._SHARD_NAME.fullmatch(name):
+        return False
+    return name.startswith(f"shard-r{plan.rank:05d}-") if plan.ranked else not name.startswith("shard-r")
 
-    def __init__(self, enabled: bool | None, total: int | None, writer: _Writer, done: int):
-        if enabled is None:
-            enabled = sys.stderr.isatty()
-        self.bar = None
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.writer, self.t0, self.samples0 = writer, time.perf_counter(), None
-        self.bar = Progress(
-            TextColumn("extract"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("batches · {task.fields[samples]} samples · {task.fields[rate]} · {task.fields[written]} written"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
+# -- the pipeline: checks, open run, collector, batches, finish --------------------------------------
+@dataclass
+class _Run:
+    """Everything an extraction knows once its folder is open."""
+
+    out: str
+    be: Backend
+    named: list[tuple[str, Any]]
+    keys: list[str]
+    reds: dict[str, Reduction | None]
+    fingerprint: dict[str, Any]
+    meta: dict[str, Any]
+    plan: RankPlan
+    index: dict[str, Any]
+    existed: bool
+    done_sizes: list[int] = field(default_factory=list)
+    specs: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
+
+    @property
+    def fresh(self) -> bool:  # nothing written yet: a failure leaves no folder or index behind
+        return not self.index["shards"]
+
+
+def _check_args(data: Any, forward: Any, dtype: Any, progress: Any, shard_size: Any) -> int:
+    if isinstance(data, (str, bytes)) or hasattr(data, "shape"):
+        raise ExtractError(
+            f"extract(data=...): got a single {type(data).__name__}; pass an iterable of batches, like a DataLoader or np.array_split(x, n)"
         )
-        self.task = self.bar.add_task("extract", total=total, completed=done, samples=0, rate="-", written="0 B")
-        self.bar.start()
-
-    def update(self, batches: int, samples: int) -> None:
-        if self.bar is None:
-            return
-        if self.samples0 is None:
-            self.samples0, self.t0 = samples, time.perf_counter()
-        dt = time.perf_counter() - self.t0
-        rate = f"{(samples - self.samples0) / dt:,.0f} samples/s" if dt > 0 else "-"
-        self.bar.update(self.task, completed=batches, samples=f"{samples:,}", rate=rate, written=_human(self.writer.bytes_written))
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    if not isinstance(data, Iterable):
+        raise ExtractError(f"extract(data=...): got {type(data).__name__}, which is not iterable; pass a DataLoader or a list of batches")
+    if forward is not None and not callable(forward):
+        raise ExtractError(f"extract(forward=...): must be a callable taking a batch; got {type(forward).__name__}")
+    if dtype is not None and dtype not in STORABLE:
+        raise ExtractError(f"extract(dtype=...): got {dtype!r}; storable dtypes: {', '.join(STORABLE)}")
+    if progress not in (None, True, False):
+        raise ExtractError(f"extract(progress=...): True, False or None (on a terminal only); got {progress!r}")
+    return parse_size(shard_size)
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return ""
+def _open_run(model: Any, data: Any, layers: LayerSpec, out: str, inputs: bool, reduce: Any, dtype: str | None, sampler: Any) -> _Run:
+    be = backend_for(model)
+    named = select(model, layers)  # LayerNotFound here, before any forward
+    names = [n for n, _ in named]
+    if not names:
+        raise ExtractError(f"extract(layers={layers!r}): selects no layer; name at least one")
+    reds = reductions_for(reduce, names)
+    keys = [k for n in names for k in ((n, n + ":input") if inputs else (n,))]
+    plan = ranks.plan(be, data, sampler)
+    fp = _fingerprint(model, be, named, inputs, reds, dtype)
+    if plan.ranked:
+        fp.update(world=plan.world, sampler=plan.sampler)
+    meta = {
+        "model": fp["model"],
+        "framework": be.name,
+        "layers": names,
+        "keys": keys,
+        "inputs": inputs,
+        "reduce": fp["reduce"],
+        "dtype": dtype,
+    }
+    existed = os.path.isdir(out)
+    index = _prepare_out(out, fp, meta, plan)
+    run = _Run(out, be, named, keys, reds, fp, meta, plan, index, existed)
+    if "ranks" not in index:
+        run.done_sizes = [c for s in index["shards"] for c in s["batch_sizes"]]
+        run.specs = {k: (tuple(v["shape"]), v["dtype"]) for k, v in index["layers"].items()}
+    return run
+
+
+class _Collector:
+    """The router consumers of one extraction: each selected layer's output (and input) of the
+    running batch, reduced and cast on the device, kept until the batch is done."""
+
+    def __init__(self, run: _Run, inputs: bool, dtype: str | None):
+        self.run, self.inputs, self.dtype = run, inputs, dtype
+        self.got: dict[str, Any] = {}
+        self.batch = -1
+        self.hooks: list[Any] = []
+
+    def attach(self, model: Any) -> None:
+        for name, layer in self.run.named:
+            self.hooks.append(attach(model, [(name, layer)], "forward", self._consumer(name, self.run.reds[name]), OBSERVER))
+
+    def remove(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
+
+    def _consumer(self, name: str, red: Reduction | None) -> Callable[[Any], None]:
+        be, got, inputs, dtype = self.run.be, self.got, self.inputs, self.dtype
+
+        def on_forward(ev: Any) -> None:
+            pairs = [(name, ev.output), (name + ":input", (ev.args, ev.kwargs))] if inputs else [(name, ev.output)]
+            for key, value in pairs:
+                if key in got:
+                    raise ExtractError(
+                        f"extract: layer {name!r} ran more than once in the forward of batch {self.batch}; extract keeps one "
+                        "tensor per sample and layer: select a layer that runs once per forward"
+                    )
+                t = first_tensor(value, be.is_tensor)
+                if t is None:
+                    raise ExtractError(
+                        f"extract: the {'inputs' if key != name else 'output'} of layer {name!r} hold no tensor (batch {self.batch})"
+                    )
+                r = red.apply(be, t, key) if red is not None else t
+                fresh = red is not None and red.op in ("mean", "max")
+                if dtype is not None and be.dtype_name(r) != dtype:
+                    r, fresh = be.cast(r, dtype), True
+                # a view, or the layer's own output, could change under a later in-place op: copy it
+                got[key] = r if fresh else be.clone(be.detach(r))
+
+        return on_forward
+
+    def rows(self, b: int, n: int) -> dict[str, np.ndarray]:
+        """The batch's rows per key, on the host, checked (one row per sample, the same shape every batch)."""
+        run, rows = self.run, {}
+        for key in run.keys:
+            if key not in self.got:
+                raise ExtractError(f"extract: layer {key.split(':')[0]!r} did not run in the forward of batch {b}")
+            a = run.be.to_numpy(self.got[key])
+            if a.ndim == 0 or a.shape[0] != n:
+                raise ExtractError(
+                    f"extract: {key!r} gave shape {list(a.shape)} for batch {b} of {n} samples; extract needs the samples along "
+                    "dim 0 (use reduce= or forward= for layers that are not batch-first)"
+                )
+            spec = (tuple(a.shape[1:]), a.dtype.name)
+            old = run.specs.setdefault(key, spec)
+            if old != spec:
+                raise ExtractError(
+                    f"extract: {key!r} gave rows of shape {list(spec[0])} {spec[1]} in batch {b}, but {list(old[0])} {old[1]} "
+                    "before; every batch must give the same per-sample shape (pad the data, or reduce= over the varying dims)"
+                )
+            if a.dtype.name not in fmt.CODES:
+                raise ExtractError(
+                    f"extract: {key!r} has dtype {a.dtype.name}, which cannot be stored; pass dtype= one of {', '.join(STORABLE)}"
+                )
+            rows[key] = a
+        self.got.clear()
+        return rows
+
+
+def _other_ranks(run: _Run) -> Callable[[], tuple[int, int]]:
+    """(batches, samples) the other ranks' indexes list: the progress bar on rank 0 sums all ranks."""
+
+    def read() -> tuple[int, int]:
+        batches = samples = 0
+        for r in range(run.plan.world):
+            if r == run.plan.rank:
+                continue
+            try:
+                idx = fmt.read_index(run.out, fmt.rank_index_name(r), r)
+            except (fmt.FeaturesError, OSError):
+                continue
+            batches, samples = batches + idx["batches"], samples + idx["count"]
+        return batches, samples
+
+    return read
+
+
+def _run_batches(
+    run: _Run, collector: _Collector, data: Iterable[Any], forward: Callable[[Any], Any], shard_bytes: int, progress: bool | None
+) -> None:
+    """Every batch of ``data``: skip those written before an interruption (after checking them),
+    run the others and hand their rows to the shard buffer; then flush and mark the index complete."""
+    out, be, plan, index, done_sizes = run.out, run.be, run.plan, run.index, run.done_sizes
+    keys = run.keys + ([fmt.SAMPLE_KEY] if plan.ids is not None else [])
+    total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
+    samples, start, b = index["count"], 0, -1
+    writer = Writer(out, index, plan.index_name, plan.shard_rank)
+    bar = None
+    try:
+        buffer = Rows(keys, shard_bytes, writer)
+        others = _other_ranks(run) if plan.ranked and plan.rank == 0 else None
+        bar = Progress(
+            progress if plan.rank == 0 else False, total * plan.world if (total and others) else total, writer, len(done_sizes), others
+        )
+        for b, batch in enumerate(data):
+            collector.batch = b
+            n = _count(batch, b)
+            ids = ranks.sample_rows(plan, start, n, b)
+            start += n
+            if b < len(done_sizes):  # written before the interruption: skip, after checking it
+                if n != done_sizes[b]:
+                    raise ExtractError(
+                        f"extract(out={out!r}): batch {b} holds {n} samples but held {done_sizes[b]} in the interrupted run; "
+                        "the data changed (a shuffled loader?): resume needs the same batches in the same order"
+                    )
+                continue
+            collector.got.clear()
+            try:
+                with be.no_grad():
+                    forward(batch)
+            except Exception as e:
+                if not isinstance(e, ExtractError):
+                    e.add_note(f"hookkit.extract: in the forward of batch {b} ({n} samples)")
+                raise
+            rows = collector.rows(b, n)
+            if ids is not None:
+                rows[fmt.SAMPLE_KEY] = ids
+                run.specs.setdefault(fmt.SAMPLE_KEY, ((), "int64"))
+            buffer.add(rows, n, run.specs)  # a copy: the batch's tensors are freed now
+            samples += n
+            writer.check()
+            bar.update(b + 1, samples)
+        if b + 1 < len(done_sizes):
+            raise ExtractError(
+                f"extract(out={out!r}): data gave {b + 1} batches, fewer than the {len(done_sizes)} already written; "
+                "the data changed: resume needs the same batches in the same order"
+            )
+        if b < 0:
+            raise ExtractError("extract(data=...): the data gave no batches (an exhausted iterator?)")
+        buffer.flush(run.specs)
+        writer.close()
+        writer.check()
+        index["complete"] = True
+        fmt.write_json(os.path.join(out, plan.index_name), index)
+    finally:
+        writer.close()  # shards already queued are whole: they are written (resume skips them)
+        if bar is not None:
+            bar.close()
 
 
 # -- extract --------------------------------------------------------------------------------------
@@ -385,6 +455,7 @@ def extract(
     forward: Callable[[Any], Any] | None = None,
     shard_size: int | str = DEFAULT_SHARD_SIZE,
     progress: bool | None = None,
+    sampler: Any = None,
 ) -> Features:
     """Run ``model`` over every batch of ``data`` and stream the outputs of ``layers`` to the folder
     ``out`` (sharded safetensors + ``index.json``): one row per sample, in data order, every layer
@@ -408,159 +479,45 @@ def extract(
     reduce or dtype in the same folder are refused, naming what changed. A call that fails before
     its first shard is written leaves no ``index.json`` behind (nor a folder it created).
     Runs under no_grad; the model's train/eval mode is left as it is (call ``model.eval()``).
+
+    Under an initialized process group (``torchrun``, ``torch.multiprocessing`` with
+    ``init_process_group``; Paddle's ``paddle.distributed.spawn`` / ``launch``) each rank extracts
+    its share into the same folder (its own shards and index) and rank 0 writes the folder's index
+    after the others finish; every rank returns the whole data set. ``sampler``: where each rank's
+    samples come from (a ``DistributedSampler`` or a batch sampler), read from ``data.batch_sampler``
+    when not given, so rows come back in the data's order with ``DistributedSampler``'s padding
+    dropped; without one, ranks' rows follow one another (rank 0 first). A killed rank (or job)
+    re-run with the same world size resumes where each rank stopped; another world size or sampler
+    seed is refused, naming what changed.
+
+    >>> sampler = DistributedSampler(dataset); loader = DataLoader(dataset, 64, sampler=sampler)   # doctest: +SKIP
+    >>> feats = hookkit.extract(model, loader, "h.*", "feats", reduce="mean:1")                    # doctest: +SKIP
     """
     out = os.fspath(out)
-    if isinstance(data, (str, bytes)) or hasattr(data, "shape"):
-        raise ExtractError(
-            f"extract(data=...): got a single {type(data).__name__}; pass an iterable of batches, like a DataLoader or np.array_split(x, n)"
-        )
-    if not isinstance(data, Iterable):
-        raise ExtractError(f"extract(data=...): got {type(data).__name__}, which is not iterable; pass a DataLoader or a list of batches")
-    if forward is not None and not callable(forward):
-        raise ExtractError(f"extract(forward=...): must be a callable taking a batch; got {type(forward).__name__}")
-    if dtype is not None and dtype not in STORABLE:
-        raise ExtractError(f"extract(dtype=...): got {dtype!r}; storable dtypes: {', '.join(STORABLE)}")
-    if progress not in (None, True, False):
-        raise ExtractError(f"extract(progress=...): True, False or None (on a terminal only); got {progress!r}")
-    shard_bytes = parse_size(shard_size)
-    be = backend_for(model)
-    named = select(model, layers)  # LayerNotFound here, before any forward
-    names = [n for n, _ in named]
-    if not names:
-        raise ExtractError(f"extract(layers={layers!r}): selects no layer; name at least one")
-    reds = reductions_for(reduce, names)
-    keys = [k for n in names for k in ((n, n + ":input") if inputs else (n,))]
-    fp = _fingerprint(model, be, named, inputs, reds, dtype)
-    meta = {
-        "model": fp["model"],
-        "framework": be.name,
-        "layers": names,
-        "keys": keys,
-        "inputs": inputs,
-        "reduce": fp["reduce"],
-        "dtype": dtype,
-    }
-    existed = os.path.isdir(out)
-    index = _prepare_out(out, fp, meta)
-    fresh = not index["shards"]  # nothing written yet: a failure leaves no folder or index behind
-    if index["complete"]:
+    shard_bytes = _check_args(data, forward, dtype, progress, shard_size)
+    run = _open_run(model, data, layers, out, inputs, reduce, dtype, sampler)
+    if run.index.get("complete"):
         return load_features(out)
-
-    done_sizes = [c for s in index["shards"] for c in s["batch_sizes"]]
-    specs: dict[str, tuple[tuple[int, ...], str]] = {k: (tuple(v["shape"]), v["dtype"]) for k, v in index["layers"].items()}
-    run = forward if forward is not None else _default_forward(model, be)
-    got: dict[str, Any] = {}
-    state = {"batch": -1}
-
-    def consumer(name: str, red: Reduction | None) -> Callable:
-        def on_forward(ev: Any) -> None:
-            pairs = [(name, ev.output), (name + ":input", (ev.args, ev.kwargs))] if inputs else [(name, ev.output)]
-            for key, value in pairs:
-                if key in got:
-                    raise ExtractError(
-                        f"extract: layer {name!r} ran more than once in the forward of batch {state['batch']}; extract keeps one "
-                        "tensor per sample and layer: select a layer that runs once per forward"
-                    )
-                t = first_tensor(value, be.is_tensor)
-                if t is None:
-                    raise ExtractError(
-                        f"extract: the {'inputs' if key != name else 'output'} of layer {name!r} hold no tensor (batch {state['batch']})"
-                    )
-                r = red.apply(be, t, key) if red is not None else t
-                fresh = red is not None and red.op in ("mean", "max")
-                if dtype is not None and be.dtype_name(r) != dtype:
-                    r, fresh = be.cast(r, dtype), True
-                # a view, or the layer's own output, could change under a later in-place op: copy it
-                got[key] = r if fresh else be.clone(be.detach(r))
-
-        return on_forward
-
-    total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
-    samples, b = index["count"], -1
-    hooks: list[Any] = []
-    writer = bar = None
+    collector = _Collector(run, inputs, dtype)
     finished = False
     try:
-        for n_, m in named:
-            hooks.append(attach(model, [(n_, m)], "forward", consumer(n_, reds[n_]), OBSERVER))
-        writer = _Writer(out, index)
-        buffer = _Rows(keys, shard_bytes, writer)
-        bar = _Progress(progress, total, writer, len(done_sizes))
-        for b, batch in enumerate(data):
-            state["batch"] = b
-            n = _count(batch, b)
-            if b < len(done_sizes):  # written before the interruption: skip, after checking it
-                if n != done_sizes[b]:
-                    raise ExtractError(
-                        f"extract(out={out!r}): batch {b} holds {n} samples but held {done_sizes[b]} in the interrupted run; "
-                        "the data changed (a shuffled loader?): resume needs the same batches in the same order"
-                    )
-                continue
-            got.clear()
-            try:
-                with be.no_grad():
-                    run(batch)
-            except Exception as e:
-                if not isinstance(e, ExtractError):
-                    e.add_note(f"hookkit.extract: in the forward of batch {b} ({n} samples)")
-                raise
-            rows = {}
-            for key in keys:
-                if key not in got:
-                    raise ExtractError(f"extract: layer {key.split(':')[0]!r} did not run in the forward of batch {b}")
-                a = be.to_numpy(got[key])
-                if a.ndim == 0 or a.shape[0] != n:
-                    raise ExtractError(
-                        f"extract: {key!r} gave shape {list(a.shape)} for batch {b} of {n} samples; extract needs the samples along "
-                        "dim 0 (use reduce= or forward= for layers that are not batch-first)"
-                    )
-                spec = (tuple(a.shape[1:]), a.dtype.name)
-                old = specs.setdefault(key, spec)
-                if old != spec:
-                    raise ExtractError(
-                        f"extract: {key!r} gave rows of shape {list(spec[0])} {spec[1]} in batch {b}, but {list(old[0])} {old[1]} "
-                        "before; every batch must give the same per-sample shape (pad the data, or reduce= over the varying dims)"
-                    )
-                if a.dtype.name not in fmt.CODES:
-                    raise ExtractError(
-                        f"extract: {key!r} has dtype {a.dtype.name}, which cannot be stored; pass dtype= one of {', '.join(STORABLE)}"
-                    )
-                rows[key] = a
-            buffer.add(rows, n, specs)  # a copy: the batch's tensors are freed now
-            got.clear()
-            samples += n
-            writer.check()
-            bar.update(b + 1, samples)
-        if b + 1 < len(done_sizes):
-            raise ExtractError(
-                f"extract(out={out!r}): data gave {b + 1} batches, fewer than the {len(done_sizes)} already written; "
-                "the data changed: resume needs the same batches in the same order"
-            )
-        if b < 0:
-            raise ExtractError("extract(data=...): the data gave no batches (an exhausted iterator?)")
-        buffer.flush(specs)
-        writer.close()
-        writer.check()
-        index["complete"] = True
-        fmt.write_json(os.path.join(out, fmt.INDEX), index)
+        collector.attach(model)
+        _run_batches(run, collector, data, forward if forward is not None else _default_forward(model, run.be), shard_bytes, progress)
         finished = True
     finally:
-        if writer is not None:
-            writer.close()  # shards already queued are whole: they are written (resume skips them)
-        if bar is not None:
-            bar.close()
-        for h in hooks:
-            h.remove()
-        if not finished and fresh and not index["shards"]:
-            _forget(out, existed)
+        collector.remove()
+        if not finished and run.fresh:
+            _forget(out, run.existed, run.plan.index_name)
+    if run.plan.ranked:
+        ranks.finish(out, run.plan, run.be, run.fingerprint, run.meta)
     return load_features(out)
 
 
-def _forget(out: str, existed: bool) -> None:
-    """A call that failed before writing any shard leaves nothing behind: no ``index.json`` (which
-    would tie the folder to these arguments), and no folder it created."""
+def _forget(out: str, existed: bool, index_name: str = fmt.INDEX) -> None:
+    """A call that failed before writing any shard leaves nothing behind: no index (which would tie
+    the folder to these arguments), and no folder it created."""
     try:
-        os.remove(os.path.join(out, fmt.INDEX))
+        os.remove(os.path.join(out, index_name))
         if not existed and not os.listdir(out):
             os.rmdir(out)
     except OSError:

@@ -43,7 +43,9 @@ DTYPES = {
 CODES = {v: k for k, v in DTYPES.items()}
 _MAX_HEADER = 100 * 2**20  # the safetensors library's own limit
 _MAX_INDEX = 256 * 2**20
-_SHARD_NAME = re.compile(r"shard-[0-9]{5,}\.safetensors")
+_SHARD_NAME = re.compile(r"shard-(?:r[0-9]{5}-)?[0-9]{5,}\.safetensors")
+_RANK_INDEX = re.compile(r"index-rank[0-9]{5}\.json")
+SAMPLE_KEY = ":sample"  # per row, the sample's index in the data set (multi-rank folders)
 
 
 class FeaturesError(HookkitError, ValueError):
@@ -54,8 +56,14 @@ class ExtractError(HookkitError, ValueError):
     """Bad arguments or data for ``hookkit.extract``; the message names the argument, layer or batch."""
 
 
-def shard_name(k: int) -> str:
-    return f"shard-{k:05d}.safetensors"
+def shard_name(k: int, rank: int | None = None) -> str:
+    """The k-th shard's file: ``shard-00003.safetensors``; of a rank in a multi-rank run ``shard-r00001-00003.safetensors``."""
+    return f"shard-{k:05d}.safetensors" if rank is None else f"shard-r{rank:05d}-{k:05d}.safetensors"
+
+
+def rank_index_name(rank: int) -> str:
+    """The index of one rank's shards in a multi-rank run: ``index-rank00001.json``."""
+    return f"index-rank{rank:05d}.json"
 
 
 # -- writing --------------------------------------------------------------------------------------
@@ -200,13 +208,17 @@ class FeatureArray:
     >>> feats["fc"][:10], feats["fc"].shape, np.asarray(feats["fc"])
     """
 
-    def __init__(self, name: str, shards: list[_Shard], counts: list[int], row_shape: tuple[int, ...], dtype: str):
+    def __init__(
+        self, name: str, shards: list[_Shard], counts: list[int], row_shape: tuple[int, ...], dtype: str, order: np.ndarray | None = None
+    ):
         self.name = name
         self._shards = shards
         self._starts = [0]
         for c in counts:
             self._starts.append(self._starts[-1] + c)
-        self.shape = (self._starts[-1], *row_shape)
+        # order[i]: the stored row that is sample i (multi-rank folders: ranks' rows back in data order)
+        self._order = order
+        self.shape = (self._starts[-1] if order is None else len(order), *row_shape)
         self.dtype = np.dtype(dtype)
 
     @property
@@ -231,6 +243,8 @@ class FeatureArray:
         return self._shards[k].array(self.name)
 
     def _rows(self, idx: np.ndarray) -> np.ndarray:
+        if self._order is not None:
+            idx = self._order[idx]
         out = np.empty((len(idx), *self.shape[1:]), self.dtype)
         which = np.searchsorted(self._starts, idx, side="right") - 1
         for k in np.unique(which):
@@ -249,12 +263,14 @@ class FeatureArray:
             i = int(key) + (n if key < 0 else 0)
             if not 0 <= i < n:
                 raise IndexError(f"index {int(key)} is out of range for {n} samples of {self.name!r}")
+            if self._order is not None:
+                i = int(self._order[i])
             k = bisect.bisect_right(self._starts, i) - 1
             row = self._part(k)[i - self._starts[k]]
             return row[rest] if rest else row
         if isinstance(key, slice):
             start, stop, step = key.indices(n)
-            if step == 1:
+            if step == 1 and self._order is None:
                 k = bisect.bisect_right(self._starts, start) - 1
                 if stop <= self._starts[min(k + 1, len(self._starts) - 1)] and start < stop:  # one shard: a view
                     part = self._part(k)[start - self._starts[k] : stop - self._starts[k]]
@@ -275,10 +291,17 @@ class FeatureArray:
         return out[(slice(None), *rest)] if rest else out
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        if self._order is not None:
+            for start in range(0, len(self), 4096):  # in data order, a block of rows at a time
+                yield from self._rows(np.arange(start, min(start + 4096, len(self))))
+            return
         for k in range(len(self._shards)):
             yield from self._part(k)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        if self._order is not None:
+            out = self._rows(np.arange(len(self)))
+            return out.astype(dtype, copy=False) if dtype is not None else out
         parts = [self._part(k) for k in range(len(self._shards))]
         if len(parts) == 1:  # the memory-mapped view itself, unless a copy is asked for
             out = parts[0].copy() if copy else parts[0]
@@ -341,9 +364,10 @@ class Features(Mapping):
         return f"<hookkit.Features {self.path!r} {self.count} samples {{{inner}}}>"
 
 
-def read_index(out: str) -> dict[str, Any]:
-    """The checked ``index.json`` of a features folder."""
-    path = os.path.join(out, INDEX)
+def read_index(out: str, name: str = INDEX, rank: int | None = None) -> dict[str, Any]:
+    """The checked ``index.json`` of a features folder (``name``/``rank``: one rank's index of a multi-rank run)."""
+    path = os.path.join(out, name)
+    INDEX = name  # noqa: N806 - the messages name the file read
     where = f"load_features({out!r})"
     if not os.path.isfile(path):
         raise FeaturesError(f"{where}: no {INDEX} in the folder; it is not the output of hookkit.extract")
@@ -358,6 +382,8 @@ def read_index(out: str) -> dict[str, Any]:
         raise FeaturesError(f"{where}: {INDEX} is not a {FORMAT} index")
     if index.get("version") != VERSION:
         raise FeaturesError(f"{where}: index version {index.get('version')!r}; this hookkit reads version {VERSION}")
+    if "ranks" in index:
+        return _read_ranked(out, index, where)
     layers, shards = index.get("layers"), index.get("shards")
     if not isinstance(layers, dict) or not isinstance(shards, list):
         raise FeaturesError(f"{where}: {INDEX} needs 'layers' (an object) and 'shards' (a list)")
@@ -380,9 +406,9 @@ def read_index(out: str) -> dict[str, Any]:
         if name in first:  # the same rows twice, or rows in another order: refused, never read
             raise FeaturesError(f"{where}: {INDEX} lists shard {name!r} twice (entries {first[name]} and {i}); each shard is listed once")
         first[name] = i
-        if name != shard_name(i):
+        if name != shard_name(i, rank):
             raise FeaturesError(
-                f"{where}: {INDEX} lists shard {name!r} as entry {i}; shards are listed in the order written: expected {shard_name(i)!r}"
+                f"{where}: {INDEX} lists shard {name!r} as entry {i}; shards are listed in the order written: expected {shard_name(i, rank)!r}"
             )
         count = _int(s.get("count"), "count", f"{where}, shard {name!r}")
         sizes = s.get("batch_sizes", [count])
@@ -397,26 +423,58 @@ def read_index(out: str) -> dict[str, Any]:
     return index
 
 
-def load_features(out: str | os.PathLike) -> Features:
-    """Open what ``hookkit.extract`` wrote to ``out``: a read-only mapping layer -> ``[N, ...]`` array,
-    memory-mapped (opening reads only the headers). Runs no code from the folder.
+def _read_ranked(out: str, top: dict[str, Any], where: str) -> dict[str, Any]:
+    """A multi-rank folder's ``index.json``: the list of rank indexes, each checked like a
+    single-process index and against the others (same fingerprint, layers, world size)."""
+    ranks, world = top.get("ranks"), top.get("world")
+    if not isinstance(ranks, list) or not ranks or _int(world, "world", where) != len(ranks):
+        raise FeaturesError(f"{where}: a multi-rank {INDEX} lists one rank index per rank ('ranks', 'world'); got {ranks!r}"[:300])
+    top["_ranks"] = [read_rank_index(out, r, where) for r in range(len(ranks))]
+    for r, name in enumerate(ranks):
+        if name != rank_index_name(r):
+            raise FeaturesError(f"{where}: rank {r}'s index must be {rank_index_name(r)!r}; the index names {name!r}"[:300])
+    first = top["_ranks"][0]
 
-    >>> feats = hookkit.load_features("feats")   # doctest: +SKIP
-    >>> feats["fc"].shape, feats.metadata["reduce"], feats["fc"].to_torch()
-    """
-    out = os.fspath(out)
-    index = read_index(out)
+    def shared(idx: dict[str, Any]) -> dict[str, Any]:  # each rank's sampler gives it other samples
+        return {k: v for k, v in (idx.get("fingerprint") or {}).items() if k != "sampler"}
+
+    for r, idx in enumerate(top["_ranks"]):
+        if shared(idx) != shared(first) or idx.get("world") != len(ranks):
+            raise FeaturesError(
+                f"{where}: {rank_index_name(r)} comes from another extraction than rank 0's (fingerprint or world size differ)"
+            )
+    top["layers"] = first["layers"]
+    return top
+
+
+def read_rank_index(out: str, rank: int, where: str = "") -> dict[str, Any]:
+    """One rank's checked index in a multi-rank folder."""
+    index = read_index(out, rank_index_name(rank), rank)
+    if index.get("rank") != rank:
+        raise FeaturesError(f"{where or out}: {rank_index_name(rank)} says it is rank {index.get('rank')!r}")
+    return index
+
+
+def rank_indexes_on_disk(out: str) -> list[int]:
+    """The ranks with an index file in ``out`` (a multi-rank run, finished or not)."""
+    return sorted(int(n[10:15]) for n in os.listdir(out) if _RANK_INDEX.fullmatch(n))
+
+
+def _open_shards(out: str, index: dict[str, Any], rank: int | None, layers: dict[str, Any]) -> tuple[list[_Shard], list[int]]:
     root = os.path.realpath(out)
     shards, counts = [], []
+    keys = dict(layers)
+    if index.get("samples"):
+        keys[SAMPLE_KEY] = {"dtype": "int64", "shape": []}
     for s in index["shards"]:
         path = os.path.join(out, s["file"])
         real = os.path.realpath(path)
         if os.path.dirname(real) != root:  # a symbolic link out of the folder
             raise FeaturesError(f"load_features({out!r}): shard {s['file']!r} resolves outside the folder, to {real!r}")
         if not os.path.isfile(real):
-            raise FeaturesError(f"load_features({out!r}): shard {s['file']!r} listed in {INDEX} is missing")
+            raise FeaturesError(f"load_features({out!r}): shard {s['file']!r} listed in its index is missing")
         shard = _Shard(path)
-        for key, spec in index["layers"].items():
+        for key, spec in keys.items():
             want = (spec["dtype"], (s["count"], *spec["shape"]))
             got = shard.entries.get(key)
             if got is None or (got[0], got[1]) != want:
@@ -426,12 +484,69 @@ def load_features(out: str | os.PathLike) -> Features:
                 )
         shards.append(shard)
         counts.append(s["count"])
-    arrays = {key: FeatureArray(key, shards, counts, tuple(spec["shape"]), spec["dtype"]) for key, spec in index["layers"].items()}
+    return shards, counts
+
+
+def data_order(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(order, ids)``: the stored rows in data-set order, each sample once (the padding
+    ``DistributedSampler`` repeats to even out the ranks is dropped: the first copy is kept), and
+    the sample indices they hold."""
+    perm = np.argsort(samples, kind="stable")
+    ids = samples[perm]
+    keep = np.ones(len(ids), dtype=bool)
+    keep[1:] = ids[1:] != ids[:-1]
+    return perm[keep], ids[keep]
+
+
+def load_features(out: str | os.PathLike) -> Features:
+    """Open what ``hookkit.extract`` wrote to ``out``: a read-only mapping layer -> ``[N, ...]`` array,
+    memory-mapped (opening reads only the headers). Runs no code from the folder.
+
+    A folder written by several ranks (``extract`` under ``torch.distributed`` or Paddle's launcher)
+    reads as one data set in the data's order, each sample once, whatever the world size that wrote it.
+
+    >>> feats = hookkit.load_features("feats")   # doctest: +SKIP
+    >>> feats["fc"].shape, feats.metadata["reduce"], feats["fc"].to_torch()
+    """
+    out = os.fspath(out)
+    if not os.path.exists(os.path.join(out, INDEX)) and os.path.isdir(out) and rank_indexes_on_disk(out):
+        index = _unfinished_ranked(out)  # a multi-rank run that has not finished: what its ranks wrote so far
+    else:
+        index = read_index(out)
+    order = None
+    parts = index["_ranks"] if "ranks" in index else [index]
+    shards, counts, samples = [], [], []
+    for r, idx in enumerate(parts):
+        sh, co = _open_shards(out, idx, r, index["layers"])
+        shards += sh
+        counts += co
+        if idx.get("samples"):
+            samples += [s.array(SAMPLE_KEY) for s in sh]
+    if samples:  # the rows carry their data-set index: back in data order, each sample once
+        order, _ = data_order(np.concatenate(samples))
+        index["count"] = len(order)
+    elif "ranks" in index:  # no sampler known: the ranks' rows one rank after the other
+        index["count"] = sum(counts)
+    arrays = {key: FeatureArray(key, shards, counts, tuple(spec["shape"]), spec["dtype"], order) for key, spec in index["layers"].items()}
     meta = dict(index.get("metadata") or {})
     meta.update(count=index["count"], complete=bool(index.get("complete")))
+    if "ranks" in index:
+        meta.update(world=len(index["_ranks"]), order="data" if order is not None else "rank")
+    elif order is not None:
+        meta.update(order="data")
     if not meta["complete"]:
         warnings.warn(
             f"load_features({out!r}): the extraction is incomplete (interrupted?); {index['count']} samples of the complete shards are readable. Re-run extract with the same arguments to finish it.",
             stacklevel=2,
         )
     return Features(out, arrays, meta)
+
+
+def _unfinished_ranked(out: str) -> dict[str, Any]:
+    ranks = rank_indexes_on_disk(out)
+    if ranks != list(range(len(ranks))):
+        raise FeaturesError(f"load_features({out!r}): rank indexes {ranks} on disk; expected ranks 0 to {len(ranks) - 1}")
+    top = {"ranks": [rank_index_name(r) for r in ranks], "world": len(ranks), "complete": False, "count": 0}
+    top = _read_ranked(out, top, f"load_features({out!r})")
+    top["metadata"] = top["_ranks"][0].get("metadata")
+    return top

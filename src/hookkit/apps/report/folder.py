@@ -105,6 +105,13 @@ _SUMMARY_FIELDS = {
     "notes": _STRS,
     "columns": _STRS,
     "error": (lambda v: v is None or isinstance(v, str), "a string or null"),
+    "saved_bytes": _INT,
+    "training": (
+        lambda v: (
+            v is None or (isinstance(v, dict) and all(isinstance(k, str) and (_is_num(x) or isinstance(x, str)) for k, x in v.items()))
+        ),
+        "null or an object of numbers and strings (the training-memory estimate)",
+    ),
 }
 _ROW_FIELDS = {
     "name": _STR,
@@ -120,6 +127,8 @@ _ROW_FIELDS = {
     "kernel_size": (lambda v: v is None or (isinstance(v, list) and all(_is_int(d) for d in v)), "an array of ints or null"),
     "tied": _STRS,
     "output_bytes": _INT,
+    "input_bytes": _INT,
+    "saved_bytes": _INT,
     "leaf": _BOOL,
     "finished": _BOOL,
     "failed": _BOOL,

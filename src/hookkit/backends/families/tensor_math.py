@@ -97,6 +97,10 @@ class TensorMath:
         """``out[i][j] = t[i][index[i][j]]`` along ``dim`` (torch.gather / paddle.take_along_axis)."""
         raise _missing("gather")
 
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        """The ``k`` largest entries along ``dim``, largest first: ``(values, int64 indices)``."""
+        raise _missing("topk")
+
     def isfinite(self, t: Any) -> Any:
         """Elementwise: True where ``t`` is neither NaN nor infinite (bool)."""
         raise _missing("isfinite")
@@ -110,6 +114,10 @@ class TensorMath:
         """``t`` with every NaN replaced by 0."""
         raise _missing("nan_to_zero")
 
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        """Eigen-decomposition of a batch of symmetric matrices ``[..., n, n]``: ``(values, vectors)``, the
+        values ascending, ``vectors[..., :, i]`` the unit eigenvector of ``values[..., i]``."""
+        raise _missing("eigh")
     def tile_rows(self, t: Any, k: int) -> Any:
         """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
         raise _missing("tile_rows")

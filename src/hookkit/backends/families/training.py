@@ -61,6 +61,11 @@ class Training:
         read); where ``prevs[i]`` is None, NaN in the last two."""
         raise _missing("weight_rows")
 
+    def update_norms(self, ws: Sequence[Any], prevs: Sequence[Any]) -> Any:
+        """``[||w - prev||^2, ||prev||^2]`` for each pair, as one float32 ``[len(ws), 2]`` tensor on their
+        device (the CPU route of ``WeightStats``: the C kernel computes the rest)."""
+        raise _missing("update_norms")
+
     def local(self, t: Any) -> Any:
         """This rank's shard of a sharded parameter (FSDP2's DTensor), else ``t`` itself."""
         return t

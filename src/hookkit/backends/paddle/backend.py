@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import paddle
 
-from hookkit.backends.base import Backend
+from hookkit.backends.base import Backend, drop_hook_entries
 from hookkit.backends.paddle import distributed
 from hookkit.backends.paddle.ops import PaddleOps
 from hookkit.core.errors import HookkitError
@@ -62,6 +62,13 @@ class PaddleBackend(PaddleOps, Backend):
 
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         return layer.register_forward_post_hook(fn, with_kwargs=True)
+
+    def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
+        groups = (
+            ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs_flag"),
+            ("_forward_post_hooks", "_forward_post_hooks_with_kwargs_flag", "_forward_post_hooks_always_called"),
+        )
+        return drop_hook_entries(layer, groups, match)
 
     # True while Paddle's autograd engine runs: recompute (fleet.utils.recompute) re-runs forwards then
     in_backward = staticmethod(paddle.base.core.eager._is_run_in_backward)
@@ -260,4 +267,6 @@ class PaddleBackend(PaddleOps, Backend):
     unwrap = staticmethod(distributed.unwrap)
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
+    barrier = staticmethod(distributed.barrier)
+    launch = staticmethod(distributed.launch)
     after_backward = staticmethod(distributed.after_backward)

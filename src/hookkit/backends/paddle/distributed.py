@@ -23,6 +23,27 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+def _rank_entry(fn: Callable[..., int], args: tuple, codes: Any) -> None:
+    dist.init_parallel_env()
+    codes[dist.get_rank()] = int(fn(*args) or 0)
+
+
+def launch(nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
+    import multiprocessing
+
+    codes = multiprocessing.get_context("spawn").Array("i", [1] * nprocs)  # 1 until a rank returns
+    try:
+        dist.spawn(_rank_entry, args=(fn, args, codes), nprocs=nprocs, backend="gloo")
+    except Exception:  # noqa: BLE001 - a rank failed: its message went to stderr
+        return [max(2, c) for c in codes]
+    return list(codes)
+
+
+def barrier() -> None:
+    if world()[1] > 1:
+        dist.barrier()
+
+
 def all_gather_rows(rows: np.ndarray) -> list[np.ndarray]:
     """Pads to the largest row count (gathered first), one ``all_gather``, trims."""
     rows = np.ascontiguousarray(rows, dtype=np.float64)

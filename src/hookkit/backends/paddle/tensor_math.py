@@ -81,6 +81,10 @@ class PaddleTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return paddle.take_along_axis(t, index, axis=dim)
 
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        values, indices = paddle.topk(t, k, axis=dim)
+        return values, indices
+
     def isfinite(self, t: Any) -> Any:
         return paddle.isfinite(t)
 
@@ -99,6 +103,9 @@ class PaddleTensorMath(TensorMath):
 
     def abs(self, t: Any) -> Any:
         return paddle.abs(t)
+
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        return tuple(paddle.linalg.eigh(t))
 
 
 OPS = PaddleTensorMath()

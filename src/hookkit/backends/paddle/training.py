@@ -157,6 +157,14 @@ class PaddleTraining(Training):
                 rows.append(paddle.stack([mean, (dev * dev).sum(), peak, (d * d).sum(), (pf * pf).sum()]))
         return paddle.stack(rows)
 
+    def update_norms(self, ws: Sequence[Any], prevs: Sequence[Any]) -> Any:
+        rows = []
+        for w, prev in zip(ws, prevs):
+            wf, pf = w.detach().astype("float32"), prev.astype("float32")
+            d = wf - pf
+            rows.append(paddle.stack([(d * d).sum(), (pf * pf).sum()]))
+        return paddle.stack(rows)
+
     def local(self, t: Any) -> Any:
         return t
 

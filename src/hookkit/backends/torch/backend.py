@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from hookkit.backends.base import Backend
+from hookkit.backends.base import Backend, drop_hook_entries
 from hookkit.backends.torch import compiled, distributed
 from hookkit.backends.torch import stats as torch_stats
 from hookkit.backends.torch.ops import TorchOps
@@ -68,6 +68,16 @@ class TorchBackend(TorchOps, Backend):
 
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         return layer.register_forward_hook(fn, with_kwargs=True)
+
+    def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
+        return drop_hook_entries(
+            layer,
+            (
+                ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs"),
+                ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called"),
+            ),
+            match,
+        )
 
     # Checkpoint recomputes run inside autograd's graph task; a forward does not.
     in_backward = staticmethod(lambda: torch._C._current_graph_task_id() != -1)
@@ -227,6 +237,8 @@ class TorchBackend(TorchOps, Backend):
     unwrap = staticmethod(distributed.unwrap)
     world = staticmethod(distributed.world)
     all_gather_rows = staticmethod(distributed.all_gather_rows)
+    barrier = staticmethod(distributed.barrier)
+    launch = staticmethod(distributed.launch)
     after_backward = staticmethod(distributed.after_backward)
     is_sharded = staticmethod(distributed.is_sharded)
     grad_of = staticmethod(distributed.grad_of)

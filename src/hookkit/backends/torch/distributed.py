@@ -29,6 +29,43 @@ def world() -> tuple[int, int]:
     return 0, 1
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_entry(rank: int, fn: Callable[..., int], args: tuple, world: int, port: int, codes: Any) -> None:
+    import os
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        codes[rank] = int(fn(*args) or 0)
+    finally:
+        dist.destroy_process_group()
+
+
+def launch(nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
+    import multiprocessing
+
+    import torch.multiprocessing as mp
+
+    codes = multiprocessing.get_context("spawn").Array("i", [1] * nprocs)  # 1 until a rank returns
+    try:
+        mp.spawn(_rank_entry, args=(fn, args, nprocs, _free_port(), codes), nprocs=nprocs)
+    except mp.ProcessException:
+        return [max(2, c) for c in codes]
+    return list(codes)
+
+
+def barrier() -> None:
+    if world()[1] > 1:
+        dist.barrier()
+
+
 def all_gather_rows(rows: np.ndarray) -> list[np.ndarray]:
     """Pads to the largest row count (gathered first), one ``all_gather``, trims."""
     # NCCL moves CUDA tensors only; gloo and MPI take CPU ones

@@ -75,6 +75,10 @@ class TorchTensorMath(TensorMath):
     def gather(self, t: Any, dim: int, index: Any) -> Any:
         return t.gather(dim, index)
 
+    def topk(self, t: Any, k: int, dim: int = -1) -> tuple[Any, Any]:
+        values, indices = torch.topk(t, k, dim=dim)
+        return values, indices
+
     def isfinite(self, t: Any) -> Any:
         return torch.isfinite(t)
 
@@ -92,6 +96,9 @@ class TorchTensorMath(TensorMath):
 
     def abs(self, t: Any) -> Any:
         return t.abs()
+
+    def eigh(self, t: Any) -> tuple[Any, Any]:
+        return tuple(torch.linalg.eigh(t))
 
 
 OPS = TorchTensorMath()

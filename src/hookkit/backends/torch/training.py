@@ -107,6 +107,12 @@ class TorchTraining(Training):
                 rows.append(torch.stack([mean, var * wf.numel(), peak, step * step, torch.linalg.vector_norm(pf).square()]))
         return torch.stack(rows)
 
+    def update_norms(self, ws: Sequence[Any], prevs: Sequence[Any]) -> Any:
+        ws = [w.detach() if w.dtype == torch.float32 else w.detach().float() for w in ws]
+        prevs = [p if p.dtype == torch.float32 else p.float() for p in prevs]
+        steps = torch.stack(torch._foreach_norm(torch._foreach_sub(ws, prevs)))
+        return torch.stack((steps * steps, torch.stack(torch._foreach_norm(prevs)).square()), dim=1)
+
     def local(self, t: Any) -> Any:
         to_local = getattr(t, "to_local", None)  # a DTensor (FSDP2): this rank's shard
         return t if to_local is None else to_local()

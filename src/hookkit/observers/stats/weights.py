@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.backends.host_stats import HostRows, kernels
 from hookkit.core.handles import Handle
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
@@ -171,6 +172,11 @@ class WeightStats(_Recorder, WeightData):
         self._count = 0
         self._local = [Rows(WEIGHT, bins if hist else 0) for _ in params]
         self._pending = Pending(be, bins if hist else 0, width=5)
+        # the CPU route: the C kernel reads each parameter once for [n, mean, m2] (+ histogram) and
+        # once for max |w|; the framework's ops add the update norms
+        self._cpu = kernels is not None and be.host_routes and all(be.host_values(self._ops.local(p)) is not None for _, p in params)
+        self._host_moments, self._host_sums = HostRows(bins if hist else 0), HostRows()
+        self._updates = Pending(be, 0, width=2)
         if optimizer is not None:
             mine = {id(p) for p in self._ops.optimizer_parameters(optimizer)}
             if not any(id(p) in mine for _, p in params):
@@ -216,7 +222,9 @@ class WeightStats(_Recorder, WeightData):
         live = [i for i, w in enumerate(ws) if w is not None]
         if not live:
             return
-        if record:
+        if record and self._cpu:
+            self._record_host(step, ws, live)
+        elif record:
             prevs = [self._prev[i] if self._prev_step == step - 1 else None for i in live]
             pending = self._pending
             pending.rows.append(self._ops.weight_rows([ws[i] for i in live], prevs))
@@ -235,13 +243,47 @@ class WeightStats(_Recorder, WeightData):
             self._ops.copy_all([self._prev[i] for i in live], [ws[i] for i in live])
             self._prev_step = step
 
+    def _record_host(self, step: int, ws: list[Any], live: list[int]) -> None:
+        be = self._backend
+        moments, sums, ranges, names = self._host_moments, self._host_sums, self.hist_ranges, self.names
+        for i in live:
+            w = be.detach(ws[i])
+            be.activation_sums_into(moments, w, 0.0, step, i, ranges[names[i]] if self.hist else None)
+            be.tensor_sums_into(sums, w, step, i)
+        if self._prev_step == step - 1:
+            u = self._updates
+            u.rows.append(self._ops.update_norms([ws[i] for i in live], [self._prev[i] for i in live]))
+            u.steps.extend([step] * len(live))
+            u.calls.extend(live)
+            u.numels.extend([0] * len(live))
+
     # -- reading --------------------------------------------------------------------------------
     def _has_pending(self) -> bool:
-        return len(self._pending) > 0
+        return len(self._pending) > 0 or len(self._host_moments) > 0
+
+    def _drain_host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(steps, parameter indices, state [k, 6], hists)`` of the CPU route's records."""
+        moments, hists = self._host_moments.take()
+        sums, _ = self._host_sums.take()
+        steps, index = moments[:, 0].astype(np.int64), moments[:, 1].astype(np.int64)
+        state = np.full((len(moments), 6), np.nan)
+        state[:, :3] = moments[:, 2:5]  # n, mean, m2
+        state[:, 3] = sums[:, 5]  # max |w|
+        u_steps, u_index, _, u_rows, _ = self._updates.drain()
+        if len(u_steps):
+            key = steps * (1 << 24) + index
+            at = np.searchsorted(key, u_steps * (1 << 24) + u_index)  # records are in (step, index) order
+            state[at, 4:6] = u_rows
+        return steps, index, state, hists
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
         steps, index, n, r, hists = self._pending.drain()
         state = np.column_stack((n, r))
+        if len(self._host_moments):
+            h_steps, h_index, h_state, h_hists = self._drain_host()
+            steps, index, state = np.concatenate((steps, h_steps)), np.concatenate((index, h_index)), np.concatenate((state, h_state))
+            if h_hists is not None:
+                hists = h_hists if hists is None else np.concatenate((hists, h_hists))
         local, contributions = [], []
         ones = np.ones(len(steps), np.int64)
         for i in range(len(self.names)):
@@ -263,10 +305,6 @@ class WeightStats(_Recorder, WeightData):
             out[name] = table
         return out
 
-    def clear(self) -> None:
-        """Forget what was recorded (on this rank); keep recording (the kept copies stay)."""
-        super().clear()
-
     @staticmethod
     def load(directory: Any) -> WeightData:
         """Read statistics written by ``WeightStats.save(directory)``.
@@ -281,5 +319,5 @@ class WeightStats(_Recorder, WeightData):
         self._prev = [None] * len(self._prev)
 
     def __repr__(self) -> str:
-        n = sum(len(r) for r in self._local) + len(self._pending)
+        n = sum(len(r) for r in self._local) + len(self._pending) + len(self._host_moments)
         return f"<hookkit.WeightStats {len(self.names)} parameters, {n} records, {'removed' if self.removed else 'active'}>"

@@ -144,30 +144,31 @@ def run_forward(
     state = ModelState(be, model, layers)
     exc: BaseException | None = None
     handles = []
-    try:
-        if hooked:
-            handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
-            handles.append(router.attach(model, hooked, "forward", rec.post, router.OBSERVER))
-        if mode != "same":
-            be.set_training(model, mode == "train")
-        grads = be.no_grad() if saved is None else be.enable_grad()
-        with grads, counter, saved.hooks() if saved is not None else contextlib.nullcontext():
-            root = None
-            if not hooked:  # the model itself takes no hooks (scripted): one row from its inputs and output
-                root = Row(name="", type=be.type_name(model), depth=0, call=0, leaf=not be.children(model))
-                root.input_shapes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[0]
-                rec.rows.append(root)
-                rec.stack.append((root, 0))
-            output = model(*args, **kwargs)
-            if root is not None:
-                rec.stack.clear()
-                rec.finish(root, output, counter.total())
-            if saved is not None:
-                saved.after(output)
-    except Exception as e:  # noqa: BLE001 - re-raised by summary() after the partial table
-        exc = e
-    finally:
-        for h in handles:
-            h.remove()
-        state.restore()
+    with router.private_pass(model):  # the features the user has open do not see this forward
+        try:
+            if hooked:
+                handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
+                handles.append(router.attach(model, hooked, "forward", rec.post, router.OBSERVER))
+            if mode != "same":
+                be.set_training(model, mode == "train")
+            grads = be.no_grad() if saved is None else be.enable_grad()
+            with grads, counter, saved.hooks() if saved is not None else contextlib.nullcontext():
+                root = None
+                if not hooked:  # the model itself takes no hooks (scripted): one row from its inputs and output
+                    root = Row(name="", type=be.type_name(model), depth=0, call=0, leaf=not be.children(model))
+                    root.input_shapes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[0]
+                    rec.rows.append(root)
+                    rec.stack.append((root, 0))
+                output = model(*args, **kwargs)
+                if root is not None:
+                    rec.stack.clear()
+                    rec.finish(root, output, counter.total())
+                if saved is not None:
+                    saved.after(output)
+        except Exception as e:  # noqa: BLE001 - re-raised by summary() after the partial table
+            exc = e
+        finally:
+            for h in handles:
+                h.remove()
+            state.restore()
     return rec, counter, exc

@@ -1,0 +1,130 @@
+"""Saved-for-backward bytes and the training-memory estimate of ``hookkit.summary(mode="train")``.
+
+For a CNN (SmallResNet-32, batch 32 of 3x32x32), a GPT-2-style model (4 layers x 128, batch 4 x 64
+tokens, its own LM loss) and an LSTM (2 x 256, 50 steps x batch 32, linear head), each with Adam:
+
+- saved bytes: hookkit's total against an independent count (the same saved-tensor hooks around
+  one forward, storages deduplicated by hand, parameters left out): must be equal;
+- the training estimate (parameters + buffers + inputs + gradients + optimizer state + saved
+  activations + largest transient) against the measured peak of one real training step (the
+  CPU allocator's events under torch.profiler, steady state), and torchinfo's "Estimated Total
+  Size" for the same model and input in the same table.
+
+    PYTHONPATH=$PWD/src /work/bench-venv/bin/python benchmarks/bench_memory.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import block_torchvision, machine, set_threads, table  # noqa: E402
+
+set_threads(1)
+block_torchvision()
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import hookkit  # noqa: E402
+
+
+def independent_saved(model: nn.Module, kwargs: dict) -> int:
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    sizes: dict[int, int] = {}
+    keep = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            sizes[s.data_ptr()] = s.nbytes()
+            keep.append(t)
+        return t
+
+    model.train()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(**kwargs)
+    return sum(sizes.values())
+
+
+class LSTMNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(64, 256, num_layers=2)
+        self.head = nn.Linear(256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)
+        return self.head(out)
+
+
+def cnn():
+    from _models import SmallResNet
+
+    torch.manual_seed(0)
+    return SmallResNet(), {"x": torch.randn(32, 3, 32, 32)}
+
+
+def gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=4, n_embd=128, n_head=4))
+    ids = torch.randint(0, model.config.vocab_size, (4, 64))
+    return model, {"input_ids": ids, "labels": ids}
+
+
+def lstm():
+    torch.manual_seed(0)
+    return LSTMNet(), {"x": torch.randn(50, 32, 64)}
+
+
+def torchinfo_total(model: nn.Module, kwargs: dict) -> float:
+    import torchinfo
+
+    stats = torchinfo.summary(model, input_data=kwargs, mode="train", verbose=0)
+    return stats.total_input + stats.total_output_bytes + stats.total_param_bytes
+
+
+def main() -> None:
+    rows = []
+    for name, make in (("CNN (SmallResNet-32, 32x3x32x32)", cnn), ("GPT-2 4x128, 4x64 tokens", gpt2), ("LSTM 2x256, 50x32", lstm)):
+        model, kwargs = make()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        s = hookkit.summary(model, input_data=kwargs, mode="train", optimizer=opt)
+        saved_only = hookkit.summary(model, input_data=kwargs, mode="train").saved_bytes
+        indep = independent_saved(model, kwargs)
+        t = s.training
+        ti = torchinfo_total(model, kwargs)
+        rows.append(
+            [
+                name,
+                f"{saved_only / 1e6:.2f}",
+                f"{indep / 1e6:.2f}",
+                "yes" if saved_only == indep else "NO",
+                f"{t['estimate'] / 1e6:.2f}",
+                f"{t['measured'] / 1e6:.2f}",
+                f"{100 * (t['estimate'] - t['measured']) / t['measured']:+.1f}%",
+                f"{ti / 1e6:.2f}",
+                f"{100 * (ti - t['measured']) / t['measured']:+.1f}%",
+            ]
+        )
+        print(name, {k: v for k, v in t.items()}, flush=True)
+    header = [
+        "model",
+        "saved MB (hookkit)",
+        "saved MB (independent)",
+        "equal",
+        "estimate MB",
+        "measured peak MB",
+        "estimate vs peak",
+        "torchinfo MB",
+        "torchinfo vs peak",
+    ]
+    print(machine())
+    print(table(rows, header))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,279 @@
+"""``patching_sweep``: activation patching over a grid of (layer, position[, head]) cells, as
+TransformerLens's ``patching.py`` does it, on an unmodified model.
+
+For each cell, the metric of the corrupted run with that one activation (a layer's output at one
+token position, or one head's slice of an attention layer's ``z`` at one position) taken from the
+clean run. The clean run is captured once; the cells are batched: each forward runs several copies
+of the corrupted batch, copy ``j`` patched at cell ``j`` (one ``where`` per forward).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from hookkit.analyses.inputs import call_model, check_inputs, first_input, tile_inputs
+from hookkit.analyses.lens import check_positions
+from hookkit.analyses.passes import analysis_pass
+from hookkit.core.architectures import token_dim
+from hookkit.core.handles import HandleGroup
+from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
+from hookkit.core.select import LayerSpec, select
+from hookkit.core.tree import first_tensor, map_tensors
+from hookkit.core.validate import check_bool, check_callable, check_int, check_model, fail
+from hookkit.interventions.heads import HeadTarget, head_targets
+from hookkit.interventions.output_edits import apply_to
+
+Metric = Callable[[Any], Any]
+
+
+@dataclasses.dataclass
+class Site:
+    """Where one selected layer is read and patched: its output (``heads=False``) or the input of
+    its output projection (``heads=True``, ``z``: ``[B, T, H * d_head]``)."""
+
+    name: str
+    layer: Any
+    head: HeadTarget | None = None
+
+    @property
+    def where(self) -> tuple[str, Any]:
+        return (self.head.proj_name, self.head.proj) if self.head else (self.name, self.layer)
+
+    @property
+    def event(self) -> str:
+        return "forward_pre" if self.head else "forward"
+
+    def value(self, be: Any, ev: Event) -> Any:
+        return ev.args[0] if self.head else first_tensor(ev.output, be.is_tensor)
+
+
+def sites(model: Any, layers: LayerSpec, heads: bool, fn: str) -> list[Site]:
+    if heads:
+        return [Site(t.name, t.layer, t) for t in head_targets(model, layers, True, fn)]
+    return [Site(n, layer) for n, layer in select(model, layers)]
+
+
+@dataclasses.dataclass
+class Setup:
+    """What both patching analyses check before running: rows, positions, the token axis."""
+
+    rows: int
+    positions: list[int]
+    axis: int
+    n_tokens: int
+
+
+def check_pair(be: Any, model: Any, clean: Any, corrupted: Any, metric: Any, positions: Any, fn: str) -> Setup:
+    check_inputs(be, clean, fn, "clean")
+    check_inputs(be, corrupted, fn, "corrupted")
+    check_callable(metric, fn=fn, arg="metric", signature="metric(output) -> one value per batch row")
+    a, b = be.shape(first_input(be, clean)), be.shape(first_input(be, corrupted))
+    if tuple(a) != tuple(b):
+        fail(fn, "corrupted", f"inputs shaped like clean's {list(a)}", corrupted)
+    axis = token_dim(model, default=1)
+    if len(a) <= axis:
+        fail(fn, "clean", f"token sequences with a token axis {axis}", clean)
+    n = int(a[axis])
+    return Setup(int(a[0]), check_positions(positions, n, fn), axis, n)
+
+
+def metric_rows(be: Any, metric: Metric, output: Any, rows: int, fn: str, note: str = "") -> Any:
+    """``metric(output)`` checked to hold one value per batch row: ``[rows]``."""
+    value = metric(output)
+    shape = tuple(be.shape(value)) if be.is_tensor(value) else None
+    if shape != (rows,):
+        got = f"shape {list(shape)}" if shape is not None else type(value).__name__
+        raise ValueError(f"{fn}(): metric(output) must return one value per batch row, shape [{rows}]{note}; got {got}")
+    return value
+
+
+def capture_clean(model: Any, be: Any, found: list[Site], clean: Any) -> dict[str, Any]:
+    """Each site's clean activation (detached), from one forward."""
+    stored: dict[str, Any] = {}
+    group = HandleGroup()
+
+    def keep(site: Site) -> Any:
+        def on_event(ev: Event) -> None:
+            stored.setdefault(site.name, be.detach(site.value(be, ev)))
+
+        return on_event
+
+    try:
+        for s in found:
+            group.add(attach(model, [s.where], s.event, keep(s), OBSERVER))
+        with analysis_pass(model, be, grad=False), be.no_grad():
+            call_model(model, clean)
+    finally:
+        group.remove()
+    return stored
+
+
+def patching_sweep(
+    model: Any,
+    clean: Any,
+    corrupted: Any,
+    layers: LayerSpec,
+    metric: Metric,
+    positions: Any = "all",
+    heads: bool = False,
+    per_row: bool = False,
+    *,
+    batch_size: int = 256,
+) -> np.ndarray:
+    """Activation patching over (layer, position) cells (or (layer, head, position) with ``heads=True``).
+
+    ``metric(output)`` gets the model's whole output and returns one value per batch row. The result
+    (numpy) is ``[n_layers, n_positions]`` (``[n_layers, H, n_positions]`` with heads), the mean over
+    rows of the metric with that cell's activation taken from the clean run; ``per_row=True`` keeps
+    the rows first: ``[N, n_layers, ...]``. Only a layer's first call in a forward is patched.
+
+    Each forward runs one corrupted row up to the patched layer, then up to ``batch_size`` patched
+    copies of it (the clean run is captured once); a model that cannot broadcast one row there runs
+    whole copies of the batch instead. So ``metric`` must work on any number of rows, each on its own.
+
+    >>> grid = hookkit.patching_sweep(model, clean_ids, corrupt_ids, "transformer.h.*",   # doctest: +SKIP
+    ...     lambda out: out.logits[:, -1, good] - out.logits[:, -1, bad])
+    """
+    be = check_model(model, fn="patching_sweep")
+    check_bool(heads, fn="patching_sweep", arg="heads")
+    check_bool(per_row, fn="patching_sweep", arg="per_row")
+    batch_size = check_int(batch_size, fn="patching_sweep", arg="batch_size", low=1)
+    setup = check_pair(be, model, clean, corrupted, metric, positions, "patching_sweep")
+    found = sites(model, layers, heads, "patching_sweep")
+    stored = capture_clean(model, be, found, clean)
+    n, pos = setup.rows, setup.positions
+    prefix = [True]  # reuse the unpatched prefix until the model shows it cannot broadcast one row
+    results = []
+    for site in found:
+        n_heads = site.head.layout.n_heads if site.head else 1
+        cells = [(h, p) for h in range(n_heads) for p in pos]
+        out = np.empty((len(cells), n), dtype=np.float64)
+        if not (prefix[0] and _sweep_rows(model, be, site, stored[site.name], cells, corrupted, metric, setup, batch_size, out)):
+            prefix[0] = False
+            copies_max = max(1, batch_size // n)
+            for start in range(0, len(cells), copies_max):
+                chunk = cells[start : start + copies_max]
+                out[start : start + len(chunk)] = _patched_run(model, be, site, stored[site.name], chunk, corrupted, metric, setup)
+        results.append(out.reshape(n_heads, len(pos), n) if site.head else out.reshape(len(pos), n))
+    grid = np.stack(results)  # [L, (H,) P, N]
+    grid = np.moveaxis(grid, -1, 0)
+    return grid if per_row else grid.mean(0)
+
+
+class _NoPrefix(Exception):
+    """The model could not run the one-row prefix broadcast into several patched copies."""
+
+
+def _row(be: Any, inputs: Any, i: int) -> Any:
+    return map_tensors(inputs, lambda t: t[i : i + 1] if len(be.shape(t)) else t, be.is_tensor)
+
+
+def _sweep_rows(
+    model: Any,
+    be: Any,
+    site: Site,
+    clean_act: Any,
+    cells: list,
+    corrupted: Any,
+    metric: Metric,
+    setup: Setup,
+    batch_size: int,
+    out: np.ndarray,
+) -> bool:
+    """The sweep of one site row by row, each forward running the corrupted row once up to the
+    site and ``batch_size`` patched copies after it (the layers before the site compute the same
+    thing for every copy: broadcasting one row is exact). False when the model cannot broadcast."""
+    one = dataclasses.replace(setup, rows=1)
+    try:
+        for i in range(setup.rows):
+            row_in, act = _row(be, corrupted, i), clean_act[i : i + 1]
+            for start in range(0, len(cells), batch_size):
+                chunk = cells[start : start + batch_size]
+                out[start : start + len(chunk), i] = _patched_run(model, be, site, act, chunk, row_in, metric, one, expand=True)[:, 0]
+    except _NoPrefix:
+        return False
+    return True
+
+
+def _patched_run(
+    model: Any,
+    be: Any,
+    site: Site,
+    clean_act: Any,
+    chunk: list[tuple[int, int]],
+    corrupted: Any,
+    metric: Metric,
+    setup: Setup,
+    expand: bool = False,
+) -> np.ndarray:
+    """One forward of ``len(chunk)`` copies of the corrupted batch, copy ``j`` patched at ``chunk[j]``
+    (``expand``: the batch runs once up to the site, whose activation is repeated there)."""
+    m = be.family("tensor_math")
+    c, n, axis = len(chunk), setup.rows, setup.axis
+    shape = tuple(be.shape(clean_act))
+    if len(shape) <= axis or shape[0] != n:
+        raise ValueError(
+            f"patching_sweep(): the activation of {site.name!r} has shape {list(shape)}; expected [{n}, ..., tokens on axis {axis}, ...]"
+        )
+    if site.head:  # one head's slice of z at one position
+        mask = np.zeros((c * n, *shape[1:]), dtype=bool)
+    else:  # the whole activation at one position
+        mask = np.zeros((c * n, *[s if i == axis else 1 for i, s in enumerate(shape[1:], 1)]), dtype=bool)
+    d = site.head.layout.d_head if site.head else 0
+    for j, (h, p) in enumerate(chunk):
+        index: list[Any] = [slice(j * n, (j + 1) * n)] + [slice(None)] * (len(shape) - 1)
+        index[axis] = p
+        if site.head:
+            index[-1] = slice(h * d, (h + 1) * d)
+        mask[tuple(index)] = True
+    where = be.from_numpy(mask, like=clean_act)
+    source = m.tile_rows(clean_act, c)
+
+    def patch(t: Any, pos: int, ev: Event) -> Any:
+        if expand:
+            if tuple(be.shape(t)) != shape:
+                raise _NoPrefix
+            t = m.tile_rows(t, c)
+        if tuple(be.shape(t)) != tuple(be.shape(source)):
+            raise ValueError(
+                f"patching_sweep(): the activation of {site.name!r} has shape {list(be.shape(t))} in the patched run; "
+                f"expected {list(be.shape(source))}"
+            )
+        return be.where(where, source, t)
+
+    hit = []
+
+    def consume(ev: Event) -> Any:
+        if ev.call != 0:
+            return None
+        hit.append(True)
+        if site.head:
+            return (patch(ev.args[0], 0, ev), *ev.args[1:]), ev.kwargs
+        return apply_to(be, ev, 0, patch)
+
+    handle = attach(model, [site.where], site.event, consume, INTERVENTION)
+    try:
+        with analysis_pass(model, be, grad=False), be.no_grad():
+            if expand:
+                try:
+                    output = call_model(model, corrupted)
+                except _NoPrefix:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - a model that needs every row repeated
+                    raise _NoPrefix from exc
+                rows = first_tensor(output, be.is_tensor)
+                if rows is None or not be.shape(rows) or be.shape(rows)[0] != c * n:
+                    raise _NoPrefix
+            else:
+                output = call_model(model, tile_inputs(be, corrupted, c))
+            if not hit:
+                raise RuntimeError(f"patching_sweep(): layer {site.where[0]!r} did not run in the patched forward")
+            note = f" (this forward ran {c} patched copies of the {n}-row batch: {c * n} rows)" if c > 1 else ""
+            values = metric_rows(be, metric, output, c * n, "patching_sweep", note)
+    finally:
+        handle.remove()
+    return be.to_numpy(values).astype(np.float64).reshape(c, n)
