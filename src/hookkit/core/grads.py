@@ -15,7 +15,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hookkit.core.events import Consumer, Event, ordered, run
+from hookkit.core.events import Consumer, Event, GradEvent, ordered, run
+from hookkit.core.handles import Handle
 from hookkit.core.tree import leaves
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class GradCall:
 
     def event(self, c: Consumer) -> Event:
         call, step = self.calls.get(c.scope) or (0, c.scope.clock.current().step)
-        return Event(self.layer, c.scope.name, call, step)
+        return GradEvent(self.layer, c.scope.name, call, step)
 
 
 class GradPlumbing:
@@ -168,7 +169,7 @@ class ParamHooks:
 
         def event_for(c: Consumer) -> Event:
             layer_ref, pname = entries[c]
-            ev = Event(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
+            ev = GradEvent(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
             ev.param, ev.param_name = param, pname
             return ev
 
@@ -210,3 +211,10 @@ def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple
             hooks.discard(param, consumer)
 
     return detach, partial(hooks.add, p, consumer, layer, pname)
+
+
+def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
+    """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
+    from hookkit.core.registry import backend_for
+
+    return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)

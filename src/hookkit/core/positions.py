@@ -87,7 +87,7 @@ def model_token_dim(model: Any, ops: Any = None) -> int | None:
     if dim is not None:
         return dim
     if ops is None:
-        from hookkit.backends import backend_for
+        from hookkit.core.registry import backend_for
 
         try:
             ops = backend_for(model).family("tokens")
