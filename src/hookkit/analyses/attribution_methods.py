@@ -146,7 +146,7 @@ def _smoothgrad(job: Job) -> Any:
     _, saved = st.probe(job, job.x, "input", measure=True)
     nt, be = job.nt_samples, job.be
     if job.seed is not None:
-        be.seed(job.seed)
+        job.m.seed(job.seed)
     noisy = job.m.repeat_rows(job.x, nt)
     noisy = noisy + be.randn_like(noisy) * job.stdevs
     plan = st.plan(job, nt, saved)

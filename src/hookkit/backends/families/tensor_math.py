@@ -129,3 +129,8 @@ class TensorMath:
     def abs(self, t: Any) -> Any:
         """Elementwise absolute value."""
         raise _missing("abs")
+
+    def seed(self, seed: int) -> None:
+        """Seed the framework's global random generator (what ``randn_like`` draws from): the same
+        seed gives the same noise (smoothgrad), as the framework's own ``manual_seed`` does."""
+        raise _missing("seed")
