@@ -1,10 +1,10 @@
 """hookkit.extract on 2 ranks (gloo, CPU, one thread each) vs 1 process over the same samples.
 
-    /work/bench-venv/bin/python benchmarks/bench_extract_ranks.py [--samples 20000] [--rounds 2]
+    python benchmarks/bench_extract_ranks.py [--samples 20000] [--rounds 2]      (the project venv: no peer needed)
 
-Workload: a GPT-2-style model (GPT2Model, 2 layers, width 64, 2 heads, random weights from a config),
+Workload: a GPT-2-style model (GPT2Model, 4 layers, width 256, 4 heads, random weights from a config),
 the residual stream of every block reduced to one vector per sample (mean over tokens), samples of
-16 tokens, batches of 64. The 2-rank run deals the samples with DistributedSampler(shuffle=False)
+32 tokens, batches of 64. The 2-rank run deals the samples with DistributedSampler(shuffle=False)
 and hookkit reads the sampler from the DataLoader. Each variant runs in its own processes,
 alternating, and reports wall time; the folders' arrays are compared (same order, max difference).
 """
@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOCAB, TOKENS, BATCH = 500, 16, 64
+VOCAB, TOKENS, BATCH = 1000, 32, 64
 
 
 def model():
@@ -30,7 +30,7 @@ def model():
     from transformers import GPT2Config, GPT2Model
 
     torch.manual_seed(0)
-    return GPT2Model(GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=VOCAB, n_positions=TOKENS)).eval()
+    return GPT2Model(GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=VOCAB, n_positions=TOKENS)).eval()
 
 
 def ids(n: int) -> np.ndarray:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TIMEOUT = 300
+TIMEOUT = 600  # seconds per scenario: start-up and gloo are slow on a loaded 2-core machine
 N, DIM, BATCH = 37, 6, 4  # 37 samples on 2 ranks: DistributedSampler pads one; the last batches are short
 
 
@@ -76,7 +76,7 @@ def _torch_rank(rank: int, world: int, port: int, out: str, kill_at: int) -> Non
     import hookkit
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
     try:
         ds = TensorDataset(torch.from_numpy(data()))
         sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=3)
@@ -85,6 +85,13 @@ def _torch_rank(rank: int, world: int, port: int, out: str, kill_at: int) -> Non
 
         def forward(batch, seen=[0]):  # noqa: B006 - a counter across calls
             if rank == 1 and seen[0] == kill_at:
+                import json
+                import time
+
+                index = os.path.join(out, "index-rank00001.json")
+                deadline = time.monotonic() + 120  # the writer thread has written a shard (a loaded machine lags)
+                while time.monotonic() < deadline and not json.load(open(index))["shards"]:
+                    time.sleep(0.05)
                 os.kill(os.getpid(), 9)  # kill -9 mid-run, after some shards were written
             seen[0] += 1
             return model(batch[0])
