@@ -12,7 +12,9 @@ from hookkit.analyses.cam import prepare_inputs
 from hookkit.analyses.targets import check_target
 from hookkit.core.validate import fail
 from hookkit.observers import features as fmt
-from hookkit.observers.extract import _count, _prepare_out, _Progress, _Rows, _Writer, parse_size
+from hookkit.observers.extract import _count, _prepare_out, parse_size
+from hookkit.observers.extract_io import Progress, Rows, Writer
+from hookkit.observers.extract_ranks import RankPlan
 from hookkit.observers.features import ExtractError, Features, load_features
 
 KEY = "cam"
@@ -46,7 +48,7 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
         fail(fn, "target", "None, a class index or a callable with out= (one per sample cannot span batches)", run.target)
     fp = _fingerprint(run, layers)
     meta = {"model": fp["model"], "framework": run.be.name, "layers": fp["layers"], "keys": [KEY], "method": run.name}
-    index = _prepare_out(out, fp, meta)
+    index = _prepare_out(out, fp, meta, RankPlan(0, 1, None, None, None))  # one process: maps are not split by rank
     if index["complete"]:
         return load_features(out)
     done = [c for s in index["shards"] for c in s["batch_sizes"]]
@@ -54,9 +56,9 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
     writer = bar = None
     b = -1
     try:
-        writer = _Writer(out, index)
-        rows = _Rows([KEY], parse_size(shard_size), writer)
-        bar = _Progress(progress, len(data) if hasattr(data, "__len__") else None, writer, len(done))  # type: ignore[arg-type]
+        writer = Writer(out, index)
+        rows = Rows([KEY], parse_size(shard_size), writer)
+        bar = Progress(progress, len(data) if hasattr(data, "__len__") else None, writer, len(done))  # type: ignore[arg-type]
         samples = index["count"]
         for b, batch in enumerate(data):
             n = _count(batch, b)
