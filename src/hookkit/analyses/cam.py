@@ -170,8 +170,8 @@ class _Layer:
         c = max(shape)
         hot = np.zeros((k, c), np.float32)
         hot[np.arange(k), start + np.arange(k)] = 1
-        hot = np.repeat(hot, n, axis=0).reshape([k * n, *shape[1:]])
-        return self.be.cast(self.be.from_numpy(hot, like=self.raw), self.be.dtype_name(self.raw))
+        rows = np.repeat(hot, n, axis=0).reshape([k * n, *shape[1:]])
+        return self.be.cast(self.be.from_numpy(rows, like=self.raw), self.be.dtype_name(self.raw))
 
 
 class _Run:

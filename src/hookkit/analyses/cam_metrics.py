@@ -14,7 +14,7 @@ input (pytorch-grad-cam's ``CamMultImageConfidenceChange``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -41,7 +41,10 @@ def _shift(a: np.ndarray, dy: int, dx: int) -> np.ndarray:
 
 
 def _neighbour_sum(a: np.ndarray) -> np.ndarray:
-    return sum(w * _shift(a, dy, dx) for (dy, dx), w in NEIGHBOURS)
+    total = np.zeros_like(a)
+    for (dy, dx), w in NEIGHBOURS:
+        total = total + w * _shift(a, dy, dx)
+    return total
 
 
 def impute(images: np.ndarray, keep: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
@@ -124,7 +127,7 @@ def cam_metric(
     check_bool(eval, fn=fn, arg="eval")
     check_number(noise, fn=fn, arg="noise", low=0.0)
     check_int(seed, fn=fn, arg="seed", low=0)
-    pcts = [percentiles] if isinstance(percentiles, (int, float)) and not isinstance(percentiles, bool) else list(percentiles)
+    pcts = list(percentiles) if isinstance(percentiles, Iterable) else [percentiles]
     if not pcts or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 100 for p in pcts):
         fail(fn, "percentiles", "a number or a list of numbers in (0, 100)", percentiles)
     x = prepare_inputs(be, model, inputs, fn)

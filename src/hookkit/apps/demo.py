@@ -44,8 +44,9 @@ class DemoError(Exception):
 def _digits_cnn(backend: Backend) -> Any:
     """The demo's CNN, built from the backend's layer classes (the same model on every framework)."""
     nn = backend.layer_types()
+    base: Any = nn["Layer"]  # the framework's layer class, known at run time only
 
-    class DigitsCNN(nn["Layer"]):
+    class DigitsCNN(base):
         def __init__(self) -> None:
             super().__init__()
             self.conv1, self.act1 = nn["Conv2d"](1, 16, 3, padding=1), nn["ReLU"]()
@@ -76,7 +77,7 @@ class _DropMeter:
 
     def __init__(self, backend: Backend):
         self.backend = backend
-        self.counts = {True: [0, 0, 0], False: [0, 0, 0]}  # training -> [before, after, calls]
+        self.counts: dict[bool, list[Any]] = {True: [0, 0, 0], False: [0, 0, 0]}  # training -> [before, after, calls] (tensors, calls)
         self._pending: Any = None
 
     def _nonzero(self, t: Any) -> Any:

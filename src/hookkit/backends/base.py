@@ -152,12 +152,12 @@ class Backend:
         """Native gradient hook ``fn(grad) -> None | grad``; returns its handle."""
         return tensor.register_hook(fn)
 
-    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
+    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> Sequence[Any]:
         """Copies of ``tensors`` joined in one autograd node whose backward calls
         ``on_grads(grads) -> None | grads`` with all their gradients at once."""
         raise NotImplementedError
 
-    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], None]) -> None:
+    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], object]) -> None:
         """Call ``fn(grads)`` once, after every tensor's gradient is computed (None if unused)."""
         raise NotImplementedError
 

@@ -81,7 +81,13 @@ class Event:
     ):
         self.layer, self.name, self.call, self.step = layer, name, call, step
         self.args, self.kwargs, self.output, self.pos = args, kwargs, output, pos
-        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = self.selected = None
+        self.grad: Any = None
+        self.index: int | None = None
+        self.grad_inputs: tuple[Any, ...] | None = None
+        self.grad_outputs: tuple[Any, ...] | None = None
+        self.param: Any = None
+        self.param_name: str | None = None
+        self.selected: Sequence[int] | None = None
 
     @property
     def offset(self) -> int:

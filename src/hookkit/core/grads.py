@@ -157,6 +157,7 @@ class ParamHooks:
 
     def _sync_native(self, param: Any) -> None:
         if self.consumers and self._native is None:
+            assert self.backend is not None  # the inert copy (backend None) never gets consumers
             self._native = self.backend.hook_tensor(param, partial(self._on_grad, weakref.ref(param)))
         elif not self.consumers and self._native is not None:
             self._native.remove()
@@ -193,7 +194,11 @@ def param_hooks_for(param: Any, backend: Backend) -> ParamHooks:
     if hooks is None:
         key = id(param)
         hooks = ParamHooks(backend)
-        _param_registry[key] = (weakref.ref(param, lambda _, key=key: _param_registry.pop(key, None)), hooks)
+
+        def forget(_: Any, key: int = key) -> None:
+            _param_registry.pop(key, None)
+
+        _param_registry[key] = (weakref.ref(param, forget), hooks)
     return hooks
 
 

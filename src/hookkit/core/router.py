@@ -62,12 +62,16 @@ class LayerHooks(GradPlumbing):
     """The consumers of one layer and the native hooks that serve them. ``LayerHooks(None)`` is the
     inert one a deep copy or unpickled model gets: no consumers, no clock, feeding nothing."""
 
-    __slots__ = ("backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__")
-    # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
-    __slots__ += ("_pre", "_fwd", "_fwd_fns", "_scopes", "_single", "_local", "_wants_grads", "_has_backward")
+    # fmt: off
+    __slots__ = (
+        "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
+        # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
+        "_pre", "_fwd", "_fwd_fns", "_scopes", "_single", "_local", "_wants_grads", "_has_backward",
+    )
+    # fmt: on
 
     def __init__(self, backend: Backend | None):
-        self.backend = backend
+        self.backend = backend  # type: ignore[assignment]  # None only in the inert copy, which feeds nothing
         self.root_clock: Clock | None = None  # set on a root: its pre-hook counts the root's forwards
         self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
         self._native_pre: Any = None
@@ -411,7 +415,7 @@ def remove_all(model: Any) -> int:
     for _, layer in backend.named_layers(model):
         hooks = _registry.get(layer)
         had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
-        if had:
+        if had and hooks is not None:
             hooks.clear(layer)
         if backend.drop_forward_hooks(layer, _inert) or had:  # a copy's inert hooks too
             removed += 1

@@ -72,7 +72,7 @@ def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, w
     norms = np.linalg.norm(rows, ord=n, axis=1) if rows.shape[1] else np.zeros(len(rows))
     k = _count(amount, len(norms), f"dim {dim} of {where}")
     drop = np.argsort(norms, kind="stable")[:k]
-    index = [slice(None)] * w.ndim
+    index: list[slice | np.ndarray] = [slice(None)] * w.ndim
     index[dim] = drop
     mask[tuple(index)] = 0.0
     return mask
@@ -138,9 +138,6 @@ class Pruning(HandleGroup):
                     be.assign(p, _in_compute_dtype(be, lambda w, m, o: w * m + o * (1 - m), p, mask, self._original[key]))
         self._original.clear()
         super()._remove_all()
-
-    def __enter__(self) -> Pruning:
-        return self
 
     def __repr__(self) -> str:
         state = "permanent" if self._permanent else ("removed" if self.removed else "active")

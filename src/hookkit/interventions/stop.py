@@ -9,13 +9,17 @@ above ``OBSERVER``), so interventions and captures on the stopped layer still se
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
 from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.validate import InvalidArgument, check_int, check_model
+
+if TYPE_CHECKING:
+    from hookkit.observers.capture import capture as Capture
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
@@ -55,7 +59,7 @@ class Stop(HandleGroup):
         self.output: Any = None
         self.stopped = False
         self._model = weakref.ref(model)
-        self.capture = None
+        self.capture: Capture | None = None
         try:
             if capture is not None:
                 from hookkit.observers.capture import capture as Capture
@@ -92,10 +96,10 @@ class Stop(HandleGroup):
             "the forward ran to the end"
         )
 
-    def __enter__(self) -> Stop:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    # returns True for its own StopForward (swallowed), where other handles never swallow
+    def __exit__(  # type: ignore[override]
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         self.remove()
         return isinstance(exc, StopForward) and exc.owner is self
 

@@ -13,6 +13,7 @@ ran last before it, instead of blaming the receiver.
 from __future__ import annotations
 
 import weakref
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -199,9 +200,7 @@ class watch_nonfinite(HandleGroup):
             if not np.isfinite(values).all():
                 rank, world = be.world()  # data-parallel training: say which process saw it
                 where = f"on rank {rank} of {world}" if world > 1 else ""
-                error = NonFiniteError(name, phase, call, step, where, before=previous)
-                error.rank = rank
-                raise error
+                raise NonFiniteError(name, phase, call, step, where, before=previous, rank=rank)
             if phase == "forward":
                 previous = name
         grads = [e for e in entries if e[0] == "backward"]
@@ -222,10 +221,7 @@ class watch_nonfinite(HandleGroup):
         self._entries, self._fprobes, self._gprobes, self._norms = [], [], [], []
         self._seen = {}
 
-    def __enter__(self) -> watch_nonfinite:
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
             if exc_type is None:
                 self.check()

@@ -118,8 +118,7 @@ def _extend(rows: Rows, block: Block) -> None:
         if (step[0], call[0]) <= (last_step, last_call):  # overlaps what is stored: merge the tail again
             start = int(np.searchsorted(rows.step[: rows.n], step[0], side="left"))
             old = rows.block(start)
-            joined = tuple(np.concatenate((a, b)) if a is not None else None for a, b in zip(old, block))
-            step, call, records, state, hist = merge_block(rows.kind, joined)
+            step, call, records, state, hist = merge_block(rows.kind, _concat(old, block))
             rows._grow(len(rows.step))  # fresh buffers: arrays handed out earlier stay as they were
             rows.n, rows.done = start, min(rows.done, start)
     rows.append(step, call, state, hist, records)
@@ -147,7 +146,7 @@ class _Recorder(HandleGroup):
         self._local_cache: dict[str, dict[str, np.ndarray]] | None = None
         return select(model, WITH_PARAMS if layers is None else layers)
 
-    def _attach_all(self, attach_fn: Callable[[], None]) -> None:
+    def _attach_all(self, attach_fn: Callable[[], object]) -> None:
         try:
             attach_fn()
         except BaseException:
@@ -158,9 +157,6 @@ class _Recorder(HandleGroup):
         from hookkit.observers.stats.display import text
 
         return text(self)
-
-    def __enter__(self) -> Any:
-        return self
 
     def _recording(self, every: int, train_only: bool) -> Callable[[int], bool]:
         """``record(step) -> bool``, evaluated once per step (model.training read once, a Python attribute)."""
@@ -245,7 +241,10 @@ class _Recorder(HandleGroup):
 
 
 def _concat(a: Block, b: Block) -> Block:
-    return tuple(None if x is None else np.concatenate((x, y)) for x, y in zip(a, b))  # type: ignore[return-value]
+    """``a`` then ``b``, array by array (the histograms when both have them)."""
+    hist = None if a[4] is None or b[4] is None else np.concatenate((a[4], b[4]))
+    step, call, records, state = (np.concatenate((x, y)) for x, y in zip(a[:4], b[:4]))
+    return step, call, records, state, hist
 
 
 class ActivationStats(_Recorder, ActivationData):
@@ -475,7 +474,8 @@ class GradientStats(_Recorder, GradientData):
             step, grad = ev.step, ev.grad
             if not record(step):
                 return
-            i = index[ev.param_name] + BACKWARD * backward(step)  # the parameter's index, and which backward
+            # the parameter's index, and which backward (param_grad events always carry param_name)
+            i = index[ev.param_name] + BACKWARD * backward(step)  # type: ignore[index]
             seen = last[0] is not None and last[0]() is grad  # the same gradient, seen by another layer
             if seen and last[1] is not None:
                 k = host.slot()

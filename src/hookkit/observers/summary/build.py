@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend
+from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.validate import check_model, fail
 from hookkit.observers.summary.inputs import build_inputs, is_float
@@ -314,5 +315,5 @@ def _attribute(exc: BaseException, rec: Recorder, result: Summary, made_dtypes: 
         note += "\n" + hint
         result.error += f" ({hint})"
     if note not in getattr(exc, "__notes__", ()):
-        exc.add_note(note)
+        add_note(exc, note)
     exc.hookkit_summary = result  # type: ignore[attr-defined]
