@@ -1,6 +1,10 @@
 """Per-call cost of a hook, in microseconds: what hookkit adds over a plain hook.
 
     python benchmarks/bench_dispatch.py [--layers 200] [--rounds 20] [--reps 50] [--profile]
+    python benchmarks/bench_dispatch.py --identity [--layers 64]
+
+``--identity``: a Sequential of ``--layers`` ``nn.Identity``, one no-op hook on each: the forward
+with ``hookkit.on_forward`` against the same forward with plain ``register_forward_hook`` hooks.
 
 A Sequential of ``--layers`` ReLUs on a 1-element tensor, so that the hooks are nearly all
 the work; a step is one forward (plus emptying what was kept). Reported: CPU microseconds per
@@ -21,6 +25,7 @@ p.add_argument("--layers", type=int, default=200)
 p.add_argument("--rounds", type=int, default=20)
 p.add_argument("--reps", type=int, default=50)
 p.add_argument("--profile", action="store_true")
+p.add_argument("--identity", action="store_true", help="nn.Identity layers, no-op hooks: on_forward vs plain hooks")
 p.add_argument("--gc", action="store_true", help="keep the garbage collector on while timing")
 p.add_argument(
     "--baseline",
@@ -37,7 +42,7 @@ from torch import nn  # noqa: E402
 import hookkit  # noqa: E402
 
 torch.set_num_threads(1)
-model = nn.Sequential(*[nn.ReLU() for _ in range(ARGS.layers)])
+model = nn.Sequential(*[(nn.Identity() if ARGS.identity else nn.ReLU()) for _ in range(ARGS.layers)])
 x = torch.ones(1)
 named = hookkit.select(model, hookkit.LEAVES)
 
@@ -147,6 +152,38 @@ def base_caps() -> tuple:
 
     return step, c.remove
 
+
+def noop_plain() -> tuple:
+    hs = [layer.register_forward_hook(lambda m, i, o: None) for _, layer in named]
+    return fwd, lambda: [h.remove() for h in hs]
+
+
+def noop_on_forward() -> tuple:
+    h = hookkit.on_forward(model, hookkit.LEAVES, lambda m, i, o: None)
+    return fwd, h.remove
+
+
+if ARGS.identity:
+    res = H.run_interleaved(
+        [("bare", bare), ("plain no-op hooks", noop_plain), ("hookkit.on_forward no-op", noop_on_forward)],
+        ARGS.rounds,
+        ARGS.reps,
+        warmup=10,
+    )
+    base = res["bare"].median_ms
+    print(f"machine: {H.machine()}; CPU time, medians of {ARGS.rounds} interleaved rounds of {ARGS.reps} forwards")
+    rows = [
+        [
+            n,
+            f"{r.median_ms * 1e3:.1f}",
+            f"{(r.median_ms - base) * 1e3 / ARGS.layers:.3f}",
+            f"{H.ratio(res, n, 'plain no-op hooks'):.3f}",
+            H.spread(res, n, "plain no-op hooks"),
+        ]
+        for n, r in res.items()
+    ]
+    print(H.table(rows, ["variant", "us per forward", "us per hooked call above bare", "x plain hooks", "IQR"]))
+    sys.exit()
 
 variants = [
     ("bare", bare),

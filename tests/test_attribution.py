@@ -289,6 +289,10 @@ def test_bert_classifier_at_the_embeddings(torch_fw):
     torch.testing.assert_close(one, attr, rtol=1e-4, atol=1e-6)
     with pytest.raises(HookkitError, match="inputs"):
         hookkit.attribute(model, None, ids)  # token ids cannot be interpolated
+    for method in ("integrated_gradients", "gradient"):
+        with pytest.raises(HookkitError, match="integer values at its input"):
+            hookkit.attribute(model, "bert.embeddings.word_embeddings", ids, method, target=0, attribute_to="input")
+    assert not hooks_left(model) and model.training
 
 
 # -- the model is left as it was, bad input fails clearly -----------------------------------------------

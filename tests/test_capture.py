@@ -146,6 +146,7 @@ def test_capture_nested_dict_outputs(fw):
     assert grad["pair"][1] is None  # the input passed through takes no gradient
 
 
+@pytest.mark.slow
 def test_capture_under_torch_compile_keeps_every_call_and_grads(torch_fw):
     import torch
     from torch import nn

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import hookkit
+from hookkit.core import router
 from hookkit.core.router import attached
 from models import hooks_left
 
@@ -243,6 +244,54 @@ def test_every_call_counts_and_steps_advance(fw):
     np.testing.assert_allclose(fw.numpy(rec1), expected, rtol=1e-5, atol=1e-6)
     assert not events
     assert [r.name for r in cap.records()[:4]] == ["block", "block", "block", "out"]
+
+
+def test_plain_and_event_consumers_on_one_layer_share_its_call_indices(fw):
+    model = fw.shared_block_model()
+    seen = []
+    with hookkit.on_forward(model, "block", lambda m, i, o: seen.append("plain")):  # no Event built
+        with router.attach(model, [("block", model.block)], "forward", lambda ev: seen.append((ev.step, ev.call)), router.OBSERVER):
+            model(fw.randn(2, 4))
+        model(fw.randn(2, 4))  # the event consumer is gone: the plain one keeps counting
+        with router.attach(model, [("block", model.block)], "forward", lambda ev: seen.append((ev.step, ev.call)), router.OBSERVER):
+            model(fw.randn(2, 4))
+    assert [s for s in seen if s != "plain"] == [(0, 0), (0, 1), (0, 2), (2, 0), (2, 1), (2, 2)]
+    assert seen.count("plain") == 9
+
+
+def test_two_threads_inside_forwards_at_once_keep_their_call_indices(torch_fw):
+    """Thread A stops inside its forward (in a hook of its first call); the main thread starts a
+    forward and, inside its own first call, lets A finish; then it finishes. Each forward numbers
+    its own calls 0, 1, 2 under its own step, before, during and after the overlap."""
+    import threading
+
+    fw = torch_fw
+    model = fw.shared_block_model()
+    inside, resume = threading.Event(), threading.Event()
+    seen = []
+
+    def consumer(ev):
+        me = threading.current_thread().name
+        seen.append((me, ev.step, ev.call))
+        if ev.call == 0 and me == "A":
+            inside.set()
+            assert resume.wait(10)
+        elif ev.call == 0 and ev.step == 2:  # the main thread, A waiting inside its forward
+            resume.set()
+            a.join(10)
+
+    with router.attach(model, [("block", model.block)], "forward", consumer, router.OBSERVER):
+        model(fw.randn(2, 4))  # one thread: the hot path
+        a = threading.Thread(target=lambda: model(fw.randn(2, 4)), name="A")
+        a.start()
+        assert inside.wait(10)
+        model(fw.randn(2, 4))
+        model(fw.randn(2, 4))
+    assert not a.is_alive()
+    by_forward: dict[tuple, list[int]] = {}
+    for who, step, call in seen:
+        by_forward.setdefault((who, step), []).append(call)
+    assert by_forward == {("MainThread", 0): [0, 1, 2], ("A", 1): [0, 1, 2], ("MainThread", 2): [0, 1, 2], ("MainThread", 3): [0, 1, 2]}
 
 
 def test_exception_in_user_hook_keeps_type_and_names_layer(fw):

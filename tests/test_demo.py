@@ -27,6 +27,7 @@ def demo(request, tmp_path_factory):
     return request.param, result
 
 
+@pytest.mark.slow
 def test_the_report_has_every_section_and_image(demo):
     framework, result = demo
     html = result["report"].read_text(encoding="utf-8")
@@ -49,6 +50,7 @@ def test_the_report_has_every_section_and_image(demo):
     assert_self_contained(html)
 
 
+@pytest.mark.slow
 def test_the_demo_figures_are_legible(demo):
     """Grad-CAM: tiles of at least 100 px; the colorful dimension: pre-activations recorded over a
     range symmetric around 0, each panel's axis chosen from the data."""
@@ -69,6 +71,7 @@ def test_the_demo_figures_are_legible(demo):
         assert lo == -hi and hi < HIST_RANGE[1]  # the signed outputs, not the whole recorded range
 
 
+@pytest.mark.slow
 def test_the_statistics_are_saved_as_data_and_load_back(demo):
     framework, result = demo
     out = result["out"]
@@ -89,6 +92,7 @@ def test_the_statistics_are_saved_as_data_and_load_back(demo):
     assert section_ids((out / "cli.html").read_text()) == SECTIONS
 
 
+@pytest.mark.slow
 def test_dropout_hooks_dropped_what_they_should_and_left_nothing(demo):
     framework, result = demo
     for layer, kind, p in DROPOUT:
@@ -105,6 +109,7 @@ def test_dropout_hooks_dropped_what_they_should_and_left_nothing(demo):
     assert 0.0 <= result["accuracy"] <= 1.0
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_the_report_opens_in_a_browser(demo):
     framework, result = demo

@@ -414,6 +414,13 @@ def test_local_mode_names_the_changed_layer_forwards_and_backwards():
     assert [(r.where, r.phase) for r in d.rows if r.phase != "forward" and r.diverged] == [("blocks.1.mlp.1", "output-grad")]
     assert d.first_in("backward").rel_err == pytest.approx(1e-3, rel=1e-2)
     assert _nothing_attached(pd, hookkit.backends.backend_for(pd))
+    # code between two leaves (the attention's head split): named at the input b computed for the next leaf
+    w.set_value(w.numpy() / 1.001)
+    pd.blocks[1].attn.heads = 1
+    d = hookkit.diff(src, pd, tokens(), backward=True, local=True)
+    assert (d.first.where, d.first.part) == ("blocks.1.attn.proj (input)", "input")
+    assert [r.where for r in d.rows if r.diverged] == ["blocks.1.attn.proj (input)", "blocks.1.attn.qkv"]
+    assert hookkit.diff(src, pd, tokens()).first.where == "blocks.1.attn.proj"  # without local: the next leaf's output
     # without local=True the same change spreads to every row after it (forward) and from the loss on (backward)
     spread = hookkit.diff(src, pd, tokens(), backward=True)
     assert spread.first_in("backward").where == "head.weight" and sum(r.diverged for r in spread.rows) > 50

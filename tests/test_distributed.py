@@ -207,6 +207,7 @@ def scenario_torch(out: str) -> None:
     mp.spawn(_torch_rank, args=(2, free_port(), out), nprocs=2)
 
 
+@pytest.mark.slow
 def test_ddp_and_fsdp2_two_ranks_read_the_one_process_figures(tmp_path):
     """2 ranks x half batch (gloo), one process group for both set-ups (start-up costs seconds)."""
     pytest.importorskip("torch.distributed.fsdp")
@@ -353,6 +354,7 @@ def scenario_paddle(out: str) -> None:
     dist.spawn(_paddle_rank, args=(out,), nprocs=2, backend="gloo")
 
 
+@pytest.mark.slow
 def test_paddle_data_parallel_two_ranks_read_the_one_process_figures(tmp_path):
     """paddle.DataParallel, 2 CPU ranks (gloo, paddle.distributed.spawn): the same equality as DDP."""
     pytest.importorskip("paddle")
@@ -494,6 +496,7 @@ def check_callback_run(tmp_path, expected_acts: dict, expected_grads: dict, pref
     np.testing.assert_allclose(np.mean(means), expected_acts[f"{prefix}0|mean"].mean(), rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("scenario", "library"),
     [("lightning", "pytorch_lightning"), ("hf_torchrun", "transformers")],

@@ -46,6 +46,7 @@ def test_code_blocks_parser():
     assert code_blocks(page) == [(3, "python", "x = 1\n", False), (7, "python", "y = 2\n", True), (10, "bash", "ls\n", False)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_page_examples_run(page: pathlib.Path, tmp_path, monkeypatch):
     blocks = [

@@ -88,6 +88,7 @@ def one_thread(fw):
         fw.lib.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_seed_demonstration(fw, one_thread):
     """Seed 000 section 2: Dropout2D(p=0.3) after layer3 and layer4 via seed-style hook functions."""
     fw.seed(0)
@@ -307,7 +308,7 @@ def test_unpickling_rebuilds_the_wrapper_class_in_a_fresh_process(fw, monkeypatc
 
 
 def backend_layer(fw):
-    return hookkit.backends.backend_for(fw.mlp()).layer_types()["Layer"]
+    return hookkit.backends.backend_for(fw.mlp()).layer_class()
 
 
 def test_a_model_with_every_intervention_attached_pickles(fw):

@@ -237,6 +237,7 @@ _KILL_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9_subprocess(tmp_path, monkeypatch):
     script = tmp_path / "run.py"
     script.write_text(_KILL_SCRIPT)

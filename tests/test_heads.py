@@ -365,6 +365,9 @@ def test_attention_patterns_keep_sdpa_and_the_output(monkeypatch):
         pats = hookkit.attention_patterns(model, x, layers=attn.format(0), heads=[2])
     assert torch.equal(cap["lm_head"], want)
     assert tuple(pats[attn.format(0)].shape) == (2, 1, 7, 7)
+    per_layer = hookkit.attention_patterns(model, x, heads={attn.format(1): [0, 3]})  # other layers: every head
+    assert tuple(per_layer[attn.format(0)].shape) == (2, 4, 7, 7) and tuple(per_layer[attn.format(1)].shape) == (2, 2, 7, 7)
+    torch.testing.assert_close(per_layer[attn.format(0)][:, [2]], pats[attn.format(0)])
     assert dict(AttentionInterface._global_mapping) == before
     assert model.training is False
 

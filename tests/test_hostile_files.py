@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.core.validate import InvalidFile
+from hookkit.core.files import InvalidFile
 
 SCRIPT = "<script>alert('pwned')</script>"
 
@@ -181,9 +181,9 @@ def test_malformed_report_files_name_file_and_field(tmp_path, name, content, fra
 
 
 def test_huge_json_is_refused_before_parsing(tmp_path, monkeypatch):
-    from hookkit.core import validate
+    from hookkit.core import files
 
-    monkeypatch.setattr(validate, "MAX_JSON_BYTES", 1000)
+    monkeypatch.setattr(files, "MAX_JSON_BYTES", 1000)
     run = _folder(tmp_path, summary__json={"rows": [], "model": "x" * 2000})
     with pytest.raises(InvalidFile, match=r"summary\.json: 2,0\d\d bytes, more than the 1,000"):
         hookkit.report(run)

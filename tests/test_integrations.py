@@ -88,6 +88,7 @@ def lightning():
     return fit
 
 
+@pytest.mark.slow
 def test_lightning_records_every_step_logs_to_tensorboard_and_removes(lightning, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -116,6 +117,7 @@ def test_lightning_records_every_step_logs_to_tensorboard_and_removes(lightning,
     assert "param_grad/net.0/norm" in events.Tags()["scalars"]
 
 
+@pytest.mark.slow
 def test_lightning_every_and_layers(lightning):
     from hookkit.integrations.lightning import HookkitCallback
 
@@ -126,6 +128,7 @@ def test_lightning_every_and_layers(lightning):
     assert len(cb.activation_stats.steps) == 3  # steps 0, 3, 6 of 8
 
 
+@pytest.mark.slow
 def test_lightning_module_without_forward_counts_batches(lightning):
     from hookkit.integrations.lightning import HookkitCallback
 
@@ -136,6 +139,7 @@ def test_lightning_module_without_forward_counts_batches(lightning):
     assert not hooks_left(module)
 
 
+@pytest.mark.slow
 def test_lightning_removes_hooks_when_training_raises(lightning):
     from hookkit.integrations.lightning import HookkitCallback
 
@@ -146,6 +150,7 @@ def test_lightning_removes_hooks_when_training_raises(lightning):
     assert not hooks_left(lightning.module)
 
 
+@pytest.mark.slow
 def test_lightning_nonfinite_raises_naming_the_layer_and_removes(lightning):
     from hookkit.integrations.lightning import HookkitCallback
 
@@ -211,6 +216,7 @@ def hf_trainer(tmp_path):
     return make
 
 
+@pytest.mark.slow
 def test_huggingface_trainer_records_logs_and_removes(hf_trainer):
     from hookkit.integrations.huggingface import HookkitTrainerCallback
 
@@ -233,6 +239,7 @@ def test_huggingface_trainer_records_logs_and_removes(hf_trainer):
     np.testing.assert_allclose([h["act/lm_head/std"] for h in logged], acts.layer_stats("lm_head")["std"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_huggingface_default_layers_and_removal_on_error(hf_trainer):
     from hookkit.integrations.huggingface import HookkitTrainerCallback
 
@@ -292,6 +299,7 @@ def paddle_fit():
     return fit
 
 
+@pytest.mark.slow
 def test_paddle_fit_records_logs_and_removes(paddle_fit):
     from hookkit.integrations.paddle_hapi import HookkitPaddleCallback
 
@@ -310,6 +318,7 @@ def test_paddle_fit_records_logs_and_removes(paddle_fit):
     np.testing.assert_allclose(norm, segment_means(grads.layer_stats("body.0")["norm"], [4, 4]), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_paddle_fit_removes_hooks_when_training_raises(paddle_fit):
     from hookkit.integrations.paddle_hapi import HookkitPaddleCallback
 
@@ -321,6 +330,7 @@ def test_paddle_fit_removes_hooks_when_training_raises(paddle_fit):
     assert len(cb.gradient_stats.layer_stats("body.0")["norm"]) == 2
 
 
+@pytest.mark.slow
 def test_paddle_fit_nonfinite_names_the_layer(paddle_fit):
     from hookkit.integrations.paddle_hapi import HookkitPaddleCallback
 

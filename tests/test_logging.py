@@ -139,6 +139,7 @@ def _wandb_history(run_dir: str) -> list[dict[str, str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_wandb_offline_run_holds_the_scalars_and_histograms(torch_fw, tmp_path, monkeypatch):
     wandb = pytest.importorskip("wandb")
     import json

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.core.validate import SkippedOutputWarning
+from hookkit.core.guards import SkippedOutputWarning
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int64", "bool", "complex64"]
 
@@ -101,7 +101,7 @@ def test_every_feature_survives_any_dtype_and_batch(fw, dtype, batch):
 
 
 def test_odd_kinds_are_skipped_with_one_warning(fw, monkeypatch):
-    monkeypatch.setattr("hookkit.core.validate._warned", set())  # warned once per process otherwise
+    monkeypatch.setattr("hookkit.core.guards._warned", set())  # warned once per process otherwise
     model = _cast_model(fw, "int64")
     model.train()
     x = fw.randn(2, 2, 5, 5)

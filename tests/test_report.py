@@ -106,6 +106,7 @@ def _saved_run(fw, folder, layers=None):
     return model, acts, grads
 
 
+@pytest.mark.slow
 def test_report_from_a_folder_of_saved_statistics(fw, tmp_path):
     model, acts, grads = _saved_run(fw, tmp_path)
     path = hookkit.report(tmp_path)
@@ -126,6 +127,7 @@ def test_report_from_a_folder_of_saved_statistics(fw, tmp_path):
     assert_self_contained(html)
 
 
+@pytest.mark.slow
 def test_report_from_objects_with_a_summary(fw, tmp_path):
     model, acts, grads = _saved_run(fw, tmp_path / "stats", layers=["conv2", "fc"])
     summary = hookkit.summary(model, input_size=(1, 1, 8, 8))
@@ -215,6 +217,7 @@ def test_cli_report_and_its_errors(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_the_browser_catches_broken_pages(tmp_path):
     """The browser check itself can fail: a broken image and a script error are caught."""

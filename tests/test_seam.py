@@ -2,8 +2,8 @@
 features from one Backend subclass and one ``register_backend`` call, with no change to hookkit.
 
 The framework has what a deep-learning library's layer API has (sublayers, parameters, forward
-pre/post hooks with removable handles, a training flag) and no autograd: the optional gradient
-methods of the Backend stay unimplemented, as base.py allows.
+pre/post hooks with removable handles, a training flag) and no autograd: its backend implements the
+required tier (``base.Core``) and nothing else, as base.py allows.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 import hookkit
 from hookkit.backends import Backend, backend_for, register_backend, registered_backends, unregister_backend
+from hookkit.backends.base import Core
 from hookkit.core import router
 
 
@@ -112,6 +113,9 @@ class NumpyBackend(Backend):
     def named_layers(self, model: Any) -> Iterator[tuple[str, Any]]:
         return model.named_layers()
 
+    def layer_class(self) -> type:
+        return Layer
+
     def children(self, layer: Any) -> list[Any]:
         return list(layer._layers.values())
 
@@ -166,6 +170,32 @@ class NumpyBackend(Backend):
         x = t.astype(np.float64).ravel()
         mean = x.mean()
         return np.array([mean, ((x - mean) ** 2).sum(), np.count_nonzero(x <= near_zero)])
+
+
+def test_the_required_tier_is_small_documented_and_all_the_numpy_backend_implements():
+    required = {n: v for n, v in vars(Core).items() if callable(v) and not n.startswith("_")}
+    assert len(required) <= 40
+    assert all((v.__doc__ or "").strip() for v in required.values()), [n for n, v in required.items() if not (v.__doc__ or "").strip()]
+    stubs = {n for n, v in required.items() if getattr(v, "stub", False)}
+    assert {"is_layer", "named_layers", "hook_forward", "to_numpy", "activation_sums"} <= stubs
+    assert {n for n in stubs if getattr(NumpyBackend, n) is getattr(Backend, n)} == set()  # every stub implemented
+    for name in Backend.__dict__:  # Backend itself adds only the op-family lookup and its name
+        assert name in {"family", "name"} or name.startswith("_"), name
+
+
+def test_every_method_of_the_interface_is_documented():
+    methods = {n: getattr(Backend, n) for n in dir(Backend) if not n.startswith("_") and callable(getattr(Backend, n))}
+    assert [n for n, m in methods.items() if not (m.__doc__ or "").strip()] == []
+
+
+def test_a_missing_optional_method_names_its_tier_and_features(numpy_framework):
+    backend = backend_for(numpy_framework)
+    with pytest.raises(NotImplementedError, match=r"numpy-mlp backend does not implement grads_of\(\) \(tier Gradients.*GradientStats"):
+        backend.grads_of(np.ones(2), [np.ones(2)])
+    with pytest.raises(NotImplementedError, match=r"dropout\(\) \(tier Interventions.*dropout family"):
+        backend.dropout(np.ones(2), 0.5)
+    with pytest.raises(NotImplementedError, match="no 'demo_kit' op family"):
+        backend.family("demo_kit")
 
 
 @pytest.fixture

@@ -422,6 +422,7 @@ def test_cli_errors(capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_cli_subprocess():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-m", "hookkit.apps.cli", "summary", "test_summary:make_mlp", "--input-size", "3,5", "--json"]

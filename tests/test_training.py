@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.core import router
+from hookkit.core import events, router
 from models import hooks_left
 
 
@@ -284,7 +284,7 @@ def test_torch_func_transforms_skip_observers_with_one_warning(torch_fw):
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1))
     params = dict(model.named_parameters())
     x = torch.randn(5, 4)
-    router._warned.discard("transformed")
+    events.warned.discard("transformed")
     with (
         hookkit.capture(model, ["0"]) as cap,
         hookkit.ActivationStats(model, ["0"]) as stats,

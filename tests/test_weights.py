@@ -52,6 +52,20 @@ def test_update_ratio_is_the_hand_value_after_sgd_steps(fw, monkeypatch, host_ro
     assert "step" not in vars(opt) and "minimize" not in vars(opt)  # Paddle's wrapper is gone
 
 
+def test_no_host_read_per_step_on_the_meta_device(torch_fw):
+    """The device route reads nothing on the host while training: on PyTorch's meta device (no
+    values at all) any ``.item()``, ``.cpu()`` or ``float()`` would fail."""
+    model = torch_fw.mlp((4, 8, 2)).to("meta")
+    opt = _sgd(torch_fw, model)
+    stats = hookkit.WeightStats(model, optimizer=opt, hist=True, range=(-1, 1))
+    assert not stats._cpu
+    for _ in range(3):
+        model(torch_fw.lib.randn(5, 4, device="meta")).sum().backward()
+        torch_fw.step(opt)
+    assert len(stats._pending) == 3 * 4  # three steps of four parameters, still on the device
+    stats.remove()
+
+
 def test_every(fw):
     model = fw.linear(3, 2)
     opt = _sgd(fw, model)
@@ -280,13 +294,56 @@ def test_two_rank_ddp_and_fsdp2_read_the_one_process_figures(tmp_path):
                 np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=f"{kind} rank {rank}: {k}")
 
 
+def _paddle_weight_rank(out: str) -> None:
+    import os
+
+    import paddle
+    import paddle.distributed as dist
+
+    from test_distributed import flat, paddle_model, paddle_train
+
+    dist.init_parallel_env()
+    dp = paddle.DataParallel(paddle_model())
+    w = hookkit.WeightStats(dp, hist=True, bins=12)  # no optimizer: the weights before each training forward
+    paddle_train(dp, dist.get_rank(), dist.get_world_size())
+    np.savez(os.path.join(out, f"paddle{dist.get_rank()}.npz"), **flat(w.to_numpy()))
+
+
+@pytest.mark.slow
+def test_two_rank_paddle_data_parallel_reads_the_one_process_figures(tmp_path):
+    pytest.importorskip("paddle")
+    import os
+    import subprocess
+    import sys
+
+    from test_distributed import TIMEOUT, flat, paddle_model, paddle_train
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, __file__, str(tmp_path), "paddle"], capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    model = paddle_model()
+    with hookkit.WeightStats(model, hist=True, bins=12) as w:
+        paddle_train(model)
+    expected = flat(w.to_numpy())
+    for rank in (0, 1):
+        got = dict(np.load(tmp_path / f"paddle{rank}.npz"))
+        assert got.keys() == expected.keys()
+        for k, v in expected.items():
+            np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=f"rank {rank}: {k}")
+
+
 if __name__ == "__main__":
     import os
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import torch.multiprocessing as mp
+    if sys.argv[2:] == ["paddle"]:
+        import paddle.distributed as dist
 
-    from test_distributed import free_port
+        dist.spawn(_paddle_weight_rank, args=(sys.argv[1],), nprocs=2, backend="gloo")
+    else:
+        import torch.multiprocessing as mp
 
-    mp.spawn(_weight_rank, args=(2, free_port(), sys.argv[1]), nprocs=2)
+        from test_distributed import free_port
+
+        mp.spawn(_weight_rank, args=(2, free_port(), sys.argv[1]), nprocs=2)

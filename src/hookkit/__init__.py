@@ -7,8 +7,9 @@
 """
 
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
-# only for the framework of the user's model. Imports are eager on purpose: a submodule imported
-# lazily would replace the same-named function on this package (``hookkit.summary``, ``report``).
+# only for the framework of the user's model. The apps (``report``) load on first use: __getattr__.
+from typing import TYPE_CHECKING
+
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
 from hookkit.analyses.attribution_patching import attribution_patching
@@ -20,7 +21,6 @@ from hookkit.analyses.lens import LensResult, logit_lens
 from hookkit.analyses.patching import patching_sweep
 from hookkit.analyses.patterns import attention_patterns
 from hookkit.analyses.port import Ported, PortError, port_weights
-from hookkit.apps.report import report
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, remove_all
@@ -65,6 +65,9 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+
+if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
+    from hookkit.apps.report import report
 
 __all__ = [
     "__version__",
@@ -148,3 +151,12 @@ __all__ = [
     "watch_nonfinite",
     "WeightStats",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "report":
+        from hookkit.apps.report import report
+
+        globals()["report"] = report
+        return report
+    raise AttributeError(f"module 'hookkit' has no attribute {name!r}")

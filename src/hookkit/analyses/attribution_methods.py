@@ -7,18 +7,13 @@ from typing import Any
 
 from hookkit.analyses import attribution_steps as st
 from hookkit.analyses.attribution_budget import spans
-from hookkit.analyses.attribution_job import FN, Job
+from hookkit.analyses.attribution_job import Job
 from hookkit.analyses.attribution_rules import quadrature
-from hookkit.core.validate import InvalidArgument
 
 
 def _layer_ig(job: Job) -> Any:
     y_x, saved = st.probe(job, job.x, "input", measure=True)
     y_b, _ = st.probe(job, job.base, "baseline")
-    if job.be.dtype_kind(y_x) != "float":
-        raise InvalidArgument(
-            f"{FN}(): layer {job.name!r} gives integer values at its {job.where}; attribute to a layer with floating-point values (e.g. the embedding's output)"
-        )
     weights, alphas = quadrature(job.rule, job.n_steps)
     plan = st.plan(job, job.n_steps, saved, y_x)
     tap, blocks = job.tap, []
@@ -151,7 +146,7 @@ def _smoothgrad(job: Job) -> Any:
     _, saved = st.probe(job, job.x, "input", measure=True)
     nt, be = job.nt_samples, job.be
     if job.seed is not None:
-        be.seed(job.seed)
+        job.m.seed(job.seed)
     noisy = job.m.repeat_rows(job.x, nt)
     noisy = noisy + be.randn_like(noisy) * job.stdevs
     plan = st.plan(job, nt, saved)

@@ -40,6 +40,11 @@ def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
     if tap is not None:
         _check_ran(job)
         value = be.detach(tap.value)
+        if job.method != "activation" and be.dtype_kind(value) != "float":
+            raise InvalidArgument(
+                f"{FN}(): layer {job.name!r} has integer values at its {job.where} (token ids?), which take no gradient; "
+                "attribute to a layer with floating-point values (e.g. the embedding's output)"
+            )
     return value, saved
 
 
@@ -154,5 +159,7 @@ class Cut:
         self.leaf: Any = None
 
     def __call__(self, value: Any) -> Any:
+        if self.job.be.dtype_kind(value) != "float":  # token ids: left alone, refused by ``probe``
+            return None
         self.leaf = leaf(self.job, value)
         return self.leaf

@@ -12,9 +12,8 @@ from hookkit.analyses.cam import prepare_inputs
 from hookkit.analyses.targets import check_target
 from hookkit.core.validate import fail
 from hookkit.observers import features as fmt
-from hookkit.observers.extract import _count, _prepare_out, parse_size
+from hookkit.observers.extract import count_samples, parse_size, prepare_out
 from hookkit.observers.extract_io import Progress, Rows, Writer
-from hookkit.observers.extract_ranks import RankPlan
 from hookkit.observers.features import ExtractError, Features, load_features
 
 KEY = "cam"
@@ -48,7 +47,7 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
         fail(fn, "target", "None, a class index or a callable with out= (one per sample cannot span batches)", run.target)
     fp = _fingerprint(run, layers)
     meta = {"model": fp["model"], "framework": run.be.name, "layers": fp["layers"], "keys": [KEY], "method": run.name}
-    index = _prepare_out(out, fp, meta, RankPlan(0, 1, None, None, None))  # one process: maps are not split by rank
+    index = prepare_out(out, fp, meta)
     if index["complete"]:
         return load_features(out)
     done = [c for s in index["shards"] for c in s["batch_sizes"]]
@@ -61,7 +60,7 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
         bar = Progress(progress, len(data) if hasattr(data, "__len__") else None, writer, len(done))  # type: ignore[arg-type]
         samples = index["count"]
         for b, batch in enumerate(data):
-            n = _count(batch, b)
+            n = count_samples(batch, b)
             if b < len(done):
                 if n != done[b]:
                     raise ExtractError(

@@ -20,7 +20,8 @@ class Row:
     """One compared pair. ``layer`` / ``layer_b``: the layer's name in ``a`` / ``b``; ``call``: the call
     index (in ``a``; ``call_b`` in ``b``); ``phase``: "forward" (the output), "output-grad" (the
     gradient w.r.t. the output; ``part`` = which tensor of the output) or "param-grad" (``part`` = the
-    parameter's name, in PyTorch's terms); the errors (``max_abs``, ``max_rel``, ``rel_err``,
+    parameter's name, in PyTorch's terms; for a forward row of ``local=True``, "input": the input ``b``
+    computed for the layer, before ``a``'s replaced it); the errors (``max_abs``, ``max_rel``, ``rel_err``,
     ``cosine``, ``mismatch`` = share of elements beyond tolerance) under ``rtol`` / ``atol``;
     ``diverged``: any element beyond tolerance; ``grows``: the relative error jumps here;
     ``depth``: the position of the layer's forward call (the plot's x)."""
@@ -47,9 +48,12 @@ class Row:
 
     @property
     def where(self) -> str:
-        """The row's label: the layer (the model itself is "(root)"), the parameter for param-grad rows."""
+        """The row's label: the layer (the model itself is "(root)"), the parameter for param-grad rows,
+        "(input)" for a local run's input rows."""
         name = self.layer or "(root)"
-        return f"{name}.{self.part}" if self.phase == "param-grad" else name
+        if self.phase == "param-grad":
+            return f"{name}.{self.part}"
+        return f"{name} ({self.part})" if self.phase == "forward" and self.part else name
 
     def __str__(self) -> str:
         b = (

@@ -254,9 +254,15 @@ class SideB:
 
     def _feed_inputs(self, ev: Any) -> Any:
         """local=True: a leaf of ``b`` gets the inputs its partner in ``a`` got (same values; the
-        gradient still flows to ``b``'s own upstream layers)."""
+        gradient still flows to ``b``'s own upstream layers). The input ``b`` computed itself is
+        compared first: while nothing has diverged, every earlier leaf ran on ``a``'s inputs and
+        agreed, so a difference here comes from the code between the leaves (inside a container's
+        forward) and gets an "input" row."""
         names = self.plan.b_to_a.get(ev.name)
-        rec = self.a.records.get((names[0], ev.call)) if names else None
+        if not names:
+            return None
+        ka = (names[0], ev.call)
+        rec = self.a.records.get(ka)
         if rec is None or rec.inputs is None:
             return None
         be, args, changed = self.be, list(ev.args), False
@@ -264,6 +270,14 @@ class SideB:
             t = args[i]
             if arr is None or not be.is_tensor(t) or tuple(be.shape(t)) != arr.shape:
                 continue
+            part = "input" if i == 0 else f"input {i}"
+            dtype = (be.dtype_name(t),)
+            row = self._row("forward", ka, (ev.name, ev.call), part, [arr], [be.to_numpy(t)], dtype, dtype, (arr.shape,), rec.depth)
+            # Agreeing inputs are the rule here: only a difference earns a row, and only before any
+            # forward row diverged (after that, container code such as a residual add carries the
+            # earlier difference into every later input)
+            if row.diverged and not any(r.diverged for r in self.rows):
+                self.rows.append(row)
             v = self._like(arr, t)
             args[i] = t + be.detach(v - t) if be.requires_grad(t) else v
             changed = True

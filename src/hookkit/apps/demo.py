@@ -43,8 +43,9 @@ class DemoError(Exception):
 # -- the model: one definition, on the layer classes of the chosen framework ----------------------
 def _digits_cnn(backend: Backend) -> Any:
     """The demo's CNN, built from the backend's layer classes (the same model on every framework)."""
-    nn = backend.layer_types()
-    base: Any = nn["Layer"]  # the framework's layer class, known at run time only
+    nn = backend.family("demo_kit").layer_types()
+
+    base: Any = backend.layer_class()  # the framework's layer class, known at run time only
 
     class DigitsCNN(base):
         def __init__(self) -> None:
@@ -158,7 +159,7 @@ def run_demo(
     backend = _backend(framework)
     out = pathlib.Path(out)
     _check_out(out)
-    with backend.cpu_session():
+    with backend.family("demo_kit").cpu_session():
         return _run(backend, epochs, out, seed, limit, batch_size, lr, quiet)
 
 
@@ -174,10 +175,11 @@ def _run(
     t0 = time.perf_counter()
 
     framework = backend.name
-    backend.seed(seed)
+    kit = backend.family("demo_kit")
+    kit.seed(seed)
     x_train, y_train, x_test, y_test = _digits(seed, limit)
     model = _digits_cnn(backend)
-    opt = backend.adam(backend.parameters(model), lr)
+    opt = kit.adam(backend.parameters(model), lr)
 
     # hookkit, attached the way a user would
     acts = hookkit.ActivationStats(model, hist=True, bins=HIST_BINS, range=HIST_RANGE)  # layers with parameters, as fastai
@@ -213,10 +215,10 @@ def _run(
                 losses = []
                 for b in range(n_batches):
                     idx = order[b * batch_size : (b + 1) * batch_size]
-                    loss = backend.cross_entropy(model(_tensor(backend, x_train[idx])), _tensor(backend, y_train[idx]))
+                    loss = kit.cross_entropy(model(_tensor(backend, x_train[idx])), _tensor(backend, y_train[idx]))
                     loss.backward()
                     opt.step()
-                    backend.clear_grads(opt)
+                    kit.clear_grads(opt)
                     losses.append(backend.detach(loss))
                     progress.advance(task)
                 # one host sync per epoch, not per step

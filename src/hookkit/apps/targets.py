@@ -99,7 +99,7 @@ def seed_frameworks(seed: int) -> None:
     np.random.seed(seed)
     for backend in loaded_backends():
         try:
-            backend.seed(seed)
+            backend.family("demo_kit").seed(seed)
         except NotImplementedError:
             pass
 

@@ -1,24 +1,23 @@
 """The Backend interface: everything hookkit needs from a framework. Nothing outside
 ``hookkit.backends`` imports a framework or asks which one it runs on; it calls these methods.
 
-Required for the core (``select``, the router, ``capture``, ``on_forward``): identity, layer tree,
-the two forward hooks and the tensor basics (``requires_grad``, ``grad_enabled``, ``no_grad``,
-``to_numpy``, ``from_numpy``...). Required for the statistics (``ActivationStats``,
-``watch_nonfinite``): ``stack``, ``histc`` and the reductions under "monitoring".
+The interface comes in tiers, one class each, ``Backend`` inheriting them all:
 
-Optional, each raising ``NotImplementedError`` (or defaulting to "nothing to do") until a backend
-provides it, so that only the feature needing it fails: gradients (``hook_tensor``,
-``identity_with_backward``, ``when_all_grads``, ``grads_of``...: on_grad, on_backward, gradcam,
-GradientStats, clip_grad), the intervention ops (dropout family, masks, pruning), the summary's
-helpers (a mult-add counter, opaque layers), the wrapper class and the demo's training pieces,
-data-parallel training (defaults: one process). A backend for a framework without autograd
-implements the required part only: tests/test_seam.py registers such a numpy "framework" and runs
-capture, on_forward and ActivationStats on it.
+- ``Core``, required: identity, layer tree, the two forward hooks, tensor basics and the three
+  reductions of ``ActivationStats``: enough for ``select``, the router, ``capture``, ``on_forward``
+  and ``ActivationStats`` (tests/test_seam.py runs them on a numpy "framework" implementing only it);
+- optional tiers, which a backend implements as far as its framework goes: ``Gradients``,
+  ``Statistics``, ``Interventions``, ``Summary``, ``Distributed``.
+
+A method a backend lacks raises ``NotImplementedError`` naming the method, its tier and the
+features that need it, so only those features fail. Ops that one workflow alone needs live in op
+families instead (``Backend.family``, ``hookkit/backends/families/``): ``tensor_math`` for the
+analyses, ``demo_kit`` for ``hookkit demo``.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import importlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -26,104 +25,78 @@ from typing import Any
 from hookkit.backends import host_stats as _host
 
 
-class Backend:
-    """One framework's primitives. Subclasses: ``TorchBackend``, ``PaddleBackend``; a new one is
-    registered with ``hookkit.backends.register_backend`` (its ``name`` is the registered one)."""
+def stub(method: Callable) -> Callable:
+    """Declare ``method`` (its signature and docstring) without an implementation: called on a
+    backend that does not override it, it raises ``NotImplementedError`` saying what is missing."""
 
-    name: str = ""
+    @functools.wraps(method)
+    def missing(self: Backend, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError(_missing(self, method.__name__))
 
-    # -- op families: optional groups of ops a workflow needs (see hookkit.backends.families) ---
-    def family(self, name: str) -> Any:
-        """The op family ``name`` of this framework: the ``OPS`` object of the module
-        ``<this backend's package>.<name>`` (``hookkit.backends.torch.tensor_math``), imported on
-        first use. A workflow that needs ops beyond this interface asks for its family, so a backend
-        without it fails only there, with a message naming the family and the framework.
+    missing.stub = True  # type: ignore[attr-defined]
+    return missing
 
-        >>> backend_for(model).family("tensor_math").interpolate(t, (8, 8), "bilinear")   # doctest: +SKIP
-        """
-        cache = self.__dict__.setdefault("_families", {})
-        ops = cache.get(name)
-        if ops is None:
-            package = type(self).__module__.rpartition(".")[0]
-            try:
-                module = importlib.import_module(f"{package}.{name}")
-            except ModuleNotFoundError as exc:
-                if exc.name != f"{package}.{name}":
-                    raise
-                raise NotImplementedError(
-                    f"the {self.name or type(self).__name__} backend has no {name!r} op family "
-                    f"(a module {package}.{name} with an OPS object): the feature that asked for it needs it"
-                ) from None
-            ops = cache[name] = module.OPS
-        return ops
 
-    # -- identity -------------------------------------------------------------------------------
+def _missing(backend: Backend, name: str) -> str:
+    tier: Any = next(c for c in type(backend).__mro__ if name in vars(c) and hasattr(c, "TIER"))  # a tier class
+    shown = backend.name or type(backend).__name__
+    return f"the {shown} backend does not implement {name}() (tier {tier.__name__}: {tier.TIER}), which {tier.NEEDED_BY} need"
+
+
+class Core:
+    """Required: what every feature needs. A new backend implements the stubs (``NumpyBackend`` in
+    tests/test_seam.py is a complete example); the rest have defaults that fit most frameworks."""
+
+    TIER = "the core"
+    NEEDED_BY = "select, the router, capture, on_forward and ActivationStats"
+
     def owns(self, obj: Any) -> bool:
+        """Whether ``obj`` (a model, layer or tensor) belongs to this framework."""
         return self.is_layer(obj) or self.is_tensor(obj)
 
+    @stub
     def is_layer(self, obj: Any) -> bool:
-        raise NotImplementedError
+        """Whether ``obj`` is one of the framework's layers (``torch.nn.Module``, ``paddle.nn.Layer``)."""
 
+    @stub
     def is_tensor(self, obj: Any) -> bool:
-        raise NotImplementedError
+        """Whether ``obj`` is one of the framework's tensors."""
 
-    # -- layer tree -----------------------------------------------------------------------------
+    @stub
     def named_layers(self, model: Any) -> Iterator[tuple[str, Any]]:
         """(dotted name, layer) for the model and every sublayer, the model itself first as ''."""
-        raise NotImplementedError
 
+    @stub
     def children(self, layer: Any) -> list[Any]:
-        raise NotImplementedError
+        """The direct sublayers of ``layer``, in order."""
 
+    @stub
     def parameters(self, layer: Any, recurse: bool = True) -> list[Any]:
-        raise NotImplementedError
+        """The parameters of ``layer`` (and of its sublayers when ``recurse``), each once."""
 
+    @stub
     def named_parameters(self, layer: Any, recurse: bool = True) -> list[tuple[str, Any]]:
-        raise NotImplementedError
+        """``(dotted name, parameter)`` of ``layer`` (and of its sublayers when ``recurse``)."""
 
     def is_training(self, layer: Any) -> bool:
+        """Whether ``layer`` is in training mode (read at call time by mode-aware interventions)."""
         return bool(layer.training)
 
     def set_training(self, layer: Any, training: bool) -> None:
+        """Put ``layer`` (and its sublayers) in training or eval mode."""
         layer.train() if training else layer.eval()
 
-    # -- what hookkit.summary needs -------------------------------------------------------------
-    def mult_add_counter(self) -> Any:
-        """A fresh ``hookkit.backends.counting.MultAddCounter`` for one forward; this one counts nothing."""
-        from hookkit.backends.counting import MultAddCounter
+    @stub
+    def layer_class(self) -> type:
+        """The framework's base layer class (``torch.nn.Module``, ``paddle.nn.Layer``): ``DropHookModel`` subclasses it."""
 
-        return MultAddCounter()
-
-    def opaque_layers(self, model: Any) -> dict[str, str]:
-        """Layers (by name) whose calls hooks cannot see (scripted, compiled), each with a reason
-        that starts with a short tag and a colon ("scripted: ..."); their sublayers are unreachable too."""
-        return {}
-
-    def type_name(self, layer: Any) -> str:
-        """The layer's class name as users wrote it (a scripted ``Linear`` is still "Linear")."""
-        return type(layer).__name__
-
-    def has_forward(self, layer: Any) -> bool:
-        """False for pure containers (a list or dict of layers) that define no forward of their own."""
-        return True
-
-    def forward_state(self, layer: Any) -> list[tuple[str, Any]]:
-        """The layer's own (not its sublayers') tensors a forward may update in place: buffers
-        (running statistics, pruning masks, caches), by attribute name."""
-        return []
-
-    def copy_into(self, dst: Any, src: Any) -> None:
-        """Copy ``src``'s values into tensor ``dst`` in place, outside autograd (buffers)."""
-        raise NotImplementedError
-
-    # -- native hooks ---------------------------------------------------------------------------
+    @stub
     def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
         """Native pre-hook ``fn(layer, args, kwargs) -> None | (args, kwargs)``; returns its handle."""
-        raise NotImplementedError
 
+    @stub
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         """Native post-hook ``fn(layer, args, kwargs, output) -> None | output``; returns its handle."""
-        raise NotImplementedError
 
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         """Remove the layer's native forward pre- and post-hooks whose function ``match(fn)``
@@ -148,50 +121,40 @@ class Backend:
         observers must not keep. Called once per root forward."""
         return False
 
-    def hook_tensor(self, tensor: Any, fn: Callable) -> Any:
-        """Native gradient hook ``fn(grad) -> None | grad``; returns its handle."""
-        return tensor.register_hook(fn)
-
-    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> Sequence[Any]:
-        """Copies of ``tensors`` joined in one autograd node whose backward calls
-        ``on_grads(grads) -> None | grads`` with all their gradients at once."""
-        raise NotImplementedError
-
-    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], object]) -> None:
-        """Call ``fn(grads)`` once, after every tensor's gradient is computed (None if unused)."""
-        raise NotImplementedError
-
-    # -- tensors --------------------------------------------------------------------------------
+    @stub
     def requires_grad(self, t: Any) -> bool:
-        raise NotImplementedError
+        """Whether autograd records operations on ``t``."""
 
+    @stub
     def grad_enabled(self) -> bool:
-        raise NotImplementedError
+        """Whether autograd records in this thread now (False under ``no_grad``)."""
 
+    @stub
     def no_grad(self) -> Any:
-        raise NotImplementedError
-
-    def enable_grad(self) -> Any:
-        """A context manager in which autograd records, also inside the user's ``no_grad`` block
-        (the analyses that need a gradient enable it for their own pass, as captum does)."""
-        raise NotImplementedError("enable_grad: analyses that take gradients (cam, attribute) need it")
+        """A context manager in which autograd records nothing."""
 
     def detach(self, t: Any) -> Any:
+        """``t`` cut from the autograd graph, sharing its storage."""
         return t.detach()
 
     def clone(self, t: Any) -> Any:
+        """A copy of ``t`` with its own storage."""
         return t.clone()
 
+    @stub
     def to(self, t: Any, device: Any) -> Any:
-        raise NotImplementedError
+        """``t`` moved to ``device`` (a device object or its name)."""
 
+    @stub
     def device_of(self, t: Any) -> str:
-        raise NotImplementedError
+        """The name of ``t``'s device ("cpu", "cuda:0", "gpu:0")."""
 
     def shape(self, t: Any) -> tuple[int, ...]:
+        """``t``'s shape as a tuple of ints."""
         return tuple(int(s) for s in t.shape)
 
     def numel(self, t: Any) -> int:
+        """How many values ``t`` holds."""
         n = 1
         for s in t.shape:
             n *= int(s)
@@ -226,71 +189,117 @@ class Backend:
         (Paddle's CPU has no float16/bfloat16 add, multiply, min...); None: ``t``'s own dtype."""
         return None
 
-    def itemsize(self, t: Any) -> int:
-        raise NotImplementedError
-
+    @stub
     def to_numpy(self, t: Any) -> Any:
-        raise NotImplementedError
+        """A numpy array of ``t``'s values (on the host; a host sync: never in a hot path)."""
 
+    @stub
     def from_numpy(self, array: Any, like: Any = None) -> Any:
-        raise NotImplementedError
-
-    def cast(self, t: Any, dtype: str) -> Any:
-        """``t`` converted to the dtype named ``dtype`` ("float16", "int64"...), on its device."""
-        raise NotImplementedError
-
-    def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:
-        """``t`` reduced over ``dims`` (dropped) with ``op``: "mean" or "max"; on its device."""
-        raise NotImplementedError
+        """A tensor of ``array``'s values, on ``like``'s device and with its dtype when given."""
 
     def tensor_name(self, t: Any) -> str:
+        """The tensor's name where the framework gives tensors names (Paddle), else ''."""
         return getattr(t, "name", "") or ""
 
-    # -- maths the statistics need, computed on the tensor's device -----------------------------
+    @stub
     def stack(self, ts: Sequence[Any]) -> Any:
-        raise NotImplementedError
+        """The tensors ``ts`` (same shape) stacked along a new first dimension, on their device."""
 
+    @stub
     def histc(self, t: Any, bins: int, lo: float, hi: float) -> Any:
-        raise NotImplementedError
+        """Counts of ``t``'s values in ``bins`` equal bins over [``lo``, ``hi``] (values outside ignored), on its device."""
 
-    def isfinite_all(self, t: Any) -> Any:
-        """A 0-d boolean tensor on the device: True when every value of ``t`` is finite."""
-        raise NotImplementedError
-
-    # -- monitoring: a few fused reductions per call; the result stays on the device ------------
-    # Each returns one row, a 1-d tensor (stacked later, in bulk); the reader finishes the formulas
-    # on the host, knowing the element count n: std = sqrt(m2 / (n - 1)), fraction = count / n...
-    def l2_norm(self, t: Any) -> Any:
-        """``||t||`` as a 0-d float32 tensor on ``t``'s device (no host read)."""
-        raise NotImplementedError
-
+    @stub
     def activation_sums(self, t: Any, near_zero: float) -> Any:
         """One row ``[mean, sum of squared deviations from the mean, count of values <= near_zero]``
         of ``t`` as floats: the reader finishes fastai's formulas (std = sqrt(m2 / (n - 1)))."""
-        raise NotImplementedError
+
+
+class Gradients:
+    """Optional: autograd. A framework without it leaves these alone; only the features above fail."""
+
+    TIER = "gradients"
+    NEEDED_BY = "on_grad, on_backward, capture(grads=True), GradientStats, clip_grad, prune, cam and attribute"
+
+    #: whether an exception raised in a gradient hook reaches the caller of backward unchanged
+    #: (Paddle turns it into an OSError: consumers then keep it and raise it after backward)
+    raises_through_backward: bool = True
+    #: how the framework spells "this tensor takes no gradient" and the call that changes it (messages)
+    grad_off_text: str = "requires_grad=False"
+    grad_on_text: str = "tensor.requires_grad_()"
+
+    def hook_tensor(self, tensor: Any, fn: Callable) -> Any:
+        """Native gradient hook ``fn(grad) -> None | grad``; returns its handle."""
+        return tensor.register_hook(fn)
+
+    @stub
+    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
+        """Copies of ``tensors`` joined in one autograd node whose backward calls
+        ``on_grads(grads) -> None | grads`` with all their gradients at once."""
+
+    @stub
+    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], None]) -> None:
+        """Call ``fn(grads)`` once, after every tensor's gradient is computed (None if unused)."""
+
+    @stub
+    def enable_grad(self) -> Any:
+        """A context manager in which autograd records, also inside the user's ``no_grad`` block
+        (the analyses that need a gradient enable it for their own pass, as captum does)."""
+
+    @stub
+    def set_requires_grad(self, t: Any) -> Any:
+        """Make ``t`` (a leaf) record gradients, in place; returns it."""
+
+    @stub
+    def grads_of(self, output: Any, inputs: Sequence[Any], allow_unused: bool = False) -> tuple:
+        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched
+        (``allow_unused``: None for an input the output does not depend on, instead of an error)."""
+
+
+class Statistics:
+    """Optional beyond ``Core``'s ``stack``, ``histc`` and ``activation_sums``: the fused reductions of the
+    statistics (one row per call, left on the device; the reader finishes the formulas on the host,
+    knowing the element count n: std = sqrt(m2 / (n - 1)), fraction = count / n...) and their CPU
+    route (``host_stats.py``: where ``host_values`` gives an array, the C kernel writes the record
+    straight into a row of a ``HostRows`` block, no tensor per call)."""
+
+    TIER = "statistics"
+    NEEDED_BY = "ActivationStats, GradientStats, ParamStats and watch_nonfinite"
+
+    host_routes = True  # tests switch the CPU route off to run the framework route on the CPU
+
+    @stub
+    def cast(self, t: Any, dtype: str) -> Any:
+        """``t`` converted to the dtype named ``dtype`` ("float16", "int64"...), on its device."""
+
+    @stub
+    def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:
+        """``t`` reduced over ``dims`` (dropped) with ``op``: "mean" or "max"; on its device."""
+
+    @stub
+    def isfinite_all(self, t: Any) -> Any:
+        """A 0-d boolean tensor on the device: True when every value of ``t`` is finite."""
+
+    @stub
+    def l2_norm(self, t: Any) -> Any:
+        """``||t||`` as a 0-d float32 tensor on ``t``'s device (no host read)."""
 
     def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
         """``(activation_sums(t, near_zero), histc(t, bins, lo, hi))``, in one pass where it can."""
-        return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)
+        return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)  # type: ignore[attr-defined]  # Core's, in a Backend
 
     def grad_sums(self, t: Any) -> Any:
         """One row ``[sum, ||t||, max |t|]`` of a gradient: ``param_sums`` (gradients have
         |mean| << std, so mean and std follow from the sum and the norm when read)."""
         return self.param_sums(t)
 
+    @stub
     def param_sums(self, t: Any) -> Any:
         """One row ``[sum, ||t||, max |t|]`` of ``t`` (NaN when any value is): mergeable across tensors."""
-        raise NotImplementedError
 
+    @stub
     def finite_probe(self, t: Any) -> tuple:
         """0-d tensors that are all finite exactly when every value of ``t`` is (min and max)."""
-        raise NotImplementedError
-
-    # -- the CPU route of the statistics (backends/host_stats.py: the C kernel) ---------------------
-    # Where ``host_values`` gives an array, the kernel writes the record straight into a row of a
-    # ``host_stats.HostRows`` block (no tensor per call); otherwise the caller takes the framework
-    # route above. A backend provides ``host_values`` (and ``host_threads``); the rest is shared.
-    host_routes = True  # tests switch the CPU route off to run the framework route on the CPU
 
     def host_values(self, t: Any) -> Any:
         """A float32 numpy array of ``t``'s values (a view where it can) when ``t`` lives in host
@@ -319,95 +328,103 @@ class Backend:
         _host.write_tensor(rows, values, step, call, self.host_threads() if values.size > _host.SPLIT else 1)
         return True
 
-    # -- gradients: optional (on_grad, gradcam, clip_grad, prune, GradientStats) ---------------------
-    #: whether an exception raised in a gradient hook reaches the caller of backward unchanged
-    #: (Paddle turns it into an OSError: consumers then keep it and raise it after backward)
-    raises_through_backward: bool = True
-    #: how the framework spells "this tensor takes no gradient" and the call that changes it (messages)
-    grad_off_text: str = "requires_grad=False"
-    grad_on_text: str = "tensor.requires_grad_()"
 
-    def set_requires_grad(self, t: Any) -> Any:
-        """Make ``t`` (a leaf) record gradients, in place; returns it."""
-        raise NotImplementedError
+class Interventions:
+    """Optional: the tensor ops the interventions compute with, on the tensor's device."""
 
-    def grads_of(self, output: Any, inputs: Sequence[Any], allow_unused: bool = False) -> tuple:
-        """Gradients of the scalar ``output`` w.r.t. ``inputs``, leaving every ``.grad`` untouched
-        (``allow_unused``: None for an input the output does not depend on, instead of an error)."""
-        raise NotImplementedError
+    TIER = "intervention ops"
+    NEEDED_BY = "the dropout family, masks, pruning and the output edits"
 
-    # -- tensor ops of the interventions: optional ---------------------------------------------------
+    @stub
     def clamp(self, t: Any, lo: float | None = None, hi: float | None = None) -> Any:
         """``t`` with values below ``lo`` / above ``hi`` replaced by them (None: no bound)."""
-        raise NotImplementedError
 
+    @stub
     def where(self, cond: Any, a: Any, b: Any) -> Any:
-        raise NotImplementedError
+        """``a`` where ``cond`` is true, else ``b`` (broadcast)."""
 
+    @stub
     def zeros_like(self, t: Any) -> Any:
-        raise NotImplementedError
+        """Zeros with ``t``'s shape, dtype and device."""
 
+    @stub
     def topk_mask(self, t: Any, k: int) -> Any:
         """A tensor like the 2-d ``t``, 1 at each row's ``k`` largest values, 0 elsewhere."""
-        raise NotImplementedError
 
+    @stub
     def assign(self, param: Any, value: Any) -> None:
         """Overwrite a parameter's values around autograd (no version bump, no graph node)."""
-        raise NotImplementedError
 
+    @stub
     def dropout(self, t: Any, p: float) -> Any:
         """Element-wise dropout as in training: zero with probability ``p``, scale the rest by 1/(1-p)."""
-        raise NotImplementedError
 
+    @stub
     def channel_dropout(self, t: Any, p: float) -> Any:
         """Dropout of whole channels (dim 1, per sample) of an (N, C, ...) tensor, scaled by 1/(1-p)."""
-        raise NotImplementedError
 
+    @stub
     def bernoulli(self, shape: Sequence[int], p: float, like: Any) -> Any:
         """0/1 values of ``shape``, each 1 with probability ``p``, with ``like``'s dtype and device."""
-        raise NotImplementedError
 
+    @stub
     def rand_like(self, t: Any) -> Any:
         """Uniform [0, 1) values like ``t``, from the framework's seeded generator."""
-        raise NotImplementedError
 
+    @stub
     def randn_like(self, t: Any) -> Any:
         """Standard normal values like ``t``, from the framework's seeded generator."""
-        raise NotImplementedError
 
+    @stub
     def max_pool2d(self, t: Any, kernel: tuple[int, int], padding: tuple[int, int, int, int]) -> Any:
         """Stride-1 max pooling of (N, C, H, W) ``t`` zero-padded by (left, right, top, bottom)."""
-        raise NotImplementedError
 
-    # -- the wrapper layer and the demo: optional ----------------------------------------------------
-    def layer_types(self) -> dict[str, type]:
-        """The framework's layer classes under common names: ``Layer`` (the base class, which
-        ``DropHookModel`` subclasses), ``Conv2d``, ``MaxPool2d``, ``ReLU``, ``Flatten``, ``Linear``
-        (PyTorch's signatures, used by the demo)."""
-        raise NotImplementedError
 
-    def seed(self, seed: int) -> None:
-        """Seed the framework's random generator."""
-        raise NotImplementedError
+class Summary:
+    """Optional: what ``hookkit.summary`` reads beyond the core (defaults: count nothing, hide nothing)."""
 
-    def adam(self, parameters: Any, lr: float) -> Any:
-        """An Adam optimizer over ``parameters``."""
-        raise NotImplementedError
+    TIER = "summary"
+    NEEDED_BY = "hookkit.summary"
 
-    def cross_entropy(self, logits: Any, labels: Any) -> Any:
-        """The mean cross-entropy loss of ``logits`` [N, classes] for integer ``labels`` [N]."""
-        raise NotImplementedError
+    @stub
+    def itemsize(self, t: Any) -> int:
+        """Bytes per value of ``t``'s dtype."""
 
-    def clear_grads(self, optimizer: Any) -> None:
-        """Reset the gradients of the parameters ``optimizer`` updates."""
-        raise NotImplementedError
+    def mult_add_counter(self) -> Any:
+        """A fresh ``hookkit.backends.counting.MultAddCounter`` for one forward; this one counts nothing."""
+        from hookkit.backends.counting import MultAddCounter
 
-    def cpu_session(self) -> Any:
-        """A context manager running the framework on the CPU with one math thread (the fastest for
-        a tiny model on a shared machine), restoring the settings on exit."""
-        return contextlib.nullcontext()
+        return MultAddCounter()
 
-    # -- data-parallel training (statistics reduced across processes when read): optional -----------
+    def opaque_layers(self, model: Any) -> dict[str, str]:
+        """Layers (by name) whose calls hooks cannot see (scripted, compiled), each with a reason
+        that starts with a short tag and a colon ("scripted: ..."); their sublayers are unreachable too."""
+        return {}
+
+    def type_name(self, layer: Any) -> str:
+        """The layer's class name as users wrote it (a scripted ``Linear`` is still "Linear")."""
+        return type(layer).__name__
+
+    def has_forward(self, layer: Any) -> bool:
+        """False for pure containers (a list or dict of layers) that define no forward of their own."""
+        return True
+
+    def forward_state(self, layer: Any) -> list[tuple[str, Any]]:
+        """The layer's own (not its sublayers') tensors a forward may update in place: buffers
+        (running statistics, pruning masks, caches), by attribute name."""
+        return []
+
+    @stub
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Copy ``src``'s values into tensor ``dst`` in place, outside autograd (buffers)."""
+
+
+class Distributed:
+    """Optional: data-parallel training. The defaults are one process."""
+
+    TIER = "distributed"
+    NEEDED_BY = "the statistics' cross-rank reduction, capture under DDP/FSDP and extract --nproc"
+
     def unwrap(self, model: Any) -> Any:
         """The model inside data-parallel wrappers (DDP's ``.module``), or ``model`` itself: layer
         names are those of the inner model."""
@@ -417,10 +434,10 @@ class Backend:
         """``(rank, world size)`` of the framework's default process group; ``(0, 1)`` without one."""
         return 0, 1
 
+    @stub
     def launch(self, nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
         """Run ``fn(*args)`` in ``nprocs`` new processes on this machine, each one rank of a process
         group on 127.0.0.1 (gloo); returns each rank's exit code (``hookkit extract --nproc``)."""
-        raise NotImplementedError(f"launch: starting ranks is not implemented for the {self.name} backend (hookkit extract --nproc)")
 
     def barrier(self) -> None:
         """Wait until every rank of the default process group gets here (nothing to wait for without one)."""
@@ -430,10 +447,10 @@ class Backend:
         collective: every rank of the process group calls it."""
         return [rows]
 
+    @stub
     def after_backward(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` once the running backward is complete, after the framework's own
         end-of-backward work (DDP's gradient all-reduce). Called from a gradient hook."""
-        raise NotImplementedError
 
     def grad_of(self, param: Any) -> Any:
         """The gradient accumulated in ``param`` (this rank's shard of a sharded one), or None."""
@@ -442,6 +459,40 @@ class Backend:
     def is_sharded(self, param: Any) -> bool:
         """Whether each rank holds only a shard of ``param`` (FSDP); else ranks hold equal copies."""
         return False
+
+
+class Backend(Core, Gradients, Statistics, Interventions, Summary, Distributed):
+    """One framework's primitives. Subclasses: ``TorchBackend``, ``PaddleBackend``; a new one is
+    registered with ``hookkit.backends.register_backend`` (its ``name`` is the registered one)."""
+
+    name: str = ""
+
+    # -- op families: optional groups of ops a workflow needs (see hookkit.backends.families) ---
+    def family(self, name: str) -> Any:
+        """The op family ``name`` of this framework: the ``OPS`` object of the module
+        ``<this backend's package>.<name>`` (``hookkit.backends.torch.tensor_math``), imported on
+        first use. A workflow that needs ops beyond this interface asks for its family, so a backend
+        without it fails only there, with a message naming the family and the framework.
+
+        >>> backend_for(model).family("tensor_math").interpolate(t, (8, 8), "bilinear")   # doctest: +SKIP
+        """
+        cache = self.__dict__.setdefault("_families", {})
+        ops = cache.get(name)
+        if ops is None:
+            package = type(self).__module__.rpartition(".")[0]
+            try:
+                if not package:  # a backend defined in a top-level module has no family modules
+                    raise ModuleNotFoundError(name=f"{package}.{name}")
+                module = importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as exc:
+                if exc.name != f"{package}.{name}":
+                    raise
+                raise NotImplementedError(
+                    f"the {self.name or type(self).__name__} backend has no {name!r} op family "
+                    f"(a module {package}.{name} with an OPS object): the feature that asked for it needs it"
+                ) from None
+            ops = cache[name] = module.OPS
+        return ops
 
 
 def drop_hook_entries(layer: Any, groups: Sequence[Sequence[str]], match: Callable[[Any], bool]) -> int:

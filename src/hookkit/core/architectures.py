@@ -292,7 +292,7 @@ def token_dim(model: Any, default: int | None = 1) -> int | None:
     fam = stack_family(model)
     if fam is not None:
         return fam.token_axis
-    from hookkit.backends import backend_for
+    from hookkit.core.registry import backend_for
 
     for _, layer in backend_for(model).named_layers(model):
         af = attention_family(layer)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from threading import get_ident
 from typing import Any
 
 from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
@@ -22,10 +24,11 @@ from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden")
+    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden", "thread")
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
+        self.thread = get_ident()
         self.pos: TokenPos = OUTSIDE  # where it sits in its sequence (Clock.begin)
         self.done = False  # the root's forward returned
         # the framework's frame running the root's call, while it runs, as (id, code): a forward
@@ -38,7 +41,7 @@ class Forward:
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
         # a direct call of a layer, which the general path numbers.
         self.hot = not transformed
-        self.calls: dict[Scope, int] = {}  # scope -> index of its last call in this forward
+        self.calls: dict[Scope, int] = {}  # scope -> its calls so far in this forward, unless the scope holds them (Scope.fw)
         self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
         self.pending: dict[Scope, Any] = {}  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
 
@@ -46,9 +49,12 @@ class Forward:
 class Clock:
     """Counts forwards of one root model (ticked by the root's pre-hook while anyone uses it).
     ``current()`` is the calling thread's forward (another thread's, else a fresh one, when the
-    thread has none: autograd's device threads run backward hooks)."""
+    thread has none: autograd's device threads run backward hooks). ``solo`` is the forward in
+    progress (hot) while one thread at a time runs the root, read by the router's hot path instead
+    of the thread-local slot; None between forwards, and for good once two threads ran forwards
+    of the root at the same time."""
 
-    __slots__ = ("count", "local", "last", "users", "seqs", "private", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "__weakref__")
 
     def __init__(self) -> None:
         self.count = 0  # forwards started, all threads
@@ -57,6 +63,9 @@ class Clock:
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
         self.private: frozenset[int] | None = None  # during a private pass: the consumers it is hidden from
+        self.solo: Forward | None = None
+        self.threads = False  # two threads have run forwards of the root at the same time
+        self.scopes: dict[str, Scope] = {}  # layer name -> its scope, one per name
 
     def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
         """Start the next forward in the calling thread. ``frame``: the framework's frame running
@@ -74,9 +83,13 @@ class Clock:
                 fw.outer = prev
             else:  # that forward raised (its root never returned): it is over
                 prev.frame = None
+        last = self.last
+        if last is not None and last.hot and last.thread != fw.thread:
+            self.threads = True
         if frame is not None:
             fw.frame = (id(frame), frame.f_code)
         self.local.fw = self.last = fw
+        self.solo = fw if fw.hot and not self.threads else None
         return fw
 
     def current(self) -> Forward:
@@ -106,11 +119,21 @@ class Clock:
         fw.done = True
         fw.frame = None
         outer = fw.outer
+        self.solo = None
         if outer is not None:
             fw.outer = None
             self.local.fw = outer
             if self.last is fw:
                 self.last = outer
+            if outer.hot and not self.threads:
+                self.solo = outer
+
+    def scope(self, name: str) -> Scope:
+        """The scope of layer ``name`` under this root."""
+        scope = self.scopes.get(name)
+        if scope is None:
+            scope = self.scopes[name] = Scope(self, name)
+        return scope
 
     def pos(self, recompute: bool) -> TokenPos:
         """The token position of a call now: its forward's (a checkpoint recompute keeps its
@@ -132,12 +155,32 @@ def _running(target: tuple, frame: Any, root: Any) -> bool:
 
 
 class Scope:
-    """Where a consumer was attached from: the root's clock and the layer's name under that root."""
+    """Where a consumer was attached from: the root's clock and the layer's name under that root
+    (one per name: ``Clock.scope``). It holds the call count of the last forward it counted in
+    (``fw``, ``n``): the router's hot path counts there, without a per-forward dict."""
 
-    __slots__ = ("clock", "name", "__weakref__")
+    __slots__ = ("clock", "name", "fw", "n", "__weakref__")
 
     def __init__(self, clock: Clock, name: str):
         self.clock, self.name = clock, name
+        self.fw: Forward | None = None
+        self.n = 0
+
+    def switch(self, fw: Forward) -> int:
+        """Count ``fw``'s calls here from now on; returns its calls so far. The previous forward's
+        count goes to its ``calls`` when it may still be read: another thread's, or one still
+        running (an outer forward around a nested one); a finished forward of this thread is never
+        read again (``Clock.current`` gives the thread's newest)."""
+        old = self.fw
+        if old is not None and (old.thread != fw.thread or not old.done):
+            old.calls[self] = self.n
+        self.fw = fw
+        return fw.calls.get(self, 0)
+
+
+def calls_of(scope: Scope, fw: Forward) -> int:
+    """How many calls of ``scope`` forward ``fw`` has counted."""
+    return scope.n if scope.fw is fw else fw.calls.get(scope, 0)
 
 
 def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope, tuple[int, int]]:
@@ -147,17 +190,19 @@ def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope
     out: dict[Scope, tuple[int, int]] = {}
     for scope in scopes:
         fw = scope.clock.current()
+        n = calls_of(scope, fw)
         if recompute:
-            done = fw.recomputed.get(scope, -1) + 1
+            done = fw.recomputed.get(scope, 0)
             if commit:
-                fw.recomputed[scope] = done
-            n = fw.calls.get(scope, -1) + 1
+                fw.recomputed[scope] = done + 1
             out[scope] = (done % n if n else done, fw.step)
         else:
-            call = fw.calls.get(scope, -1) + 1
             if commit:
-                fw.calls[scope] = call
-            out[scope] = (call, fw.step)
+                if scope.fw is fw:
+                    scope.n = n + 1
+                else:
+                    fw.calls[scope] = n + 1
+            out[scope] = (n, fw.step)
     return out
 
 
@@ -180,3 +225,23 @@ def clock_for(root: Any) -> Clock:
 def forget(root: Any) -> None:
     """Drop ``root``'s clock (``remove_all``): its next consumer starts counting at step 0."""
     _clocks.pop(root, None)
+
+
+@contextmanager
+def private_pass(model: Any) -> Iterator[None]:
+    """The forwards of ``model`` run inside are hookkit's own (``summary``'s trial forward): the
+    observers attached before (a ``capture`` or statistics left open) do not record them, and they
+    count as no step of the model; interventions and user hooks still run (the model as it runs).
+
+    >>> with private_pass(model):   # doctest: +SKIP
+    ...     handles = attach(model, named, "forward", record, OBSERVER); model(x)
+    """
+    clock = clock_of(model)
+    if clock is None or clock.private is not None:  # nobody else is attached, or already private
+        yield
+        return
+    clock.private = frozenset(clock.users)
+    try:
+        yield
+    finally:
+        clock.private = None

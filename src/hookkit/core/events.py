@@ -5,7 +5,9 @@ forward hot path in ``router.LayerHooks`` keeps its own, shorter loop).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import annotate
@@ -48,9 +50,9 @@ class Halt(BaseException):
 class Event:
     """What a consumer sees at one call of one layer. ``call`` counts calls of the layer within
     the current forward of the root it was attached through; ``step`` counts those forwards.
-    Which other fields an event fills: ``FIELDS`` (``param_grad`` events carry ``param`` and
-    ``param_name``, the parameter's name in its layer). Token positions (``hookkit.core.positions``),
-    read once per forward of the root: ``offset`` (positions a KV cache held before this forward),
+    Which other fields an event fills: ``FIELDS``; the others read None (gradient events are a
+    ``GradEvent``, which can hold them). Token positions (``hookkit.core.positions``), read once
+    per forward of the root: ``offset`` (positions a KV cache held before this forward),
     ``gen_step`` (0 for the forward starting a sequence, +1 per cached forward after it), ``tokens``
     (tokens the forward feeds); ``selected``: the absolute positions of the slice an edit with
     ``positions=`` is handed (None: the whole output).
@@ -58,35 +60,20 @@ class Event:
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call, ev.output.shape))   # doctest: +SKIP
     """
 
-    __slots__ = (
-        "layer",
-        "name",
-        "call",
-        "step",
-        "args",
-        "kwargs",
-        "output",
-        "grad",
-        "index",
-        "grad_inputs",
-        "grad_outputs",
-        "param",
-        "param_name",
-        "pos",
-        "selected",
-    )
+    __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output", "pos", "selected")
+    # the gradient fields: None here, held by a GradEvent
+    grad: Any = None
+    index: int | None = None
+    grad_inputs: tuple[Any, ...] | None = None
+    grad_outputs: tuple[Any, ...] | None = None
+    param: Any = None
+    param_name: str | None = None
 
     def __init__(
         self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None, pos: TokenPos = OUTSIDE
     ):
         self.layer, self.name, self.call, self.step = layer, name, call, step
         self.args, self.kwargs, self.output, self.pos = args, kwargs, output, pos
-        self.grad: Any = None
-        self.index: int | None = None
-        self.grad_inputs: tuple[Any, ...] | None = None
-        self.grad_outputs: tuple[Any, ...] | None = None
-        self.param: Any = None
-        self.param_name: str | None = None
         self.selected: Sequence[int] | None = None
 
     @property
@@ -105,17 +92,37 @@ class Event:
         return self.pos.tokens
 
     def __repr__(self) -> str:
-        return f"<Event {self.name!r} call={self.call} step={self.step}>"
+        return f"<{type(self).__name__} {self.name!r} call={self.call} step={self.step}>"
+
+
+class GradEvent(Event):
+    """The event of "grad", "backward" and "param_grad" consumers (an ``Event`` with the gradient fields)."""
+
+    __slots__ = ("grad", "index", "grad_inputs", "grad_outputs", "param", "param_name")
+
+    def __init__(self, layer: Any, name: str, call: int, step: int):
+        super().__init__(layer, name, call, step)
+        self.grad = self.index = self.grad_inputs = self.grad_outputs = self.param = self.param_name = None
 
 
 class Consumer:
-    """One registered ``fn(event)``: run in (priority, seq) order, numbered through its ``scope``."""
+    """One registered ``fn(event)``: run in (priority, seq) order, numbered through its ``scope``.
+    A "forward" consumer may also be ``plain``: ``plain(layer, args, output)``, what a plain forward
+    hook takes, called without building an Event when every forward consumer of a layer is plain
+    (``fn`` is then the same call, reading the event)."""
 
-    __slots__ = ("fn", "priority", "seq", "scope", "observer")
+    __slots__ = ("fn", "priority", "seq", "scope", "observer", "plain")
 
-    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, scope: Scope):
-        self.fn, self.priority, self.seq, self.scope = fn, priority, seq, scope
+    def __init__(self, fn: Callable[[Event], Any] | None, priority: int, seq: int, scope: Scope, plain: Callable | None = None):
+        if plain is not None:
+            fn = partial(_call_plain, plain)
+        assert fn is not None  # attach() refuses neither fn nor plain
+        self.fn, self.priority, self.seq, self.scope, self.plain = fn, priority, seq, scope, plain
         self.observer = priority >= OBSERVER
+
+
+def _call_plain(plain: Callable, ev: Event) -> Any:
+    return plain(ev.layer, ev.args, ev.output)
 
 
 def ordered(consumers: Sequence[Any], key: Callable[[Any], Consumer] = lambda c: c) -> tuple:
@@ -175,7 +182,46 @@ def run(
     return value, changed
 
 
+def events_per_scope(layer: Any, numbers: dict, recompute: bool, transformed: bool, *fields: Any) -> Callable[[Consumer], Event | None]:
+    """``event_for`` of ``run`` for a layer's call: one Event per scope (``numbers``: scope -> (call,
+    step); ``fields``: args, kwargs[, output]), observers skipped on a checkpoint recompute, inside a
+    transform (with one warning) or in a private pass."""
+    made: dict[Scope, Event] = {}
+    skip_observers = recompute or transformed
+
+    def event_for(c: Consumer) -> Event | None:
+        if c.observer and skip_observers:
+            if transformed:
+                warn_transformed(c.scope.name)
+            return None
+        if c.observer and c.scope.clock.private is not None and id(c) in c.scope.clock.current().hidden:
+            return None  # a private pass: not a forward this observer records
+        ev = made.get(c.scope)
+        if ev is None:
+            ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
+            ev.pos = c.scope.clock.pos(recompute)
+        return ev
+
+    return event_for
+
+
 def _label(ev: Event) -> str:
     if ev.param_name is None:
         return ev.name
     return f"{ev.name}.{ev.param_name}" if ev.name else ev.param_name
+
+
+warned: set[str] = set()  # the warnings given once per process, by key
+
+
+def warn_transformed(name: str) -> None:
+    """Warn once that observers skip calls under a functional transform."""
+    if "transformed" not in warned:
+        warned.add("transformed")
+        warnings.warn(
+            f"hookkit: layer {name!r} ran under a torch.func transform (grad, vmap, jacrev...): observers (capture, "
+            "statistics, non-finite checks) skip such calls and gradient hooks are not placed; interventions still run. "
+            "Run the model outside the transform to observe it.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

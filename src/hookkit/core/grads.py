@@ -15,7 +15,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hookkit.core.events import Consumer, Event, ordered, run
+from hookkit.core.events import Consumer, GradEvent, ordered, run
+from hookkit.core.handles import Handle
 from hookkit.core.tree import leaves
 
 if TYPE_CHECKING:
@@ -41,9 +42,9 @@ class GradCall:
     def layer(self) -> Any:
         return self._layer()
 
-    def event(self, c: Consumer) -> Event:
+    def event(self, c: Consumer) -> GradEvent:
         call, step = self.calls.get(c.scope) or (0, c.scope.clock.current().step)
-        return Event(self.layer, c.scope.name, call, step)
+        return GradEvent(self.layer, c.scope.name, call, step)
 
 
 class GradPlumbing:
@@ -95,7 +96,7 @@ class GradPlumbing:
             be.when_all_grads([outs[i] for i in tracked], lambda _: self._fire_backward(g, (None,) * n_args))
 
     def _on_output_grad(self, g: GradCall, index: int, grad: Any) -> Any:
-        def event_for(c: Consumer) -> Event:
+        def event_for(c: Consumer) -> GradEvent:
             ev = g.event(c)
             ev.index = index
             return ev
@@ -114,7 +115,7 @@ class GradPlumbing:
     def _fire_backward(self, g: GradCall, grad_inputs: tuple) -> tuple | None:
         grad_outputs = tuple(g.grad_outputs)
 
-        def event_for(c: Consumer) -> Event:
+        def event_for(c: Consumer) -> GradEvent:
             ev = g.event(c)
             ev.grad_outputs = grad_outputs
             return ev
@@ -167,9 +168,9 @@ class ParamHooks:
         param = param_ref()
         entries = {c: (layer_ref, pname) for c, layer_ref, pname in self.consumers}
 
-        def event_for(c: Consumer) -> Event:
+        def event_for(c: Consumer) -> GradEvent:
             layer_ref, pname = entries[c]
-            ev = Event(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
+            ev = GradEvent(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
             ev.param, ev.param_name = param, pname
             return ev
 
@@ -215,3 +216,10 @@ def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple
             hooks.discard(param, consumer)
 
     return detach, partial(hooks.add, p, consumer, layer, pname)
+
+
+def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
+    """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
+    from hookkit.core.registry import backend_for
+
+    return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)

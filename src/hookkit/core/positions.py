@@ -61,9 +61,10 @@ class Sequences:
         if ops is None:
             try:
                 ops = backend.family("tokens")
-                self._dim = ops.token_dim(root)
             except (NotImplementedError, ImportError, TypeError):  # a backend without the family
                 ops = False
+            else:
+                self._dim = model_token_dim(root, ops)
             self._ops = ops
         if ops is False:
             return OUTSIDE
@@ -76,9 +77,29 @@ class Sequences:
 
 
 # -- the token axis ---------------------------------------------------------------------------------
+def model_token_dim(model: Any, ops: Any = None) -> int | None:
+    """The token axis of ``model`` as far as hookkit knows it: the model-family registry
+    (``hookkit.core.architectures``) first, then the backend's ``tokens`` family (``ops``: it, when
+    the caller has it), which knows the frameworks' own transformer layers; None when neither does."""
+    from hookkit.core.architectures import token_dim
+
+    dim = token_dim(model, default=None)
+    if dim is not None:
+        return dim
+    if ops is None:
+        from hookkit.core.registry import backend_for
+
+        try:
+            ops = backend_for(model).family("tokens")
+        except (NotImplementedError, ImportError, TypeError):
+            return None
+    return ops.token_dim(model)
+
+
 def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positions") -> int:
     """The token axis of ``model``'s activations: ``token_dim`` when given, else what the backend
-    knows of the model's family (1 for ``transformers`` models and ``paddle.nn`` transformers).
+    knows of the model's family (``model_token_dim``: 1 for ``transformers`` models and ``paddle.nn``
+    transformers).
 
     >>> token_dim_of(gpt2)   # doctest: +SKIP
     1
@@ -87,13 +108,7 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positio
         if isinstance(token_dim, bool) or not isinstance(token_dim, int) or token_dim < 0:
             fail(fn, "token_dim", "None (the model's own) or an int >= 0 (the token axis of its activations)", token_dim)
         return token_dim
-    from hookkit.backends import backend_for
-
-    backend = backend_for(model)
-    try:
-        dim = backend.family("tokens").token_dim(model)
-    except NotImplementedError:
-        dim = None
+    dim = model_token_dim(model)
     if dim is None:
         raise InvalidArgument(
             f"{fn}: {type(model).__name__} has no known token axis (it is not a transformers model or a "

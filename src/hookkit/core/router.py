@@ -1,61 +1,50 @@
 """ONE native hook per (layer or parameter, event), whatever the number of hookkit consumers.
 
-Each hooked layer gets a ``LayerHooks``: its consumers for four events (forward_pre, forward,
-grad = gradient w.r.t. one output tensor, backward = grad_inputs + grad_outputs) and at most one
-native pre-hook and one native post-hook. Each hooked parameter gets a ``grads.ParamHooks`` with
-one native tensor hook for the ``param_grad`` event. Consumers run in (priority, arrival) order:
-interventions (``INTERVENTION``) before observers (``OBSERVER``), so observers see changed values.
-
-Beside it: ``events`` (Event, Consumer, the consumer loop), ``clock`` (steps and call numbers per
-root and thread), ``grads`` (gradient plumbing, parameter hooks).
-
-A checkpoint recompute (``Backend.in_backward``) is numbered as the call it recomputes:
-interventions run again, observers do not record it twice. Calls inside a functional transform
-(``Backend.in_transform``, read once per root forward) are skipped by observers, with one warning.
-
-Nothing here holds the model: registries are keyed weakly, native hooks hold weak references, and
-a deep copy or pickle of a hooked model gets inert hooks (``LayerHooks.__reduce__``), never ours.
+Each hooked layer gets a ``LayerHooks``: its consumers for four events (forward_pre, forward, grad,
+backward) and at most one native pre-hook and one native post-hook; each hooked parameter a
+``grads.ParamHooks``. Consumers run in (priority, arrival) order: interventions before observers.
+Beside it: ``events`` (Event, Consumer, the consumer loop), ``clock`` (steps and call numbers),
+``grads`` (gradient plumbing, parameter hooks). A checkpoint recompute is numbered as the call it
+recomputes (interventions run again, observers do not record it twice); observers skip calls inside
+a functional transform, with one warning. Registries are keyed weakly, native hooks hold weak
+references, and a copy or pickle of a hooked model gets inert hooks (``LayerHooks(None)``).
 """
 
 from __future__ import annotations
 
 import sys
-import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
-from hookkit.backends import backend_for
 from hookkit.core import clock as clocks
-from hookkit.core.clock import Clock, Scope, number
+from hookkit.core.clock import Clock, Scope, number, private_pass  # noqa: F401 (private_pass re-exported)
 from hookkit.core.errors import annotate
-from hookkit.core.events import EVENTS, INTERVENTION, LAYER_EVENTS, OBSERVER, Consumer, Event, Halt, ordered, run  # noqa: F401 (re-exported)
-from hookkit.core.grads import GradPlumbing, param_consumer, param_hooks
+from hookkit.core.events import (  # noqa: F401
+    EVENTS,
+    INTERVENTION,
+    LAYER_EVENTS,
+    OBSERVER,
+    Consumer,
+    Event,
+    Halt,
+    events_per_scope,
+    ordered,
+    run,
+    warn_transformed,
+)
+from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.registry import backend_for
+from hookkit.core.validate import check_choice, check_model, fail
 
 if TYPE_CHECKING:
     from hookkit.backends.base import Backend
 
 _seq = count(1)  # arrival order of consumers
-_warned: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def _warn_transformed(name: str) -> None:
-    _warn_once(
-        "transformed",
-        f"hookkit: layer {name!r} ran under a torch.func transform (grad, vmap, jacrev...): observers (capture, "
-        "statistics, non-finite checks) skip such calls and gradient hooks are not placed; interventions still run. "
-        "Run the model outside the transform to observe it.",
-    )
+_new = object.__new__
 
 
 class LayerHooks(GradPlumbing):
@@ -66,7 +55,7 @@ class LayerHooks(GradPlumbing):
     __slots__ = (
         "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
         # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
-        "_pre", "_fwd", "_fwd_fns", "_scopes", "_single", "_local", "_wants_grads", "_has_backward",
+        "_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward",
     )
     # fmt: on
 
@@ -76,12 +65,14 @@ class LayerHooks(GradPlumbing):
         self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
         self._native_pre: Any = None
         self._native_post: Any = None
+        # tuples of consumers, their functions, scopes
         self._pre: tuple[Consumer, ...] = ()
         self._fwd: tuple[Consumer, ...] = ()
         self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
         self._scopes: tuple[Scope, ...] = ()
-        self._single: Scope | None = None  # the only scope, when there is one: the hot path's case
-        self._local: Any = None  # its clock's thread-local slot
+        # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
+        # are, the plain one when alone, whether gradients are wanted or the layer is a root)
+        self._hot: tuple | None = None
         self._wants_grads = False
         self._has_backward = False
         self._in_backward = backend.in_backward if backend is not None else bool  # bool() is False
@@ -94,7 +85,6 @@ class LayerHooks(GradPlumbing):
     def __deepcopy__(self, memo: dict) -> LayerHooks:
         return LayerHooks(None)
 
-    # -- bookkeeping ----------------------------------------------------------------------------
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
         self.consumers[event] = ordered((*self.consumers[event], consumer))
         self._sync_native(layer)
@@ -120,9 +110,12 @@ class LayerHooks(GradPlumbing):
         self._pre, self._fwd = c["forward_pre"], c["forward"]
         self._fwd_fns = tuple(x.fn for x in c["forward"])
         self._scopes = tuple(dict.fromkeys(x.scope for e in LAYER_EVENTS for x in c[e]))
-        self._single = self._scopes[0] if len(self._scopes) == 1 else None
-        self._local = self._single.clock.local if self._single is not None else None
         self._wants_grads = bool(c["grad"] or c["backward"])
+        one = self._scopes[0] if len(self._scopes) == 1 else None
+        plain = tuple(x.plain for x in c["forward"]) if all(x.plain for x in c["forward"]) else None
+        after = self._wants_grads or self.root_clock is not None
+        single = plain[0] if plain is not None and len(plain) == 1 else None
+        self._hot = None if one is None else (one, one.clock, self._fwd_fns, plain, single, after)
         self._has_backward = bool(c["backward"])
         # a root's post-hook marks its forward finished (see Forward.hot)
         root = self.root_clock is not None
@@ -145,41 +138,19 @@ class LayerHooks(GradPlumbing):
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
-    def _events(self, layer: Any, numbers: dict, recompute: bool, transformed: bool, *fields: Any) -> Callable[[Consumer], Event | None]:
-        """``event_for`` of ``events.run``: one Event per scope, observers skipped on a recompute or
-        inside a transform."""
-        made: dict[Scope, Event] = {}
-        skip_observers = recompute or transformed
-
-        def event_for(c: Consumer) -> Event | None:
-            if c.observer and skip_observers:
-                if transformed:
-                    _warn_transformed(c.scope.name)
-                return None
-            if c.observer and c.scope.clock.private is not None and id(c) in c.scope.clock.current().hidden:
-                return None  # a private pass: not a forward this observer records
-            ev = made.get(c.scope)
-            if ev is None:
-                ev = made[c.scope] = Event(layer, c.scope.name, *numbers[c.scope], *fields)
-                ev.pos = c.scope.clock.pos(recompute)
-            return ev
-
-        return event_for
-
     # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
-        recompute = bool(self._in_backward())
+        recompute = self._in_backward()
         if self.root_clock is not None and not recompute:
-            self.root_clock.begin(
-                self.backend, layer, args, kwargs, self.backend.in_transform(), sys._getframe(1)
-            )  # the framework's call of the root
+            # the framework's frame calling the root: a forward started inside it is a nested one
+            self.root_clock.begin(self.backend, layer, args, kwargs, self.backend.in_transform(), sys._getframe(1))
         if not self._scopes:
             return None
         numbers = number(self._scopes, recompute, commit=False)
         transformed = self._transformed()
         changed = False
         if self._pre:
-            event_for = self._events(layer, numbers, recompute, transformed, args, kwargs)
+            event_for = events_per_scope(layer, numbers, recompute, transformed, args, kwargs)
             (args, kwargs), changed = run(self._pre, "forward_pre", (args, kwargs), event_for)
         if self._has_backward and not transformed and self.backend.grad_enabled():
             args, wrapped = self.wrap_inputs(layer, tuple(args), numbers)
@@ -187,61 +158,73 @@ class LayerHooks(GradPlumbing):
         return (tuple(args), kwargs) if changed else None
 
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        # The hot path: runs at every call of every hooked layer. One root, in its forward: the
-        # call is counted inline; anything else (several roots, a recompute, a transform) takes
-        # the general path.
-        single = self._single
-        if single is not None:
-            try:
-                fw = self._local.fw
-            except AttributeError:
-                fw = single.clock.current()
-            if fw.hot:
-                calls = fw.calls
-                call = calls[single] = calls.get(single, -1) + 1
-                changed = False
-                fns = self._fwd_fns
-                if fns:
-                    ev = Event(layer, single.name, call, fw.step, args, kwargs, output, fw.pos)
-                    for fn in fns:
-                        try:
+        # The hot path: runs at every call of every hooked layer. One root, one thread in its
+        # forward: the call is counted on the scope and its Event built inline; anything else
+        # (several roots or threads, a recompute, a transform, a call after the root's forward)
+        # takes the general path.
+        hot = self._hot
+        if hot is not None:
+            scope, clock, fns, plain, one, after = hot
+            fw = clock.solo
+            if fw is not None:
+                call = scope.n if scope.fw is fw else scope.switch(fw)
+                scope.n = call + 1
+                result = None
+                try:
+                    if one is not None:  # a single plain consumer: called as a plain hook
+                        result = one(layer, args, output)
+                        if result is not None:
+                            output = result
+                    elif plain is not None:  # plain consumers only: no Event to build
+                        for fn in plain:
+                            r = fn(layer, args, output)
+                            if r is not None:
+                                result = output = r
+                    elif fns:
+                        ev = _new(Event)  # Event(layer, scope.name, call, fw.step, args, kwargs, output), without its frame
+                        ev.layer, ev.name, ev.call, ev.step = layer, scope.name, call, fw.step
+                        ev.args, ev.kwargs, ev.output, ev.pos, ev.selected = args, kwargs, output, fw.pos, None
+                        for fn in fns:
                             r = fn(ev)
-                        except Halt:
-                            self._halted(layer, len(args), {single: (call, fw.step)}, ev.output)
-                            raise
-                        except Exception as exc:
-                            raise annotate(exc, single.name, call, "forward") from None
-                        if r is not None:
-                            ev.output = r
-                            changed = True
-                    output = ev.output
-                if self._wants_grads and self.backend.grad_enabled():
-                    self.plumb_outputs(layer, len(args), output, {single: (call, fw.step)})
-                if self.root_clock is not None:
-                    self.root_clock.finish()
-                return output if changed else None
+                            if r is not None:
+                                result = ev.output = output = r
+                except Halt:
+                    self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
+                    raise
+                except Exception as exc:
+                    raise annotate(exc, scope.name, call, "forward") from None
+                if after:  # gradients wanted, or the root's forward ends here
+                    self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
+                    if self.root_clock is not None:
+                        self.root_clock.finish()
+                return result
         return self._on_post_general(layer, args, kwargs, output)
 
     def _on_post_general(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        if not self._scopes:  # a root with no consumers of its own
+            if self.root_clock is not None and not self._in_backward():
+                self.root_clock.finish()
+            return None
         recompute = bool(self._in_backward())
         numbers = number(self._scopes, recompute, commit=True)
         transformed = self._transformed()
         changed = False
         if self._fwd:
-            event_for = self._events(layer, numbers, recompute, transformed, args, kwargs, output)
-            on_halt = None if transformed else partial(self._halted, layer, len(args), numbers)
+            event_for = events_per_scope(layer, numbers, recompute, transformed, args, kwargs, output)
+            on_halt = None if transformed else partial(self._place_grad_hooks, layer, len(args), numbers)
             output, changed = run(self._fwd, "forward", output, event_for, on_halt)
         if self._wants_grads and self.backend.grad_enabled():
             if transformed:
-                _warn_transformed(self._scopes[0].name)
+                warn_transformed(self._scopes[0].name)
             else:
                 self.plumb_outputs(layer, len(args), output, numbers)
         if self.root_clock is not None and not recompute:
             self.root_clock.finish()
         return output if changed else None
 
-    def _halted(self, layer: Any, n_args: int, numbers: dict, output: Any) -> None:
-        """A consumer raised ``Halt``: place the layer's gradient hooks before it propagates."""
+    def _place_grad_hooks(self, layer: Any, n_args: int, numbers: dict, output: Any) -> None:
+        """Place the layer's gradient hooks on ``output`` if any are wanted: after the forward
+        consumers, or when one raised ``Halt``, before it propagates."""
         if self._wants_grads and self.backend.grad_enabled():
             self.plumb_outputs(layer, n_args, output, numbers)
 
@@ -264,19 +247,28 @@ def _inert(fn: Any) -> bool:
 
 
 def attach(
-    model: Any, named: Iterable[tuple[str, Any]], event: str, fn: Callable[[Event], Any], priority: int = INTERVENTION
+    model: Any,
+    named: Iterable[tuple[str, Any]],
+    event: str,
+    fn: Callable[[Event], Any] | None,
+    priority: int = INTERVENTION,
+    *,
+    plain: Callable[[Any, tuple, Any], Any] | None = None,
 ) -> HandleGroup:
     """Add consumer ``fn(event) -> None | replacement`` on ``event`` of each (name, layer) of ``model``.
 
     ``event``: "forward_pre", "forward", "grad" (gradient w.r.t. an output tensor), "backward", or
     "param_grad" (the gradient of each direct parameter of the layer that requires one; a parameter
     shared by several layers gets one native hook, and ``fn`` runs once per (layer, parameter)).
+    ``plain`` (with ``fn=None``, "forward" only): ``plain(layer, args, output)`` instead, what a plain
+    forward hook takes; no Event is built for it (the cheapest forward consumer).
     Internal entry point of every feature; returns one handle removing all it placed.
 
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call))   # doctest: +SKIP
     """
-    if event not in EVENTS:
-        raise ValueError(f"unknown event {event!r}; valid events: {', '.join(EVENTS)}")
+    check_choice(event, EVENTS, fn="attach", arg="event")
+    if (fn is None) == (plain is None) or (plain is not None and event != "forward"):
+        fail("attach", "fn", 'a function of the event, or fn=None and plain=f(layer, args, output) for event "forward"', fn)
     backend = backend_for(model)
     named = list(named)
     if event == "param_grad":
@@ -286,10 +278,11 @@ def attach(
             for pname, p in backend.named_parameters(layer, recurse=False)
             if backend.requires_grad(p)
         ]
+        assert fn is not None  # plain= is refused for every event but "forward"
         return attach_params(model, params, fn, priority)
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, named, fn, priority, partial(_attach_layer, backend, event))
+    return _attach_each(model, backend, named, fn, priority, partial(_attach_layer, backend, event), plain)
 
 
 def attach_params(
@@ -307,7 +300,9 @@ def attach_params(
     return _attach_each(model, backend, targets, fn, priority, partial(param_consumer, backend))
 
 
-def _attach_each(model: Any, backend: Backend, targets: list, fn: Callable, priority: int, place: Callable) -> HandleGroup:
+def _attach_each(
+    model: Any, backend: Backend, targets: list, fn: Callable | None, priority: int, place: Callable, plain: Callable | None = None
+) -> HandleGroup:
     """One consumer per ``(name, target)``; ``place(target, consumer)`` gives ``(detach, add)``. The
     root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
@@ -316,7 +311,7 @@ def _attach_each(model: Any, backend: Backend, targets: list, fn: Callable, prio
     group = HandleGroup()
     try:
         for name, target in targets:
-            consumer = Consumer(fn, priority, next(_seq), Scope(clock, name))
+            consumer = Consumer(fn, priority, next(_seq), clock.scope(name), plain)
             clock.users.add(id(consumer))
             detach, add = place(target, consumer)
             group.add(Handle(partial(_detach, detach, root_ref, root_hooks, consumer)))
@@ -354,31 +349,6 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
             clocks.forget(root)
 
 
-@contextmanager
-def private_pass(model: Any) -> Iterator[None]:
-    """The forwards of ``model`` run inside are hookkit's own (``summary``'s trial forward): the
-    observers attached before (a ``capture`` or statistics left open) do not record them, and they
-    count as no step of the model; interventions and user hooks still run (the model as it runs).
-
-    >>> with private_pass(model):   # doctest: +SKIP
-    ...     handles = attach(model, named, "forward", record, OBSERVER); model(x)
-    """
-    clock = clocks.clock_of(model)
-    if clock is None or clock.private is not None:  # nobody else is attached, or already private
-        yield
-        return
-    clock.private = frozenset(clock.users)
-    try:
-        yield
-    finally:
-        clock.private = None
-
-
-def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
-    """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
-    return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)
-
-
 def forward_count(model: Any) -> int | None:
     """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
     hookkit consumer is registered with ``model`` as root.
@@ -408,8 +378,6 @@ def remove_all(model: Any) -> int:
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
-    from hookkit.core.validate import check_model
-
     backend = check_model(model, fn="remove_all")
     removed = 0
     for _, layer in backend.named_layers(model):

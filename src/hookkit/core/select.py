@@ -12,9 +12,9 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
-from hookkit.backends import backend_for, framework_of
 from hookkit.core.deprecation import warn_deprecated
 from hookkit.core.errors import LayerNotFound
+from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 
@@ -55,51 +55,16 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 
 def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """The indices in ``named`` one spec selects (see the module docstring for the kinds)."""
     if isinstance(spec, str):
-        if spec == ALL:
-            return list(range(len(named)))
-        if spec == LEAVES:
-            return [i for i, (_, m) in enumerate(named) if not backend.children(m)]
-        if spec == WITH_PARAMS:
-            return [i for i, (_, m) in enumerate(named) if backend.parameters(m, recurse=False)]
-        if spec.startswith(":"):
-            raise ValueError(f"unknown layer preset {spec!r}; valid presets: {LEAVES!r}, {WITH_PARAMS!r}, {ALL!r}")
-        exact = [i for i, (n, _) in enumerate(named) if n == spec]
-        if exact:
-            return exact
-        rx = _glob_regex(spec)
-        hits = [i for i, (n, _) in enumerate(named) if n and rx.fullmatch(n)]  # the root only by "" or ALL
-        if rx.fullmatch(""):
-            warn_deprecated(
-                f"select({spec!r}) including the model itself", "hookkit.ALL (or the name '') to select the model too", since="0.2"
-            )
-        if not hits:
-            raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
-        return hits
+        return _match_name(spec, named, backend)
     if isinstance(spec, re.Pattern):
         hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
         if not hits:
             raise LayerNotFound(spec.pattern, _suggest(spec.pattern, [n for n, _ in named]), "regex, full match")
         return hits
     if isinstance(spec, type) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
-        kinds = spec if isinstance(spec, tuple) else (spec,)
-        for k in kinds:
-            other = framework_of(k)
-            if other and other != backend.name:
-                raise LayerNotFound(
-                    f"{k.__module__}.{k.__qualname__}",
-                    [],
-                    f"{k.__qualname__} is a {other} class and the model is a {backend.name} model: use the {backend.name} class",
-                )
-        hits = [i for i, (_, m) in enumerate(named) if isinstance(m, spec)]
-        if not hits:
-            present = sorted({type(m).__name__ for _, m in named})
-            raise LayerNotFound(
-                " | ".join(k.__name__ for k in kinds),
-                close_matches(kinds[0].__name__, present, cutoff=0.3) or present[:5],
-                "no layer of this class",
-            )
-        return hits
+        return _match_classes(spec if isinstance(spec, tuple) else (spec,), named, backend)
     if backend.is_layer(spec):
         hits = [i for i, (_, m) in enumerate(named) if m is spec]
         if not hits:
@@ -118,6 +83,49 @@ def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[in
         spec,
         kind=ArgumentTypeError,
     )
+
+
+def _match_name(spec: str, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """A preset, an exact name, or a dotted-name glob."""
+    if spec == ALL:
+        return list(range(len(named)))
+    if spec == LEAVES:
+        return [i for i, (_, m) in enumerate(named) if not backend.children(m)]
+    if spec == WITH_PARAMS:
+        return [i for i, (_, m) in enumerate(named) if backend.parameters(m, recurse=False)]
+    if spec.startswith(":"):
+        fail("select", "layers", f"a preset among {LEAVES!r}, {WITH_PARAMS!r}, {ALL!r} (unknown layer preset)", spec)
+    exact = [i for i, (n, _) in enumerate(named) if n == spec]
+    if exact:
+        return exact
+    rx = _glob_regex(spec)
+    hits = [i for i, (n, _) in enumerate(named) if n and rx.fullmatch(n)]  # the root only by "" or ALL
+    if rx.fullmatch(""):
+        warn_deprecated(f"select({spec!r}) including the model itself", "hookkit.ALL (or the name '') to select the model too", since="0.2")
+    if not hits:
+        raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
+    return hits
+
+
+def _match_classes(kinds: tuple, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """The layers that are instances of one of ``kinds`` (classes of the model's framework)."""
+    for k in kinds:
+        other = framework_of(k)
+        if other and other != backend.name:
+            raise LayerNotFound(
+                f"{k.__module__}.{k.__qualname__}",
+                [],
+                f"{k.__qualname__} is a {other} class and the model is a {backend.name} model: use the {backend.name} class",
+            )
+    hits = [i for i, (_, m) in enumerate(named) if isinstance(m, kinds)]
+    if not hits:
+        present = sorted({type(m).__name__ for _, m in named})
+        raise LayerNotFound(
+            " | ".join(k.__name__ for k in kinds),
+            close_matches(kinds[0].__name__, present, cutoff=0.3) or present[:5],
+            "no layer of this class",
+        )
+    return hits
 
 
 def shown_name(name: str) -> str:

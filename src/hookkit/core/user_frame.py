@@ -16,7 +16,7 @@ _ALWAYS_INTERNAL = frozenset({"hookkit", "contextlib", "functools", "importlib",
 
 
 def _internal_roots() -> frozenset[str]:
-    from hookkit.backends import framework_roots  # lazy: core imports no backend at import time
+    from hookkit.core.registry import framework_roots
 
     return _ALWAYS_INTERNAL | framework_roots()
 

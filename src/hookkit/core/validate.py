@@ -8,8 +8,9 @@ naming the function, the argument, what is valid and what was given (``repr``, s
 errors are ``InvalidArgument`` (a ``ValueError``) for a value out of range and ``ArgumentTypeError``
 (a ``TypeError``, and a ``ValueError`` too) for a value of the wrong kind; both are
 ``hookkit.HookkitError``s, so existing ``except ValueError`` / ``except TypeError`` keep working.
-Files read from elsewhere raise ``InvalidFile``; outputs a feature cannot work on are left alone
-with one ``SkippedOutputWarning`` (``output_guard``, ``real_values``).
+Beside it: ``files`` (``read_json_file``, ``InvalidFile``: files read from elsewhere) and ``guards``
+(``output_guard``, ``real_values``: outputs a feature cannot work on, left alone with one
+``SkippedOutputWarning``); both names are also importable from here.
 
 >>> check_number(0.1, fn="gaussian_noise", arg="std", low=0)
 0.1
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from hookkit.backends import framework_of  # the registered framework of an object, importing nothing
 from hookkit.core.errors import HookkitError
+from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file  # noqa: F401 (also importable from here)
+from hookkit.core.guards import SkippedOutputWarning, output_guard, real_values, warn_skip  # noqa: F401 (also importable from here)
+from hookkit.core.registry import framework_of  # the registered framework of an object, importing nothing
 
 __all__ = [
     "MAX_JSON_BYTES",
@@ -54,11 +56,6 @@ __all__ = [
 
 class InvalidArgument(HookkitError, ValueError):
     """A public argument has a value hookkit cannot use (out of range, NaN, wrong length...)."""
-
-
-class InvalidFile(HookkitError, ValueError):
-    """A file hookkit was asked to read (saved statistics, a report folder) is not what it should
-    be: outside its folder, not valid JSON, a field of the wrong type or shape. Names file and field."""
 
 
 class ArgumentTypeError(HookkitError, TypeError, ValueError):
@@ -93,33 +90,6 @@ def fail(fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = I
 
 
 # -- numbers --------------------------------------------------------------------------------------
-MAX_JSON_BYTES = 64 << 20  # a summary of a 10k-layer model is ~5 MB
-
-
-def read_json_file(path: Any, what: str) -> Any:
-    """Parse a JSON file from elsewhere as data: refused with ``InvalidFile`` naming ``path`` when it
-    is larger than ``MAX_JSON_BYTES``, not UTF-8, not JSON or nested too deeply. ``what`` says what
-    the file is for ("a report", "a statistics file"). NaN and Infinity (json.dump's) are read.
-
-    >>> read_json_file("run1/summary.json", "a report")   # doctest: +SKIP
-    """
-    import json
-    import os
-
-    size = os.path.getsize(path)
-    if size > MAX_JSON_BYTES:
-        raise InvalidFile(f"{path}: {size:,} bytes, more than the {MAX_JSON_BYTES:,} {what} reads from one JSON file")
-    try:
-        with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise InvalidFile(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-    except json.JSONDecodeError as e:
-        raise InvalidFile(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    except RecursionError:
-        raise InvalidFile(f"{path}: JSON nested too deeply") from None
-
-
 def _is_real(value: Any) -> bool:
     # numbers.Real covers int, float and numpy scalars; bool is an int but never a number here
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and type(value).__name__ != "bool_"
@@ -245,8 +215,8 @@ def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", option
 
 def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
-    from hookkit.backends import backend_for, registered_backends
     from hookkit.core.errors import UnsupportedModel
+    from hookkit.core.registry import backend_for, registered_backends
 
     try:
         be = backend_for(model)
@@ -300,88 +270,3 @@ def check_tensor_like(
         if have not in ranks:
             fail(fn, arg, f"a tensor with {' or '.join(map(str, ranks))} dims", value)
     return value
-
-
-# -- outputs a feature cannot use: skipped with one warning, never a crash in the user's forward ----
-class SkippedOutputWarning(UserWarning):
-    """A feature met a layer output it cannot work on (an integer output for dropout, a complex one
-    for statistics) and left it as it was. Warned once per feature, layer and dtype."""
-
-
-_warned: set[tuple[str, str, str]] = set()
-
-
-def warn_skip(fn: str, layer: str, dtype: str, why: str) -> None:
-    """Warn once (per function, layer and dtype) that ``fn`` left layer ``layer``'s output alone."""
-    key = (fn, layer, dtype)
-    if key in _warned:
-        return
-    _warned.add(key)
-    where = f"layer {layer!r}" if layer else "the model (root)"
-    warnings.warn(f"{fn}(): left the {dtype} output of {where} unchanged: {why} (warned once)", SkippedOutputWarning, stacklevel=2)
-
-
-def output_guard(backend: Any, op: Callable[..., Any], *, fn: str, kinds: Sequence[str] = ("float",)) -> Callable[..., Any]:
-    """``op(t, *args)`` made safe for any output: ``guarded(t, *args, layer=name)`` returns ``t``
-    unchanged (warning once) when its dtype kind ("float", "complex", "int", "bool") is not in
-    ``kinds``, returns an empty ``t`` as it is, and runs ``op`` in float32 (cast back) where the
-    framework has no kernels for ``t``'s dtype on its device (half precision on Paddle's CPU)."""
-    kind_of, compute_dtype, dtype_name, is_empty, cast = (
-        backend.dtype_kind,
-        backend.compute_dtype,
-        backend.dtype_name,
-        backend.is_empty,
-        backend.cast,
-    )
-    allowed = frozenset(kinds)
-    what = " or ".join(f"{k}ing-point" if k == "float" else k for k in kinds)
-
-    skip, direct, maybe_upcast = 0, 1, 2
-    # per dtype, decided once. Keyed by id: dtype objects are singletons of their framework, and
-    # hashing a Paddle dtype costs ~0.5 us (a dict lookup by id: ~40 ns)
-    plan: dict[int, int] = {}
-
-    def guarded(t: Any, *args: Any, layer: str = "") -> Any:
-        key = id(t.dtype)
-        how = plan.get(key)
-        if how is None:
-            half = dtype_name(t) in ("float16", "bfloat16")
-            how = plan[key] = skip if kind_of(t) not in allowed else maybe_upcast if half else direct
-        if how == skip:
-            warn_skip(fn, layer, dtype_name(t), f"it applies to {what} outputs")
-            return t
-        if is_empty(t):
-            return t
-        work = compute_dtype(t) if how == maybe_upcast else None  # also depends on the device
-        if work is None:
-            return op(t, *args)
-        return cast(op(cast(t, work), *args), dtype_name(t))
-
-    return guarded
-
-
-class RealValues:
-    """``ok(t, layer) -> bool`` for statistics: False (and one warning) for complex tensors, whose
-    mean and histogram are not defined the way ``fn`` reports them. Hot paths skip the call for
-    dtypes already found real: ``if id(t.dtype) not in ok.real and not ok(t, name): return`` (by id:
-    dtypes are singletons, and hashing a Paddle dtype costs ~0.5 us)."""
-
-    __slots__ = ("real", "_fn", "_kind_of", "_dtype_name")
-
-    def __init__(self, backend: Any, fn: str):
-        self.real: set[int] = set()
-        self._fn, self._kind_of, self._dtype_name = fn, backend.dtype_kind, backend.dtype_name
-
-    def __call__(self, t: Any, layer: str) -> bool:
-        if id(t.dtype) in self.real:
-            return True
-        if self._kind_of(t) != "complex":
-            self.real.add(id(t.dtype))
-            return True
-        warn_skip(self._fn, layer, self._dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
-        return False
-
-
-def real_values(backend: Any, fn: str) -> RealValues:
-    """The ``RealValues`` check of ``fn`` on ``backend``'s tensors."""
-    return RealValues(backend, fn)

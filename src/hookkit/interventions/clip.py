@@ -1,4 +1,4 @@
-"""Gradient clipping through hooks (seed 004 clips ``conv1``): per selected layer, clip the gradient
+"""Gradient clipping through hooks: per selected layer, clip the gradient
 flowing back through its output (router "grad" event) and/or its parameters' gradients (tensor
 hooks on the parameters). What a hook returns replaces the gradient, so the clipped value is what
 reaches upstream layers and ``param.grad``, hence what the optimizer sees.
@@ -18,10 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, fail, output_guard
+from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, fail
 
 __all__ = ["clip_grad"]
 

@@ -1,10 +1,9 @@
-"""``DropHookModel``: seed 000's plug-in-dropout wrapper, built on the router, with its bugs fixed.
+"""``DropHookModel``: a model wrapper that runs dropout-like functions as hooks, in training only.
 
-The seed registered its hooks in ``train()`` (again at every call, stacking them) and removed them
-in ``eval()``; ``named_parameters()`` returned unnamed parameters. Here the hooks are placed once,
-skip the user's function while the hooked layer is in eval mode, and the wrapper's parameters,
-names and state dict are the wrapped model's own (no ``model.`` prefix), so checkpoints move freely
-between the wrapper and the plain model.
+The hooks are placed once and skip the user's function while the hooked layer is in eval mode (no
+re-registration at ``train()`` / ``eval()``); the wrapper's parameters, names and state dict are
+the wrapped model's own (no ``model.`` prefix), so checkpoints move freely between the wrapper and
+the plain model.
 """
 
 from __future__ import annotations
@@ -20,8 +19,11 @@ from hookkit.core.validate import ArgumentTypeError, check_callable, fail
 
 __all__ = ["HOOK_TYPES", "DropHookModel"]
 
-#: accepted hook types -> router event ("forwar_post_hook" is the seed's spelling)
-HOOK_TYPES = {"forward_pre_hook": "forward_pre", "forward_post_hook": "forward", "forwar_post_hook": "forward"}
+#: hook types -> router event
+HOOK_TYPES = {"forward_pre_hook": "forward_pre", "forward_post_hook": "forward"}
+# Also accepted, never listed: "forwar_post_hook", the spelling of the Paddle tutorial wrapper this
+# class replaces, so that code written for it runs unchanged.
+_ALSO_ACCEPTED = {"forwar_post_hook": "forward_post_hook"}
 
 _classes: dict[str, type] = {}
 
@@ -64,7 +66,7 @@ _CONSUMERS = {"forward_pre": _PreConsumer, "forward": _PostConsumer}
 
 
 class DropHookModel:
-    """Wrap ``model`` with seed-style hook functions that act only in training.
+    """Wrap ``model`` with hook functions (dropout and the like) that act only in training.
 
     ``hook_funcs[i]`` is ``f(layer, inputs, output) -> new output | None`` for
     ``"forward_post_hook"`` or ``f(layer, inputs) -> new inputs | None`` for ``"forward_pre_hook"``,
@@ -104,6 +106,7 @@ class DropHookModel:
                 f"got {len(hook_layers)}, {len(hook_funcs)} and {len(hook_types)}"
             )
         valid = ", ".join(map(repr, HOOK_TYPES))
+        hook_types = [_ALSO_ACCEPTED.get(t, t) if isinstance(t, str) else t for t in hook_types]
         for i, (f, t) in enumerate(zip(hook_funcs, hook_types)):
             if t not in HOOK_TYPES:
                 fail("DropHookModel", f"hook_types[{i}]", f"one of {valid}", t)
@@ -187,7 +190,7 @@ def _class_for(backend: Backend) -> type:
     cls = _classes.get(backend.name)
     if cls is not None:
         return cls
-    base = backend.layer_types()["Layer"]
+    base = backend.layer_class()
     methods = {m: _delegate(m) for m in _DELEGATED if hasattr(base, m)}
     cls = type(_class_name(backend), (DropHookModel, base), {"__module__": __name__, "__doc__": DropHookModel.__doc__, **methods})
     # a module-level name of its own, so that pickling a whole wrapper (torch.save(model)) finds the class

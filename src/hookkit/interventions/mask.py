@@ -1,4 +1,4 @@
-"""Activation masks (seed 004's pruning of activations): zero small values, keep the top-k per sample,
+"""Activation masks (pruning of activations): zero small values, keep the top-k per sample,
 or apply a fixed channel mask. One forward consumer per layer at INTERVENTION priority."""
 
 from __future__ import annotations

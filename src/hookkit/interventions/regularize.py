@@ -17,11 +17,12 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import map_tensors
-from hookkit.core.validate import check_bool, check_model, check_number, check_probability, fail, output_guard
+from hookkit.core.validate import check_bool, check_model, check_number, check_probability, fail
 
 __all__ = ["channel_dropout", "drop_block", "drop_block_2d", "drop_path", "dropout", "gaussian_noise"]
 

@@ -50,7 +50,7 @@ def parse_size(size: int | str, what: str = "shard_size") -> int:
     raise ExtractError(f"extract({what}=...): expected a positive number of bytes or a size like '64MB'; got {size!r}")
 
 
-def _count(batch: Any, b: int) -> int:
+def count_samples(batch: Any, b: int) -> int:
     """The number of samples of a batch: dim 0 of its first array-like leaf (a tensor, an ndarray)."""
     stack = [batch]
     while stack:
@@ -122,7 +122,7 @@ def _fingerprint(
 def _weights(model: Any, be: Backend) -> dict[str, str]:
     """``{name: digest}`` of the values of every parameter and buffer (sha256 of its bytes, 16 hex
     digits): a resumed run with other weights (another checkpoint, another random init) is refused,
-    naming the tensors that differ. One pass over the weights (about 0.5 s per 250 MB on a CPU)."""
+    naming the tensors that differ. One pass over the weights (about 0.6 s per GB on a CPU)."""
     tensors = dict(be.named_parameters(model))
     for lname, layer in be.named_layers(model):
         for bname, t in be.forward_state(layer):
@@ -151,9 +151,10 @@ def _difference(key: str, old: Any, new: Any) -> str:
 
 
 # -- the folder -----------------------------------------------------------------------------------
-def _prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any], plan: RankPlan) -> dict[str, Any]:
+def prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any], plan: RankPlan | None = None) -> dict[str, Any]:
     """Create or reopen ``out``: a new index (this rank's, under a process group), or the old one
-    when the fingerprint matches (resume)."""
+    when the fingerprint matches (resume). Also used by ``cam(out=...)``, which writes the same format."""
+    plan = plan or RankPlan(0, 1, None, None, None)
     if os.path.exists(out) and not os.path.isdir(out):
         raise ExtractError(f"extract(out={out!r}): it is a file; give a folder (created if missing)")
     try:
@@ -282,7 +283,7 @@ def _open_run(model: Any, data: Any, layers: LayerSpec, out: str, inputs: bool, 
         "dtype": dtype,
     }
     existed = os.path.isdir(out)
-    index = _prepare_out(out, fp, meta, plan)
+    index = prepare_out(out, fp, meta, plan)
     run = _Run(out, be, named, keys, reds, fp, meta, plan, index, existed)
     if "ranks" not in index:
         run.done_sizes = [c for s in index["shards"] for c in s["batch_sizes"]]
@@ -399,7 +400,7 @@ def _run_batches(
         )
         for b, batch in enumerate(data):
             collector.batch = b
-            n = _count(batch, b)
+            n = count_samples(batch, b)
             ids = ranks.sample_rows(plan, start, n, b)
             start += n
             if b < len(done_sizes):  # written before the interruption: skip, after checking it

@@ -61,14 +61,11 @@ def on_forward(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool
     """
     check_model(model, fn="on_forward")
     _check_hook_args("on_forward", fn, priority, with_kwargs)
-    if with_kwargs:
+    if not with_kwargs:  # fn takes what the router's plain forward consumers take
+        return attach(model, select(model, layers), "forward", None, priority, plain=fn)
 
-        def consume(ev: Event) -> Any:
-            return fn(ev.layer, ev.args, ev.kwargs, ev.output)
-    else:
-
-        def consume(ev: Event) -> Any:
-            return fn(ev.layer, ev.args, ev.output)
+    def consume(ev: Event) -> Any:
+        return fn(ev.layer, ev.args, ev.kwargs, ev.output)
 
     return attach(model, select(model, layers), "forward", consume, priority)
 

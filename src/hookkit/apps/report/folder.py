@@ -12,7 +12,8 @@ import os
 import pathlib
 from typing import Any
 
-from hookkit.core.validate import MAX_JSON_BYTES, InvalidFile, read_json_file, shown
+from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file
+from hookkit.core.validate import shown
 
 __all__ = ["MAX_JSON_BYTES", "MAX_PNG_BYTES", "confined", "load_folder", "read_json"]
 

@@ -42,6 +42,9 @@ class PaddleBackend(PaddleOps, Backend):
     # the hot paths call it per record: the tensor method itself, no Python frame in between
     detach = staticmethod(paddle.Tensor.detach)
 
+    def layer_class(self) -> type:
+        return paddle.nn.Layer
+
     def named_layers(self, model: Any) -> Iterator[tuple[str, Any]]:
         return model.named_sublayers(include_self=True)
 

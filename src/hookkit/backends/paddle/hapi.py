@@ -1,38 +1,8 @@
-"""The ``paddle.Model.fit`` callback class (paddle.hapi), built here because it subclasses
-Paddle's ``Callback``; users import it from ``hookkit.integrations.paddle_hapi``."""
+"""Paddle's ``Callback`` base class (paddle.hapi), for ``hookkit.integrations.paddle_hapi``, which
+builds its callback on it: the framework import stays in the backend."""
 
 from __future__ import annotations
 
 from paddle.callbacks import Callback
 
-from hookkit.integrations._common import MonitorCallback
-
-
-class HookkitPaddleCallback(MonitorCallback, Callback):
-    """Attach hookkit statistics to ``self.model.network`` on train begin; remove them on train end.
-
-    Arguments as ``hookkit.integrations.lightning.HookkitCallback``; ``writer`` is anything with
-    ``add_scalar(tag, value, step)`` (VisualDL's ``LogWriter``, a ``SummaryWriter``), written every
-    ``log_every`` epochs with the mean of each statistic over the steps recorded since the last write.
-    """
-
-    _batches = 0  # per fit, reset on train begin
-
-    # -- paddle.hapi events -----------------------------------------------------------------------
-    def on_train_begin(self, logs: dict | None = None) -> None:
-        self._batches = 0
-        self.monitor.attach(self.model.network, getattr(self.model, "_optimizer", None))
-
-    def on_train_batch_end(self, step: int, logs: dict | None = None) -> None:
-        self._batches += 1  # hapi's `step` restarts every epoch; the writer wants a global one
-
-    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
-        if self.monitor.attached and (epoch + 1) % self.monitor.log_every == 0:
-            self.monitor.log(self._batches)
-
-    def on_train_end(self, logs: dict | None = None) -> None:
-        try:
-            if self.monitor.attached:
-                self.monitor.log(self._batches)
-        finally:
-            self.monitor.remove()
+__all__ = ["Callback"]

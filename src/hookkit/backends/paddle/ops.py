@@ -1,15 +1,13 @@
 """PaddlePaddle's side of the optional Backend methods: the ops of the interventions, Grad-CAM's
-gradients and the demo's training pieces (see ``hookkit.backends.base`` for what each does)."""
+gradients (see ``hookkit.backends.base`` for what each does)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import paddle
 import paddle.nn.functional as F
-from paddle import nn
 
 
 class PaddleOps:
@@ -60,35 +58,3 @@ class PaddleOps:
 
     def max_pool2d(self, t: Any, kernel: tuple[int, int], padding: tuple[int, int, int, int]) -> Any:
         return F.max_pool2d(F.pad(t, list(padding)), list(kernel), stride=1)
-
-    # -- the wrapper layer and the demo -----------------------------------------------------------
-    def layer_types(self) -> dict[str, type]:
-        return {
-            "Layer": nn.Layer,
-            "Conv2d": nn.Conv2D,
-            "MaxPool2d": nn.MaxPool2D,
-            "ReLU": nn.ReLU,
-            "Flatten": nn.Flatten,
-            "Linear": nn.Linear,
-        }
-
-    def seed(self, seed: int) -> None:
-        paddle.seed(seed)
-
-    def adam(self, parameters: Any, lr: float) -> Any:
-        return paddle.optimizer.Adam(learning_rate=lr, parameters=parameters)
-
-    def cross_entropy(self, logits: Any, labels: Any) -> Any:
-        return F.cross_entropy(logits, labels)
-
-    def clear_grads(self, optimizer: Any) -> None:
-        optimizer.clear_grad()
-
-    @contextlib.contextmanager
-    def cpu_session(self) -> Iterator[None]:
-        device = paddle.get_device()
-        paddle.set_device("cpu")
-        try:
-            yield
-        finally:
-            paddle.set_device(device)

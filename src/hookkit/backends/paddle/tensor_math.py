@@ -107,5 +107,8 @@ class PaddleTensorMath(TensorMath):
     def eigh(self, t: Any) -> tuple[Any, Any]:
         return tuple(paddle.linalg.eigh(t))
 
+    def seed(self, seed: int) -> None:
+        paddle.seed(seed)
+
 
 OPS = PaddleTensorMath()

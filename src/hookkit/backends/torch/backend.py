@@ -48,6 +48,9 @@ class TorchBackend(TorchOps, Backend):
     # the hot paths call it per record: the tensor method itself, no Python frame in between
     detach = staticmethod(torch.Tensor.detach)  # type: ignore[assignment]  # called as Backend.detach(t): same call shape
 
+    def layer_class(self) -> type:
+        return torch.nn.Module
+
     def named_layers(self, model: Any) -> Iterator[tuple[str, Any]]:
         return model.named_modules()
 

@@ -1,15 +1,13 @@
 """PyTorch's side of the optional Backend methods: the ops of the interventions, Grad-CAM's
-gradients and the demo's training pieces (see ``hookkit.backends.base`` for what each does)."""
+gradients (see ``hookkit.backends.base`` for what each does)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 
 class TorchOps:
@@ -56,28 +54,3 @@ class TorchOps:
 
     def max_pool2d(self, t: Any, kernel: tuple[int, int], padding: tuple[int, int, int, int]) -> Any:
         return F.max_pool2d(F.pad(t, tuple(padding)), tuple(kernel), stride=1)
-
-    # -- the wrapper layer and the demo -----------------------------------------------------------
-    def layer_types(self) -> dict[str, type]:
-        return {"Layer": nn.Module, **{name: getattr(nn, name) for name in ("Conv2d", "MaxPool2d", "ReLU", "Flatten", "Linear")}}
-
-    def seed(self, seed: int) -> None:
-        torch.manual_seed(seed)
-
-    def adam(self, parameters: Any, lr: float) -> Any:
-        return torch.optim.Adam(parameters, lr=lr)
-
-    def cross_entropy(self, logits: Any, labels: Any) -> Any:
-        return F.cross_entropy(logits, labels)
-
-    def clear_grads(self, optimizer: Any) -> None:
-        optimizer.zero_grad()
-
-    @contextlib.contextmanager
-    def cpu_session(self) -> Iterator[None]:
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # several threads spin on a busy machine for a model this small
-        try:
-            yield
-        finally:
-            torch.set_num_threads(threads)

@@ -100,5 +100,8 @@ class TorchTensorMath(TensorMath):
     def eigh(self, t: Any) -> tuple[Any, Any]:
         return tuple(torch.linalg.eigh(t))
 
+    def seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
 
 OPS = TorchTensorMath()

@@ -28,11 +28,12 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends.host_stats import HostRows
+from hookkit.core.guards import real_values
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
 from hookkit.core.tree import first_tensor
-from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair, real_values
+from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair
 from hookkit.observers.stats.backwards import BackwardCounter
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
 from hookkit.observers.stats.reduce import Block, gather_blocks, merge_block

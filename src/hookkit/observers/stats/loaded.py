@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hookkit.core.validate import ArgumentTypeError, InvalidFile, fail, read_json_file, shown
+from hookkit.core.files import InvalidFile, read_json_file
+from hookkit.core.validate import ArgumentTypeError, fail, shown
 
 __all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_files"]
 
