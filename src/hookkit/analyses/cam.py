@@ -23,6 +23,7 @@ from hookkit.analyses.targets import Target, check_target, logits_of, predicted_
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import (
     ArgumentTypeError,
     InvalidArgument,
@@ -341,7 +342,7 @@ class _Run:
 
 
 # -- the entry point --------------------------------------------------------------------------------
-def prepare_inputs(be: Any, model: Any, inputs: Any, fn: str) -> Any:
+def prepare_inputs(be: Any, model: Layer, inputs: Any, fn: str) -> Any:
     """Floating-point ``[N, C, *spatial]`` (1 to 3 spatial axes) on the model's device."""
     x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
     shape = be.shape(x)
@@ -366,7 +367,7 @@ def check_options(method: Any, reshape: Any, opts: dict[str, Any], fn: str) -> N
 
 
 def cam(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     inputs: Any,
     method: str = "gradcam",
@@ -415,7 +416,7 @@ def cam(
     )  # fmt: skip
 
 
-def run_cam(fn: str, model: Any, layers: LayerSpec, inputs: Any, method: str, target: Target, **kw: Any) -> Any:
+def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, **kw: Any) -> Any:
     """``cam`` with errors naming ``fn`` (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
     be = check_model(model, fn=fn)
     opts = {k: kw.get(k, d) for k, d in DEFAULTS.items()}

@@ -22,6 +22,7 @@ import numpy as np
 from hookkit.analyses.cam import prepare_inputs
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, fail
 
 METRICS = ("road-most-relevant-first", "road-least-relevant-first", "road-combined", "confidence-drop")
@@ -99,7 +100,7 @@ def _keep_mask(maps: np.ndarray, percentile: float, most_first: bool) -> np.ndar
 
 
 def cam_metric(
-    model: Any,
+    model: Layer,
     inputs: Any,
     maps: Any,
     target: Target = None,

@@ -22,6 +22,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_int, check_model, fail
 
 EMBEDDINGS = "embeddings"
@@ -130,7 +131,7 @@ def _points(model: Any, be: Any, layers: LayerSpec, blocks_path: str | None) -> 
 
 
 def logit_lens(
-    model: Any,
+    model: Layer,
     inputs: Any,
     layers: LayerSpec = None,
     positions: Any = None,

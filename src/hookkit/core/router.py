@@ -38,6 +38,7 @@ from hookkit.core.events import (  # noqa: F401
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.registry import backend_for
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def _inert(fn: Any) -> bool:
 
 
 def attach(
-    model: Any,
+    model: Layer,
     named: Iterable[tuple[str, Any]],
     event: str,
     fn: Callable[[Event], Any] | None,
@@ -286,7 +287,7 @@ def attach(
 
 
 def attach_params(
-    model: Any, params: Iterable[tuple[str, Any, str, Any]], fn: Callable[[Event], Any], priority: int = INTERVENTION
+    model: Layer, params: Iterable[tuple[str, Any, str, Any]], fn: Callable[[Event], Any], priority: int = INTERVENTION
 ) -> HandleGroup:
     """Add ``fn(event) -> None | new gradient`` on the gradient of each ``(layer name, layer,
     parameter name, parameter)``: one native hook per parameter whatever the number of consumers;
@@ -349,7 +350,7 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
             clocks.forget(root)
 
 
-def forward_count(model: Any) -> int | None:
+def forward_count(model: Layer) -> int | None:
     """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
     hookkit consumer is registered with ``model`` as root.
 
@@ -360,7 +361,7 @@ def forward_count(model: Any) -> int | None:
     return None if clock is None else clock.count
 
 
-def advance(model: Any) -> None:
+def advance(model: Layer) -> None:
     """Count one more step for ``model``: for loops that never call the root model itself (a
     LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
 
@@ -371,7 +372,7 @@ def advance(model: Any) -> None:
         clock.tick()
 
 
-def remove_all(model: Any) -> int:
+def remove_all(model: Layer) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
     many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
     (they feed nothing): those are removed too. Hooks placed by the user or other libraries stay.

@@ -22,6 +22,7 @@ from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, fail
 
 __all__ = ["clip_grad"]
@@ -75,7 +76,7 @@ def _check_positive(x: float | None, arg: str) -> float | None:
 
 
 def clip_grad(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     value: float | None = None,
     norm: float | None = None,

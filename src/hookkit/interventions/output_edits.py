@@ -29,6 +29,7 @@ from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.sequences import edit_at_positions, token_length
 from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import (
     ArgumentTypeError,
     check_callable,
@@ -157,7 +158,7 @@ class Edits(HandleGroup):
             self.reach.check()
 
 
-def positions_args(model: Any, positions: Any, steps: Any, token_dim: Any, fn: str) -> tuple[Positions | None, Any, int | None]:
+def positions_args(model: Layer, positions: Any, steps: Any, token_dim: Any, fn: str) -> tuple[Positions | None, Any, int | None]:
     """Checked ``(positions, steps, token axis)`` of an edit or capture."""
     spec = None if positions is None else Positions(positions, fn)
     gen_steps = check_steps(steps, fn)
@@ -168,7 +169,7 @@ def positions_args(model: Any, positions: Any, steps: Any, token_dim: Any, fn: s
 
 
 def edit_outputs(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     fn: TensorFn,
     *,
@@ -272,7 +273,7 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
 
 
 def patch(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     values: Any,
     *,
@@ -404,7 +405,7 @@ ABLATIONS = ("zero", "mean")
 
 
 def ablate(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     mode: str = "zero",
     *,
@@ -481,7 +482,7 @@ def ablate(
 
 
 def steer(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     vector: Any,
     scale: float = 1.0,
@@ -552,7 +553,7 @@ def steer(
 
 
 def edit(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     fn: Callable[[Any, Event], Any],
     *,

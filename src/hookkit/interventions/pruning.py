@@ -33,6 +33,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, check_number, check_probability, check_str, fail
 from hookkit.interventions.output_edits import cast_like
 
@@ -145,7 +146,7 @@ class Pruning(HandleGroup):
 
 
 def prune(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     amount: float | int = 0.3,
     method: str = "l1_unstructured",

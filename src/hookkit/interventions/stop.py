@@ -16,6 +16,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_int, check_model
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ class Stop(HandleGroup):
     """
 
     def __init__(
-        self, model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
+        self, model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
     ):
         super().__init__()
         check_model(model, fn=_fn)
@@ -107,7 +108,7 @@ class Stop(HandleGroup):
         return f"<hookkit.Stop after {self.name!r} call {self.call}, {'removed' if self.removed else 'active'}>"
 
 
-def stop_after(model: Any, layer: LayerSpec, *, call: int = 0) -> Stop:
+def stop_after(model: Layer, layer: LayerSpec, *, call: int = 0) -> Stop:
     """Stop every forward of ``model`` right after ``layer`` ran (its ``call``-th call); remove to undo.
 
     >>> with hookkit.stop_after(model, "layer3") as run:   # doctest: +SKIP
@@ -117,7 +118,7 @@ def stop_after(model: Any, layer: LayerSpec, *, call: int = 0) -> Stop:
     return Stop(model, layer, call=call, _fn="stop_after")
 
 
-def run_until(model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
+def run_until(model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
     """A runner that stops the forward after ``layer`` and returns its output; ``capture=[layers]``
     also records those layers (``capture``'s keyword arguments pass through).
 

@@ -19,6 +19,7 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.sequences import select_output, stitch
 from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model, fail
 
 _SLOT = object()
@@ -190,7 +191,7 @@ class capture(HandleGroup):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = ":leaves",
         *,
         inputs: bool = False,

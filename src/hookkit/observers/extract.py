@@ -24,6 +24,7 @@ from hookkit.core.errors import add_note
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.types import Layer
 from hookkit.observers import extract_ranks as ranks
 from hookkit.observers import features as fmt
 from hookkit.observers.extract_io import Progress, Rows, Writer
@@ -446,7 +447,7 @@ def _run_batches(
 
 # -- extract --------------------------------------------------------------------------------------
 def extract(
-    model: Any,
+    model: Layer,
     data: Iterable[Any],
     layers: LayerSpec,
     out: str | os.PathLike,

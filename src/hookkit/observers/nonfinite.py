@@ -23,6 +23,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LEAVES, LayerSpec, select
 from hookkit.core.tree import first_tensor, leaves
+from hookkit.core.types import Layer
 from hookkit.core.user_frame import warn_user
 from hookkit.core.validate import check_bool, check_model, check_number
 
@@ -62,7 +63,7 @@ class watch_nonfinite(HandleGroup):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = None,
         *,
         grads: bool = True,

@@ -33,6 +33,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair
 from hookkit.observers.stats.backwards import BackwardCounter
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
@@ -271,7 +272,7 @@ class ActivationStats(_Recorder, ActivationData):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = None,
         *,
         every: int = 1,
@@ -394,7 +395,7 @@ class GradientStats(_Recorder, GradientData):
     parameter gradients). Every rank must read (a collective); ``sync=False``: each rank its own.
     """
 
-    def __init__(self, model: Any, layers: LayerSpec = None, *, every: int = 1, sync: bool = True):
+    def __init__(self, model: Layer, layers: LayerSpec = None, *, every: int = 1, sync: bool = True):
         named = self._setup(model, layers, every, sync)
         GradientData.__init__(self, [n for n, _ in named], self._backend.name, {"every": every})
         be = self._backend
