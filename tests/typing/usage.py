@@ -39,12 +39,15 @@ def run() -> None:
         model(x)
     assert_type(acts, hookkit.ActivationStats)
 
-    cnn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
     maps = hookkit.gradcam(cnn, "0", torch.rand(2, 1, 6, 6))
     assert_type(maps, np.ndarray)
 
     cams = hookkit.cam(cnn, "0", torch.rand(2, 1, 6, 6), "gradcam")
-    assert isinstance(cams, np.ndarray) and cams.shape == (2, 6, 6)
+    assert_type(cams, np.ndarray)
+    assert cams.shape == (2, 6, 6)
     attr = hookkit.attribute(model, None, x, "saliency", target=0)
     assert tuple(attr.shape) == (4, 5)
 

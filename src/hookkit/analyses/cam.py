@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -34,6 +34,11 @@ from hookkit.core.validate import (
     check_tensor_like,
     fail,
 )
+
+if TYPE_CHECKING:
+    import os
+
+    from hookkit.observers.features import Features
 
 #: rows per forward of ScoreCAM (pytorch-grad-cam's 16: on a CPU, larger batches of full forwards are not faster)
 #: and AblationCAM (its rows multiply at the target layer: the more per forward, the fewer runs of the layers before)
@@ -364,6 +369,69 @@ def check_options(method: Any, reshape: Any, opts: dict[str, Any], fn: str) -> N
         check_bool(opts[arg], fn=fn, arg=arg)
     check_int(opts["batch_size"], fn=fn, arg="batch_size", low=1, optional=True)
     check_int(opts["prefix_tokens"], fn=fn, arg="prefix_tokens", low=0, optional=True)
+
+
+@overload
+def cam(
+    model: Layer,
+    layers: LayerSpec,
+    inputs: Any,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    reshape: Callable[[Any], Any] | str | None = None,
+    prefix_tokens: int | None = None,
+    aug_smooth: bool = False,
+    eigen_smooth: bool = False,
+    batch_size: int | None = None,
+    eval: bool = True,
+    as_tensor: Literal[False] = False,
+    out: None = None,
+    shard_size: int | str = 16 * 2**20,
+    progress: bool | None = None,
+) -> np.ndarray: ...
+
+
+@overload
+def cam(
+    model: Layer,
+    layers: LayerSpec,
+    inputs: Any,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    reshape: Callable[[Any], Any] | str | None = None,
+    prefix_tokens: int | None = None,
+    aug_smooth: bool = False,
+    eigen_smooth: bool = False,
+    batch_size: int | None = None,
+    eval: bool = True,
+    as_tensor: Literal[True],
+    out: None = None,
+    shard_size: int | str = 16 * 2**20,
+    progress: bool | None = None,
+) -> Any: ...
+
+
+@overload
+def cam(
+    model: Layer,
+    layers: LayerSpec,
+    inputs: Any,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    reshape: Callable[[Any], Any] | str | None = None,
+    prefix_tokens: int | None = None,
+    aug_smooth: bool = False,
+    eigen_smooth: bool = False,
+    batch_size: int | None = None,
+    eval: bool = True,
+    as_tensor: bool = False,
+    out: str | os.PathLike[str],
+    shard_size: int | str = 16 * 2**20,
+    progress: bool | None = None,
+) -> Features: ...
 
 
 def cam(
