@@ -49,13 +49,14 @@ class GradCall:
 
 class GradPlumbing:
     """The gradient half of ``router.LayerHooks`` (which provides ``backend``, ``consumers``,
-    ``_scopes`` and ``_has_backward``)."""
+    ``_scopes``, ``_has_backward`` and ``_wants_grads``)."""
 
     __slots__ = ()
     backend: Backend
     consumers: dict[str, tuple[Consumer, ...]]
     _scopes: tuple[Scope, ...]
     _has_backward: bool
+    _wants_grads: bool
 
     def _pending(self) -> dict[Scope, GradCall]:
         return self._scopes[0].clock.current().pending
@@ -94,6 +95,12 @@ class GradPlumbing:
             be.hook_tensor(outs[i], partial(self._on_output_grad, g, i))
         if self._has_backward and not g.positions and tracked:
             be.when_all_grads([outs[i] for i in tracked], lambda _: self._fire_backward(g, (None,) * n_args))
+
+    def _place_grad_hooks(self, layer: Any, n_args: int, numbers: dict, output: Any) -> None:
+        """Place the layer's gradient hooks on ``output`` if any are wanted: after the forward
+        consumers, or when one raised ``Halt``, before it propagates."""
+        if self._wants_grads and self.backend.grad_enabled():
+            self.plumb_outputs(layer, n_args, output, numbers)
 
     def _on_output_grad(self, g: GradCall, index: int, grad: Any) -> Any:
         def event_for(c: Consumer) -> GradEvent:

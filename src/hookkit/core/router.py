@@ -49,8 +49,8 @@ _new = object.__new__
 
 
 class LayerHooks(GradPlumbing):
-    """The consumers of one layer and the native hooks that serve them. ``LayerHooks(None)`` is the
-    inert one a deep copy or unpickled model gets: no consumers, no clock, feeding nothing."""
+    """The consumers of one layer and the native hooks that serve them (``LayerHooks(None)``: the
+    inert one of a copied or unpickled model)."""
 
     # fmt: off
     __slots__ = (
@@ -139,7 +139,6 @@ class LayerHooks(GradPlumbing):
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
-    # -- dispatch -------------------------------------------------------------------------------
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         recompute = self._in_backward()
         if self.root_clock is not None and not recompute:
@@ -168,7 +167,11 @@ class LayerHooks(GradPlumbing):
             scope, clock, fns, plain, one, after = hot
             fw = clock.solo
             if fw is not None:
-                call = scope.n if scope.fw is fw else scope.switch(fw)
+                last = scope.fw
+                if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
+                    scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
+                    scope.fw = fw
+                call = scope.n
                 scope.n = call + 1
                 result = None
                 try:
@@ -222,12 +225,6 @@ class LayerHooks(GradPlumbing):
         if self.root_clock is not None and not recompute:
             self.root_clock.finish()
         return output if changed else None
-
-    def _place_grad_hooks(self, layer: Any, n_args: int, numbers: dict, output: Any) -> None:
-        """Place the layer's gradient hooks on ``output`` if any are wanted: after the forward
-        consumers, or when one raised ``Halt``, before it propagates."""
-        if self._wants_grads and self.backend.grad_enabled():
-            self.plumb_outputs(layer, n_args, output, numbers)
 
 
 _registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionary()

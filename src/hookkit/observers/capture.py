@@ -99,7 +99,11 @@ class Record:
     __slots__ = ("name", "call", "step", "inputs", "kwargs", "output", "grad", "pos", "positions", "_grads", "_structure", "_seq")
 
     def __init__(self, name: str, call: int, step: int, output: Any = None, pos: Any = None, seq: int = 0):
-        self.name, self.call, self.step, self.output, self.pos = name, call, step, output, pos
+        self.name: str = name  # the layer's dotted name under the captured model
+        self.call: int = call  # which call of the layer in its forward (0, 1, ...)
+        self.step: int = step  # which forward of the model
+        self.output: Any = output  # what the layer returned (detached unless detach=False)
+        self.pos: Any = pos  # where the forward sat in its sequence (offset, gen_step)
         self._seq = seq  # when the call happened, among all the capture's records
         self.inputs = self.kwargs = self.grad = self._structure = self.positions = None
         self._grads: list[Any] = _NO_GRADS
