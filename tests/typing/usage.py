@@ -71,6 +71,10 @@ def run() -> None:
         model(x)
     assert_type(edits, hookkit.interventions.output_edits.Edits)
 
+    sel = hookkit.select(model, ["0", "2"])
+    assert_type(sel.names, list[str])
+    assert_type(sel.layers, list[Layer])
+
     handle = hookkit.on_forward(model, "0", lambda ev: None)
     assert_type(handle, hookkit.HandleGroup)
     handle.remove()

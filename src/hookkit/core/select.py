@@ -202,7 +202,7 @@ def _alias(root: Any, path: str, named: list[tuple[str, Any]], backend: Any) -> 
     return None if index is None else (index, layer)
 
 
-class Selection(list):
+class Selection(list[tuple[str, Layer]]):
     """What ``select`` returns: a list of ``(dotted name, layer)`` pairs that shows as its names
     (a layer's own repr can run for pages). ``names``: the names alone; ``layers``: the layers alone.
 
@@ -215,7 +215,7 @@ class Selection(list):
         return [n for n, _ in self]
 
     @property
-    def layers(self) -> list[Any]:
+    def layers(self) -> list[Layer]:
         return [m for _, m in self]
 
     def __repr__(self) -> str:
