@@ -8,6 +8,8 @@
 
 # Every module here is cheap to import: torch, paddle and matplotlib are imported inside functions,
 # only for the framework of the user's model. The apps (``report``) load on first use: __getattr__.
+from typing import TYPE_CHECKING
+
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
 from hookkit.analyses.attribution_patching import attribution_patching
@@ -63,6 +65,9 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+
+if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
+    from hookkit.apps.report import report
 
 __all__ = [
     "__version__",

@@ -6,6 +6,9 @@ that no longer accepts a framework tensor or layer) fails the `mypy` step of .ci
 
 from __future__ import annotations
 
+import tempfile
+from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
 from typing_extensions import assert_type
@@ -36,15 +39,65 @@ def run() -> None:
         model(x)
     assert_type(acts, hookkit.ActivationStats)
 
-    cnn = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3)
+    )
     maps = hookkit.gradcam(cnn, "0", torch.rand(2, 1, 6, 6))
     assert_type(maps, np.ndarray)
+
+    cams = hookkit.cam(cnn, "0", torch.rand(2, 1, 6, 6), "gradcam")
+    assert_type(cams, np.ndarray)
+    assert cams.shape == (2, 6, 6)
+    attr = hookkit.attribute(model, None, x, "saliency", target=0)
+    assert tuple(attr.shape) == (4, 5)
+
+    twin = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+    twin.load_state_dict(model.state_dict())
+    d = hookkit.diff(model, twin, x)
+    assert_type(d, hookkit.Diff)
+
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookkit.WeightStats(model, optimizer=opt) as weights:
+        model(x).sum().backward()
+        opt.step()
+    assert_type(weights, hookkit.WeightStats)
+
+    with tempfile.TemporaryDirectory() as folder:
+        feats = hookkit.extract(model, [x, x], "0", folder)
+        assert_type(feats, hookkit.Features)
+        assert feats["0"].shape == (8, 8)
+
+    with hookkit.ablate(model, "1") as edits:
+        model(x)
+    assert_type(edits, hookkit.interventions.output_edits.Edits)
+
+    sel = hookkit.select(model, ["0", "2"])
+    assert_type(sel.names, list[str])
+    assert_type(sel.layers, list[Layer])
 
     handle = hookkit.on_forward(model, "0", lambda ev: None)
     assert_type(handle, hookkit.HandleGroup)
     handle.remove()
     assert_type(hookkit.remove_all(model), int)
     assert_type(hookkit.__version__, str)
+    lens()
+
+
+def lens() -> None:
+    """logit_lens on a two-layer GPT-2 built from a config (random weights, no download)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=32, n_positions=16))
+    result = hookkit.logit_lens(gpt, torch.randint(0, 32, (1, 5)), top_k=3)
+    assert_type(result, hookkit.LensResult)
+    ids, probs = result.top(3)
+    assert_type(ids, np.ndarray)
+
+
+if TYPE_CHECKING:  # never run: each line must fail the check, or its ignore is unused (warn_unused_ignores)
+    hookkit.summary("not a model", (2, 5))  # type: ignore[arg-type]
+    hookkit.capture(42)  # type: ignore[arg-type]
+    hookkit.gradcam([1, 2], "0", torch.rand(1, 1, 6, 6))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

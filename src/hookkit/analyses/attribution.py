@@ -19,10 +19,11 @@ from hookkit.analyses.attribution_steps import delta
 from hookkit.analyses.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
+from hookkit.core.types import Layer
 
 
 def attribute(
-    model: Any,
+    model: Layer,
     layer: Any,
     inputs: Any,
     method: str = "integrated_gradients",

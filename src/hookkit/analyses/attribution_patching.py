@@ -20,11 +20,12 @@ from hookkit.analyses.patching import Metric, Site, capture_clean, check_pair, m
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model
 
 
 def attribution_patching(
-    model: Any,
+    model: Layer,
     clean: Any,
     corrupted: Any,
     layers: LayerSpec,

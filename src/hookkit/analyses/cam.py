@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from hookkit.analyses.targets import Target, check_target, logits_of, predicted_
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import (
     ArgumentTypeError,
     InvalidArgument,
@@ -33,6 +34,11 @@ from hookkit.core.validate import (
     check_tensor_like,
     fail,
 )
+
+if TYPE_CHECKING:
+    import os
+
+    from hookkit.observers.features import Features
 
 #: rows per forward of ScoreCAM (pytorch-grad-cam's 16: on a CPU, larger batches of full forwards are not faster)
 #: and AblationCAM (its rows multiply at the target layer: the more per forward, the fewer runs of the layers before)
@@ -170,8 +176,8 @@ class _Layer:
         c = max(shape)
         hot = np.zeros((k, c), np.float32)
         hot[np.arange(k), start + np.arange(k)] = 1
-        hot = np.repeat(hot, n, axis=0).reshape([k * n, *shape[1:]])
-        return self.be.cast(self.be.from_numpy(hot, like=self.raw), self.be.dtype_name(self.raw))
+        rows = np.repeat(hot, n, axis=0).reshape([k * n, *shape[1:]])
+        return self.be.cast(self.be.from_numpy(rows, like=self.raw), self.be.dtype_name(self.raw))
 
 
 class _Run:
@@ -341,7 +347,7 @@ class _Run:
 
 
 # -- the entry point --------------------------------------------------------------------------------
-def prepare_inputs(be: Any, model: Any, inputs: Any, fn: str) -> Any:
+def prepare_inputs(be: Any, model: Layer, inputs: Any, fn: str) -> Any:
     """Floating-point ``[N, C, *spatial]`` (1 to 3 spatial axes) on the model's device."""
     x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
     shape = be.shape(x)
@@ -365,8 +371,71 @@ def check_options(method: Any, reshape: Any, opts: dict[str, Any], fn: str) -> N
     check_int(opts["prefix_tokens"], fn=fn, arg="prefix_tokens", low=0, optional=True)
 
 
+@overload
 def cam(
-    model: Any,
+    model: Layer,
+    layers: LayerSpec,
+    inputs: Any,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    reshape: Callable[[Any], Any] | str | None = None,
+    prefix_tokens: int | None = None,
+    aug_smooth: bool = False,
+    eigen_smooth: bool = False,
+    batch_size: int | None = None,
+    eval: bool = True,
+    as_tensor: Literal[False] = False,
+    out: None = None,
+    shard_size: int | str = 16 * 2**20,
+    progress: bool | None = None,
+) -> np.ndarray: ...
+
+
+@overload
+def cam(
+    model: Layer,
+    layers: LayerSpec,
+    inputs: Any,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    reshape: Callable[[Any], Any] | str | None = None,
+    prefix_tokens: int | None = None,
+    aug_smooth: bool = False,
+    eigen_smooth: bool = False,
+    batch_size: int | None = None,
+    eval: bool = True,
+    as_tensor: Literal[True],
+    out: None = None,
+    shard_size: int | str = 16 * 2**20,
+    progress: bool | None = None,
+) -> Any: ...
+
+
+@overload
+def cam(
+    model: Layer,
+    layers: LayerSpec,
+    inputs: Any,
+    method: str = "gradcam",
+    target: Target = None,
+    *,
+    reshape: Callable[[Any], Any] | str | None = None,
+    prefix_tokens: int | None = None,
+    aug_smooth: bool = False,
+    eigen_smooth: bool = False,
+    batch_size: int | None = None,
+    eval: bool = True,
+    as_tensor: bool = False,
+    out: str | os.PathLike[str],
+    shard_size: int | str = 16 * 2**20,
+    progress: bool | None = None,
+) -> Features: ...
+
+
+def cam(
+    model: Layer,
     layers: LayerSpec,
     inputs: Any,
     method: str = "gradcam",
@@ -415,7 +484,7 @@ def cam(
     )  # fmt: skip
 
 
-def run_cam(fn: str, model: Any, layers: LayerSpec, inputs: Any, method: str, target: Target, **kw: Any) -> Any:
+def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, **kw: Any) -> Any:
     """``cam`` with errors naming ``fn`` (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
     be = check_model(model, fn=fn)
     opts = {k: kw.get(k, d) for k, d in DEFAULTS.items()}

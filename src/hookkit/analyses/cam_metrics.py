@@ -14,7 +14,7 @@ input (pytorch-grad-cam's ``CamMultImageConfidenceChange``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from hookkit.analyses.cam import prepare_inputs
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, fail
 
 METRICS = ("road-most-relevant-first", "road-least-relevant-first", "road-combined", "confidence-drop")
@@ -41,7 +42,10 @@ def _shift(a: np.ndarray, dy: int, dx: int) -> np.ndarray:
 
 
 def _neighbour_sum(a: np.ndarray) -> np.ndarray:
-    return sum(w * _shift(a, dy, dx) for (dy, dx), w in NEIGHBOURS)
+    total = np.zeros_like(a)
+    for (dy, dx), w in NEIGHBOURS:
+        total = total + w * _shift(a, dy, dx)
+    return total
 
 
 def impute(images: np.ndarray, keep: np.ndarray, noise: float, rng: np.random.Generator) -> np.ndarray:
@@ -96,7 +100,7 @@ def _keep_mask(maps: np.ndarray, percentile: float, most_first: bool) -> np.ndar
 
 
 def cam_metric(
-    model: Any,
+    model: Layer,
     inputs: Any,
     maps: Any,
     target: Target = None,
@@ -124,7 +128,7 @@ def cam_metric(
     check_bool(eval, fn=fn, arg="eval")
     check_number(noise, fn=fn, arg="noise", low=0.0)
     check_int(seed, fn=fn, arg="seed", low=0)
-    pcts = [percentiles] if isinstance(percentiles, (int, float)) and not isinstance(percentiles, bool) else list(percentiles)
+    pcts = list(percentiles) if isinstance(percentiles, Iterable) else [percentiles]
     if not pcts or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 100 for p in pcts):
         fail(fn, "percentiles", "a number or a list of numbers in (0, 100)", percentiles)
     x = prepare_inputs(be, model, inputs, fn)

@@ -20,14 +20,15 @@ from hookkit.analyses.diff_result import Diff
 from hookkit.analyses.diff_sides import SideA, SideB
 from hookkit.core.errors import HookkitError
 from hookkit.core.select import LayerSpec
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_callable, check_model, check_number, fail
 
 FN = "diff"
 
 
 def diff(
-    a: Any,
-    b: Any,
+    a: Layer,
+    b: Layer,
     inputs: Any,
     *,
     layers: LayerSpec | None = None,

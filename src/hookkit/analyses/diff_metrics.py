@@ -23,7 +23,7 @@ almost zero carries the error of its neighbours). A pair *diverges* when any ele
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -55,7 +55,17 @@ def looser(a: str, b: str) -> str:
     return a if _ORDER.index(a) >= _ORDER.index(b) else b
 
 
-def compare(xs: list[np.ndarray], ys: list[np.ndarray], rtol: float, atol: float) -> dict[str, float]:
+class Errors(TypedDict):
+    """What ``compare`` measures (the error fields of a diff row)."""
+
+    max_abs: float
+    max_rel: float
+    rel_err: float
+    cosine: float
+    mismatch: float
+
+
+def compare(xs: list[np.ndarray], ys: list[np.ndarray], rtol: float, atol: float) -> Errors:
     """The errors of ``ys`` (side b) against ``xs`` (side a), pooled over the tensors of one output:
     ``max_abs``, ``max_rel`` (``max |a - b| / (|a| + atol)``), ``rel_err`` (``||a - b|| / ||a||``),
     ``cosine`` (of the flattened values) and ``mismatch`` (the share of elements beyond tolerance)."""

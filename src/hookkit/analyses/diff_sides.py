@@ -259,8 +259,10 @@ class SideB:
         agreed, so a difference here comes from the code between the leaves (inside a container's
         forward) and gets an "input" row."""
         names = self.plan.b_to_a.get(ev.name)
-        ka = (names[0], ev.call) if names else None
-        rec = self.a.records.get(ka) if ka else None
+        if not names:
+            return None
+        ka = (names[0], ev.call)
+        rec = self.a.records.get(ka)
         if rec is None or rec.inputs is None:
             return None
         be, args, changed = self.be, list(ev.args), False

@@ -22,6 +22,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_int, check_model, fail
 
 EMBEDDINGS = "embeddings"
@@ -44,6 +45,7 @@ class LensResult:
         """
         k = check_int(k, fn="LensResult.top", arg="k", low=1)
         if self.logits is None:
+            assert self._top is not None  # a result without logits holds the top entries
             ids, probs = self._top
             if k > ids.shape[-1]:
                 fail("LensResult.top", "k", f"at most {ids.shape[-1]} (logit_lens was run with top_k={ids.shape[-1]})", k)
@@ -112,23 +114,24 @@ def check_positions(positions: Any, n: int, fn: str) -> list[int]:
 def _points(model: Any, be: Any, layers: LayerSpec, blocks_path: str | None) -> tuple[list[tuple[str, Any]], bool]:
     """The layers whose outputs are read, and whether the embeddings (block 0's input) are a point."""
     if layers is None:
-        blocks = read_path(model, blocks_path) if blocks_path else _MISSING
+        blocks: Any = read_path(model, blocks_path) if blocks_path else _MISSING
         if blocks is _MISSING:
             raise UnsupportedModel(
                 f"logit_lens(): no known block list on {type(model).__name__}; pass layers= (the blocks). Known layouts: {known_stacks()}"
             )
         names = [f"{blocks_path}.{i}" for i in range(len(blocks))]
         return select(model, names), True
-    spec = [layers] if isinstance(layers, str) else layers
-    embeddings = isinstance(spec, (list, tuple)) and EMBEDDINGS in spec
-    if embeddings:
+    spec: LayerSpec = [layers] if isinstance(layers, str) else layers
+    embeddings = False
+    if isinstance(spec, (list, tuple)) and EMBEDDINGS in spec:
+        embeddings = True
         spec = [s for s in spec if s != EMBEDDINGS]
     named = select(model, spec) if spec else []
     return named, embeddings
 
 
 def logit_lens(
-    model: Any,
+    model: Layer,
     inputs: Any,
     layers: LayerSpec = None,
     positions: Any = None,

@@ -23,6 +23,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_callable, check_int, check_model, fail
 from hookkit.interventions.heads import HeadTarget, head_targets
 from hookkit.interventions.output_edits import apply_to
@@ -51,7 +52,7 @@ class Site:
         return ev.args[0] if self.head else first_tensor(ev.output, be.is_tensor)
 
 
-def sites(model: Any, layers: LayerSpec, heads: bool, fn: str) -> list[Site]:
+def sites(model: Layer, layers: LayerSpec, heads: bool, fn: str) -> list[Site]:
     if heads:
         return [Site(t.name, t.layer, t) for t in head_targets(model, layers, True, fn)]
     return [Site(n, layer) for n, layer in select(model, layers)]
@@ -67,7 +68,7 @@ class Setup:
     n_tokens: int
 
 
-def check_pair(be: Any, model: Any, clean: Any, corrupted: Any, metric: Any, positions: Any, fn: str) -> Setup:
+def check_pair(be: Any, model: Layer, clean: Any, corrupted: Any, metric: Any, positions: Any, fn: str) -> Setup:
     check_inputs(be, clean, fn, "clean")
     check_inputs(be, corrupted, fn, "corrupted")
     check_callable(metric, fn=fn, arg="metric", signature="metric(output) -> one value per batch row")
@@ -91,7 +92,7 @@ def metric_rows(be: Any, metric: Metric, output: Any, rows: int, fn: str, note: 
     return value
 
 
-def capture_clean(model: Any, be: Any, found: list[Site], clean: Any) -> dict[str, Any]:
+def capture_clean(model: Layer, be: Any, found: list[Site], clean: Any) -> dict[str, Any]:
     """Each site's clean activation (detached), from one forward."""
     stored: dict[str, Any] = {}
     group = HandleGroup()
@@ -113,7 +114,7 @@ def capture_clean(model: Any, be: Any, found: list[Site], clean: Any) -> dict[st
 
 
 def patching_sweep(
-    model: Any,
+    model: Layer,
     clean: Any,
     corrupted: Any,
     layers: LayerSpec,

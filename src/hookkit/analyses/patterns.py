@@ -21,11 +21,12 @@ from hookkit.core.errors import UnsupportedModel
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_model
 from hookkit.interventions.heads import check_heads
 
 
-def attention_layers(model: Any, layers: LayerSpec, fn: str) -> list[tuple[str, Any, HeadLayout]]:
+def attention_layers(model: Layer, layers: LayerSpec, fn: str) -> list[tuple[str, Any, HeadLayout]]:
     """The selected attention layers (None: every layer of a known attention family)."""
     be = backend_for(model)
     if layers is None:
@@ -37,7 +38,7 @@ def attention_layers(model: Any, layers: LayerSpec, fn: str) -> list[tuple[str, 
     return [(n, layer, head_layout(layer, n, fn)) for n, layer in named]
 
 
-def attention_patterns(model: Any, inputs: Any, layers: LayerSpec = None, heads: Any = None) -> dict[str, Any]:
+def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, heads: Any = None) -> dict[str, Any]:
     """Run ``model`` on ``inputs`` once and return ``{layer name: probabilities [B, H_selected, T_q, T_k]}``
     for the selected attention layers (None: all of a known family) and heads (None: all; a list of
     head indices; a dict layer name -> list). The model's output is computed by its own attention

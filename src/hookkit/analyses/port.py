@@ -14,6 +14,7 @@ from typing import Any
 
 from hookkit.analyses.diff_pairing import Map, check_map, name_pairs, resolve
 from hookkit.core.errors import HookkitError
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_model, fail
 
 FN = "port_weights"
@@ -40,7 +41,7 @@ def _dotted(layer: str, name: str) -> str:
     return f"{layer}.{name}" if layer else name
 
 
-def port_weights(src: Any, dst: Any, map: Map = None) -> Ported:
+def port_weights(src: Layer, dst: Layer, map: Map = None) -> Ported:
     """Copy every parameter and buffer of ``src`` into ``dst`` (PyTorch <-> PaddlePaddle, or within one
     framework): linear weights transposed where the layer types store them differently, BatchNorm's
     running statistics under each side's names, embeddings and convolutions as they are. Every

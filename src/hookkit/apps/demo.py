@@ -45,7 +45,9 @@ def _digits_cnn(backend: Backend) -> Any:
     """The demo's CNN, built from the backend's layer classes (the same model on every framework)."""
     nn = backend.family("demo_kit").layer_types()
 
-    class DigitsCNN(backend.layer_class()):
+    base: Any = backend.layer_class()  # the framework's layer class, known at run time only
+
+    class DigitsCNN(base):
         def __init__(self) -> None:
             super().__init__()
             self.conv1, self.act1 = nn["Conv2d"](1, 16, 3, padding=1), nn["ReLU"]()
@@ -76,7 +78,7 @@ class _DropMeter:
 
     def __init__(self, backend: Backend):
         self.backend = backend
-        self.counts = {True: [0, 0, 0], False: [0, 0, 0]}  # training -> [before, after, calls]
+        self.counts: dict[bool, list[Any]] = {True: [0, 0, 0], False: [0, 0, 0]}  # training -> [before, after, calls] (tensors, calls)
         self._pending: Any = None
 
     def _nonzero(self, t: Any) -> Any:

@@ -66,7 +66,8 @@ def _config_keys(config_class: type) -> list[str]:
     config = config_class()
     keys = [k for k in vars(config) if not k.startswith("_")]
     keys += list(getattr(config_class, "attribute_map", {}) or {})
-    keys += [p for p in inspect.signature(config_class.__init__).parameters if p not in ("self", "kwargs")]
+    init = config_class.__init__  # type: ignore[misc]  # the class's own __init__, read for its parameters
+    keys += [p for p in inspect.signature(init).parameters if p not in ("self", "kwargs")]
     return sorted(set(keys))
 
 
@@ -131,12 +132,12 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
     folder = weights is not None and os.path.isdir(weights)
     if weights is not None and not folder and not os.path.isfile(weights):
         raise TargetError(f"--weights {weights!r}: no such file or folder")
-    if folder and config_class is None:
-        raise TargetError(
-            f"--weights {weights!r} is a folder: a from_pretrained folder needs a transformers model class as TARGET; "
-            "for other models give a weights file (.safetensors, .pt, .pdparams)"
-        )
     if folder:  # a transformers model class from a local from_pretrained folder; --kw overrides its config
+        if config_class is None:
+            raise TargetError(
+                f"--weights {weights!r} is a folder: a from_pretrained folder needs a transformers model class as TARGET; "
+                "for other models give a weights file (.safetensors, .pt, .pdparams)"
+            )
         _check_keys(kw, _config_keys(config_class), config_class.__name__)
         build = lambda: obj.from_pretrained(weights, local_files_only=True, **kw)  # noqa: E731
     elif config_class is not None:  # a transformers model class: build it from a config

@@ -38,9 +38,9 @@ def stub(method: Callable) -> Callable:
 
 
 def _missing(backend: Backend, name: str) -> str:
-    tier = next(c for c in type(backend).__mro__ if name in vars(c) and hasattr(c, "TIER"))
-    backend = backend.name or type(backend).__name__
-    return f"the {backend} backend does not implement {name}() (tier {tier.__name__}: {tier.TIER}), which {tier.NEEDED_BY} need"
+    tier: Any = next(c for c in type(backend).__mro__ if name in vars(c) and hasattr(c, "TIER"))  # a tier class
+    shown = backend.name or type(backend).__name__
+    return f"the {shown} backend does not implement {name}() (tier {tier.__name__}: {tier.TIER}), which {tier.NEEDED_BY} need"
 
 
 class Core:
@@ -286,7 +286,7 @@ class Statistics:
 
     def activation_sums_hist(self, t: Any, near_zero: float, bins: int, lo: float, hi: float) -> tuple:
         """``(activation_sums(t, near_zero), histc(t, bins, lo, hi))``, in one pass where it can."""
-        return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)
+        return self.activation_sums(t, near_zero), self.histc(t, bins, lo, hi)  # type: ignore[attr-defined]  # Core's, in a Backend
 
     def grad_sums(self, t: Any) -> Any:
         """One row ``[sum, ||t||, max |t|]`` of a gradient: ``param_sums`` (gradients have

@@ -19,7 +19,7 @@ import numpy as np
 try:
     from hookkit.backends import _cpu_kernels as kernels
 except ImportError:  # installed without a C compiler
-    kernels = None
+    kernels = None  # type: ignore[assignment]  # the statistics then use the framework's ops
 
 ROW = 6  # step, call, n, and the three statistics
 MAX_BINS = 1 << 24

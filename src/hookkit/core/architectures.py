@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, overload
 
 from hookkit.core.errors import UnsupportedModel
 from hookkit.core.validate import ArgumentTypeError, fail
@@ -278,6 +278,10 @@ def stack_family(model: Any) -> StackFamily | None:
     return None
 
 
+@overload
+def token_dim(model: Any, default: int = 1) -> int: ...
+@overload
+def token_dim(model: Any, default: None) -> int | None: ...
 def token_dim(model: Any, default: int | None = 1) -> int | None:
     """The axis of tokens in ``model``'s activations (``[B, T, D]``: 1), from its first attention
     module of a known family or its known layout; ``default`` when neither is known.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 class HookkitError(Exception):
     """Base class of every error hookkit raises itself."""
@@ -36,11 +38,21 @@ class UnsupportedModel(HookkitError, TypeError):
     """The object is neither a torch.nn.Module nor a paddle.nn.Layer (or their tensors)."""
 
 
-def annotate(exc: BaseException, layer_name: str, call: int, where: str) -> BaseException:
-    """Add the layer name and call index to an exception raised in a user's hook, keeping its type."""
-    note = f"hookkit: raised in a {where} hook on layer {layer_name!r} (call {call})"
-    if note not in getattr(exc, "__notes__", ()):
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``; on Python 3.10, which has no ``add_note``, the note is stored in
+    ``__notes__`` as 3.11 would store it."""
+    if sys.version_info >= (3, 11):
         exc.add_note(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", ()), note]  # type: ignore[attr-defined]  # the 3.11 attribute, set by hand
+
+
+def annotate(exc: BaseException, layer_name: str, call: int, where: str) -> BaseException:
+    """Add the layer name and call index to an exception raised in a user's hook, keeping its type.
+    A ``NonFiniteError`` already names the layer at fault: it gets no note."""
+    note = f"hookkit: raised in a {where} hook on layer {layer_name!r} (call {call})"
+    if not isinstance(exc, NonFiniteError) and note not in getattr(exc, "__notes__", ()):
+        add_note(exc, note)
     exc.hookkit_layer = layer_name  # type: ignore[attr-defined]
     exc.hookkit_call = call  # type: ignore[attr-defined]
     return exc
@@ -57,8 +69,11 @@ class NonFiniteError(HookkitError, FloatingPointError):
     NonFiniteError: non-finite values (NaN or Inf) in the forward output of layer 'log' (call 0, step 3)
     """
 
-    def __init__(self, layer: str, phase: str, call: int, step: int, detail: str = "", *, before: str | None = None):
+    def __init__(
+        self, layer: str, phase: str, call: int, step: int, detail: str = "", *, before: str | None = None, rank: int | None = None
+    ):
         self.layer, self.phase, self.call, self.step = layer, phase, call, step
+        self.rank = rank  # the process that saw it, under data-parallel training
         self.before = before  # phase "input": the watched layer that ran last before the bad values appeared
         if phase == "input":
             head = f"non-finite values (NaN or Inf) reached the input of layer {layer!r} (call {call}, step {step}) from outside any watched layer"
@@ -81,7 +96,3 @@ class NonFiniteError(HookkitError, FloatingPointError):
     @hookkit_layer.setter
     def hookkit_layer(self, value: str) -> None:
         pass
-
-    def add_note(self, note: str) -> None:
-        if not note.startswith("hookkit: raised in"):
-            super().add_note(note)

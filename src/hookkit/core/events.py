@@ -61,13 +61,20 @@ class Event:
     """
 
     __slots__ = ("layer", "name", "call", "step", "args", "kwargs", "output", "pos", "selected")
-    grad = index = grad_inputs = grad_outputs = param = param_name = None
+    # the gradient fields: None here, held by a GradEvent
+    grad: Any = None
+    index: int | None = None
+    grad_inputs: tuple[Any, ...] | None = None
+    grad_outputs: tuple[Any, ...] | None = None
+    param: Any = None
+    param_name: str | None = None
 
     def __init__(
         self, layer: Any, name: str, call: int, step: int, args: Any = None, kwargs: Any = None, output: Any = None, pos: TokenPos = OUTSIDE
     ):
         self.layer, self.name, self.call, self.step = layer, name, call, step
-        self.args, self.kwargs, self.output, self.pos, self.selected = args, kwargs, output, pos, None
+        self.args, self.kwargs, self.output, self.pos = args, kwargs, output, pos
+        self.selected: Sequence[int] | None = None
 
     @property
     def offset(self) -> int:
@@ -106,9 +113,10 @@ class Consumer:
 
     __slots__ = ("fn", "priority", "seq", "scope", "observer", "plain")
 
-    def __init__(self, fn: Callable[[Event], Any], priority: int, seq: int, scope: Scope, plain: Callable | None = None):
+    def __init__(self, fn: Callable[[Event], Any] | None, priority: int, seq: int, scope: Scope, plain: Callable | None = None):
         if plain is not None:
             fn = partial(_call_plain, plain)
+        assert fn is not None  # attach() refuses neither fn nor plain
         self.fn, self.priority, self.seq, self.scope, self.plain = fn, priority, seq, scope, plain
         self.observer = priority >= OBSERVER
 

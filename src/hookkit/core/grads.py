@@ -15,7 +15,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from hookkit.core.events import Consumer, Event, GradEvent, ordered, run
+from hookkit.core.events import Consumer, GradEvent, ordered, run
 from hookkit.core.handles import Handle
 from hookkit.core.tree import leaves
 
@@ -42,7 +42,7 @@ class GradCall:
     def layer(self) -> Any:
         return self._layer()
 
-    def event(self, c: Consumer) -> Event:
+    def event(self, c: Consumer) -> GradEvent:
         call, step = self.calls.get(c.scope) or (0, c.scope.clock.current().step)
         return GradEvent(self.layer, c.scope.name, call, step)
 
@@ -103,7 +103,7 @@ class GradPlumbing:
             self.plumb_outputs(layer, n_args, output, numbers)
 
     def _on_output_grad(self, g: GradCall, index: int, grad: Any) -> Any:
-        def event_for(c: Consumer) -> Event:
+        def event_for(c: Consumer) -> GradEvent:
             ev = g.event(c)
             ev.index = index
             return ev
@@ -122,7 +122,7 @@ class GradPlumbing:
     def _fire_backward(self, g: GradCall, grad_inputs: tuple) -> tuple | None:
         grad_outputs = tuple(g.grad_outputs)
 
-        def event_for(c: Consumer) -> Event:
+        def event_for(c: Consumer) -> GradEvent:
             ev = g.event(c)
             ev.grad_outputs = grad_outputs
             return ev
@@ -165,6 +165,7 @@ class ParamHooks:
 
     def _sync_native(self, param: Any) -> None:
         if self.consumers and self._native is None:
+            assert self.backend is not None  # the inert copy (backend None) never gets consumers
             self._native = self.backend.hook_tensor(param, partial(self._on_grad, weakref.ref(param)))
         elif not self.consumers and self._native is not None:
             self._native.remove()
@@ -174,7 +175,7 @@ class ParamHooks:
         param = param_ref()
         entries = {c: (layer_ref, pname) for c, layer_ref, pname in self.consumers}
 
-        def event_for(c: Consumer) -> Event:
+        def event_for(c: Consumer) -> GradEvent:
             layer_ref, pname = entries[c]
             ev = GradEvent(layer_ref(), c.scope.name, 0, c.scope.clock.current().step)
             ev.param, ev.param_name = param, pname
@@ -201,7 +202,11 @@ def param_hooks_for(param: Any, backend: Backend) -> ParamHooks:
     if hooks is None:
         key = id(param)
         hooks = ParamHooks(backend)
-        _param_registry[key] = (weakref.ref(param, lambda _, key=key: _param_registry.pop(key, None)), hooks)
+
+        def forget(_: Any, key: int = key) -> None:
+            _param_registry.pop(key, None)
+
+        _param_registry[key] = (weakref.ref(param, forget), hooks)
     return hooks
 
 

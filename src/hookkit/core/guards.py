@@ -65,22 +65,28 @@ def output_guard(backend: Any, op: Callable[..., Any], *, fn: str, kinds: Sequen
     return guarded
 
 
-def real_values(backend: Any, fn: str) -> Callable[[Any, str], bool]:
+class RealValues:
     """``ok(t, layer) -> bool`` for statistics: False (and one warning) for complex tensors, whose
     mean and histogram are not defined the way ``fn`` reports them. Hot paths skip the call for
     dtypes already found real: ``if id(t.dtype) not in ok.real and not ok(t, name): return`` (by id:
     dtypes are singletons, and hashing a Paddle dtype costs ~0.5 us)."""
-    real: set[int] = set()
-    kind_of, dtype_name = backend.dtype_kind, backend.dtype_name
 
-    def ok(t: Any, layer: str) -> bool:
-        if id(t.dtype) in real:
+    __slots__ = ("real", "_fn", "_kind_of", "_dtype_name")
+
+    def __init__(self, backend: Any, fn: str):
+        self.real: set[int] = set()
+        self._fn, self._kind_of, self._dtype_name = fn, backend.dtype_kind, backend.dtype_name
+
+    def __call__(self, t: Any, layer: str) -> bool:
+        if id(t.dtype) in self.real:
             return True
-        if kind_of(t) != "complex":
-            real.add(id(t.dtype))
+        if self._kind_of(t) != "complex":
+            self.real.add(id(t.dtype))
             return True
-        warn_skip(fn, layer, dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
+        warn_skip(self._fn, layer, self._dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
         return False
 
-    ok.real = real  # type: ignore[attr-defined]
-    return ok
+
+def real_values(backend: Any, fn: str) -> RealValues:
+    """The ``RealValues`` check of ``fn`` on ``backend``'s tensors."""
+    return RealValues(backend, fn)

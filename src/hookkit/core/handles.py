@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import TypeVar
+
+# ``with`` gives back the object itself, typed as its own class (``typing.Self`` needs Python 3.11)
+_H = TypeVar("_H", bound="Handle")
 
 
 class Handle:
@@ -28,10 +33,10 @@ class Handle:
         if fn is not None:
             fn()
 
-    def __enter__(self) -> Handle:
+    def __enter__(self: _H) -> _H:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.remove()
 
     def __repr__(self) -> str:
@@ -50,7 +55,7 @@ class HandleGroup(Handle):
         super().__init__(self._remove_all)
         self.handles: list[Handle] = list(handles)
 
-    def add(self, handle: Handle) -> Handle:
+    def add(self, handle: _H) -> _H:
         """Adopt ``handle``; returns it."""
         self.handles.append(handle)
         return handle

@@ -169,7 +169,8 @@ class Positions:
     def __init__(self, spec: Any, fn: str):
         self.spec, self.fn = spec, fn
         self.explicit: tuple[int, ...] = ()  # positions that must be reached
-        self.start = self.stop = None
+        self.start = 0  # kind "from": the first position
+        self.stop: int | None = None
         self.step = 1
         valid = f"an int >= 0, a list of them, a slice, or one of {', '.join(map(repr, KEYWORDS))}"
         if isinstance(spec, str):

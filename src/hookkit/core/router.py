@@ -38,6 +38,7 @@ from hookkit.core.events import (  # noqa: F401
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.registry import backend_for
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
 
 if TYPE_CHECKING:
@@ -51,17 +52,25 @@ class LayerHooks(GradPlumbing):
     """The consumers of one layer and the native hooks that serve them (``LayerHooks(None)``: the
     inert one of a copied or unpickled model)."""
 
-    __slots__ = ("backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__")
-    # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
-    __slots__ += ("_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward")
+    # fmt: off
+    __slots__ = (
+        "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
+        # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
+        "_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward",
+    )
+    # fmt: on
 
     def __init__(self, backend: Backend | None):
-        self.backend = backend
+        self.backend = backend  # type: ignore[assignment]  # None only in the inert copy, which feeds nothing
         self.root_clock: Clock | None = None  # set on a root: its pre-hook counts the root's forwards
         self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
         self._native_pre: Any = None
         self._native_post: Any = None
-        self._pre = self._fwd = self._fwd_fns = self._scopes = ()  # tuples of consumers, their functions, scopes
+        # tuples of consumers, their functions, scopes
+        self._pre: tuple[Consumer, ...] = ()
+        self._fwd: tuple[Consumer, ...] = ()
+        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
+        self._scopes: tuple[Scope, ...] = ()
         # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
         # are, the plain one when alone, whether gradients are wanted or the layer is a root)
         self._hot: tuple | None = None
@@ -236,7 +245,7 @@ def _inert(fn: Any) -> bool:
 
 
 def attach(
-    model: Any,
+    model: Layer,
     named: Iterable[tuple[str, Any]],
     event: str,
     fn: Callable[[Event], Any] | None,
@@ -267,6 +276,7 @@ def attach(
             for pname, p in backend.named_parameters(layer, recurse=False)
             if backend.requires_grad(p)
         ]
+        assert fn is not None  # plain= is refused for every event but "forward"
         return attach_params(model, params, fn, priority)
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
@@ -274,7 +284,7 @@ def attach(
 
 
 def attach_params(
-    model: Any, params: Iterable[tuple[str, Any, str, Any]], fn: Callable[[Event], Any], priority: int = INTERVENTION
+    model: Layer, params: Iterable[tuple[str, Any, str, Any]], fn: Callable[[Event], Any], priority: int = INTERVENTION
 ) -> HandleGroup:
     """Add ``fn(event) -> None | new gradient`` on the gradient of each ``(layer name, layer,
     parameter name, parameter)``: one native hook per parameter whatever the number of consumers;
@@ -337,7 +347,7 @@ def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, c
             clocks.forget(root)
 
 
-def forward_count(model: Any) -> int | None:
+def forward_count(model: Layer) -> int | None:
     """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
     hookkit consumer is registered with ``model`` as root.
 
@@ -348,7 +358,7 @@ def forward_count(model: Any) -> int | None:
     return None if clock is None else clock.count
 
 
-def advance(model: Any) -> None:
+def advance(model: Layer) -> None:
     """Count one more step for ``model``: for loops that never call the root model itself (a
     LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
 
@@ -359,7 +369,7 @@ def advance(model: Any) -> None:
         clock.tick()
 
 
-def remove_all(model: Any) -> int:
+def remove_all(model: Layer) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
     many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
     (they feed nothing): those are removed too. Hooks placed by the user or other libraries stay.
@@ -371,7 +381,7 @@ def remove_all(model: Any) -> int:
     for _, layer in backend.named_layers(model):
         hooks = _registry.get(layer)
         had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
-        if had:
+        if had and hooks is not None:
             hooks.clear(layer)
         if backend.drop_forward_hooks(layer, _inert) or had:  # a copy's inert hooks too
             removed += 1

@@ -16,6 +16,7 @@ from hookkit.core.deprecation import warn_deprecated
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 
 LEAVES = ":leaves"
@@ -25,7 +26,9 @@ WITH_PARAMS = ":params"
 ALL = ":all"
 """Preset: every layer, the model itself included."""
 
-LayerSpec = Union[str, "re.Pattern[str]", type, tuple, Callable[[str, Any], bool], Any, Sequence[Any]]
+_OneSpec = Union[str, "re.Pattern[str]", type, "tuple[type, ...]", Callable[[str, Any], bool], Layer]
+#: what ``layers=`` takes: one spec or a list of them (None: the default, the leaves)
+LayerSpec = _OneSpec | Sequence[_OneSpec] | None
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
@@ -146,7 +149,7 @@ def _suggest(spec: str, names: list[str]) -> list[str]:
     return beside[:8]
 
 
-def select(model: Any, layers: LayerSpec = LEAVES) -> Selection:
+def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     """Resolve ``layers`` against ``model``: ``[(dotted name, layer)]`` in model order, no duplicates.
 
     >>> hookkit.select(gpt2, "h.*.attn")   # doctest: +SKIP
@@ -199,7 +202,7 @@ def _alias(root: Any, path: str, named: list[tuple[str, Any]], backend: Any) -> 
     return None if index is None else (index, layer)
 
 
-class Selection(list):
+class Selection(list[tuple[str, Layer]]):
     """What ``select`` returns: a list of ``(dotted name, layer)`` pairs that shows as its names
     (a layer's own repr can run for pages). ``names``: the names alone; ``layers``: the layers alone.
 
@@ -212,7 +215,7 @@ class Selection(list):
         return [n for n, _ in self]
 
     @property
-    def layers(self) -> list[Any]:
+    def layers(self) -> list[Layer]:
         return [m for _, m in self]
 
     def __repr__(self) -> str:
@@ -235,7 +238,7 @@ def _without_prefix(spec: Any, wrapped: str) -> Any:
     return spec
 
 
-def name_of(model: Any, layer: Any) -> str:
+def name_of(model: Layer, layer: Any) -> str:
     """The dotted name of ``layer`` inside ``model`` ('' for the model itself; a data-parallel
     wrapper is looked through, as in ``select``)."""
     backend = backend_for(model)

@@ -20,14 +20,14 @@ def map_tensors(obj: Any, fn: Callable[[Any], Any], is_tensor: Callable[[Any], b
         return [map_tensors(o, fn, is_tensor) for o in obj]
     if isinstance(obj, dict):
         # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords.
-        items = {k: map_tensors(v, fn, is_tensor) for k, v in obj.items()}
+        mapped = {k: map_tensors(v, fn, is_tensor) for k, v in obj.items()}
         if type(obj) is dict:
-            return items
+            return mapped
         try:
-            return type(obj)(**items)
+            return type(obj)(**mapped)
         except TypeError:
             out = type(obj)()
-            out.update(items)
+            out.update(mapped)
             return out
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         changes = {f.name: map_tensors(getattr(obj, f.name), fn, is_tensor) for f in dataclasses.fields(obj) if f.init}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from types import FrameType
 
 _ALWAYS_INTERNAL = frozenset({"hookkit", "contextlib", "functools", "importlib", "threading"})
 
@@ -24,7 +25,7 @@ def user_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn`` called by this function's caller that names the first
     frame outside hookkit and the registered frameworks (1 when every frame is internal)."""
     roots = _internal_roots()
-    frame = sys._getframe(1)  # the caller of user_stacklevel, i.e. where warnings.warn is called
+    frame: FrameType | None = sys._getframe(1)  # the caller of user_stacklevel, i.e. where warnings.warn is called
     level = 1
     while frame is not None:
         module = frame.f_globals.get("__name__", "") or ""

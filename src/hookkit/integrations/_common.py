@@ -189,8 +189,9 @@ class Monitor:
                 self.writer.add_scalar(tag, value, step)
             for tag, h in hists.items():
                 h.write(self.writer, tag, step)
-            if callable(getattr(self.writer, "commit", None)):
-                self.writer.commit()  # writers that send one record per log point (wandb)
+            commit = getattr(self.writer, "commit", None)
+            if callable(commit):
+                commit()  # writers that send one record per log point (wandb)
         return values
 
 

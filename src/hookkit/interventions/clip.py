@@ -22,6 +22,7 @@ from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_choice, check_model, check_number, fail
 
 __all__ = ["clip_grad"]
@@ -34,20 +35,14 @@ def _clipper(backend: Backend, value: float | None, norm: float | None, scaler: 
     """``grad -> clipped grad``: clamp to [-value, value], then scale so that its L2 norm <= norm.
     With a gradient ``scaler``: of ``grad / loss scale``, non-finite values kept."""
 
-    def clamp(g: Any) -> Any:
-        return backend.clamp(g, -value, value)
-
-    def scale(g: Any) -> Any:
-        coef = backend.clamp(norm / (backend.l2_norm(g) + _EPS), hi=1.0)
-        return g * backend.cast(coef, backend.dtype_name(g))
-
     def clip(g: Any) -> Any:
         if g is None:
             return None
         if value is not None:
-            g = clamp(g)
+            g = backend.clamp(g, -value, value)
         if norm is not None:
-            g = scale(g)
+            coef = backend.clamp(norm / (backend.l2_norm(g) + _EPS), hi=1.0)
+            g = g * backend.cast(coef, backend.dtype_name(g))
         return g
 
     if scaler is None:
@@ -81,7 +76,7 @@ def _check_positive(x: float | None, arg: str) -> float | None:
 
 
 def clip_grad(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     value: float | None = None,
     norm: float | None = None,

@@ -81,6 +81,10 @@ class DropHookModel:
     >>> dm.train(); dm(x)   # dropped         dm.eval(); dm(x)   # the plain model's output   # doctest: +SKIP
     """
 
+    # set with object.__setattr__, outside the framework's attribute registry
+    _hookkit_spec: list[tuple[list[str], Callable, str]]
+    _hookkit_handles: HandleGroup
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         if cls is DropHookModel:  # pick the subclass of the model's framework
             model = args[0] if args else kwargs.get("model")

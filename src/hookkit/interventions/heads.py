@@ -14,14 +14,16 @@ from __future__ import annotations
 import dataclasses
 import numbers
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.architectures import HeadLayout, head_layout, submodule
-from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.validate import ArgumentTypeError, check_callable, check_model, check_number, check_tensor_like, fail
+
+if TYPE_CHECKING:
+    from hookkit.interventions.output_edits import Edits
 
 HEADS = "True (every head), an int or a list of distinct head indices"
 
@@ -122,15 +124,15 @@ def record_of(be: Backend, z: Any, t: HeadTarget, fn: str) -> Any:
 
 def edit_heads(
     model: Any, targets: Sequence[HeadTarget], fn: Callable[[Any, Event, HeadTarget], Any], *, calls: Any = None, name: str = "edit"
-) -> HandleGroup:
+) -> Edits:
     """Attach one ``forward_pre`` consumer per target's projection replacing its selected heads'
     slices of ``z`` by ``fn(record [B, H_sel, T, d_head], ev, target)`` (same shape)."""
-    from hookkit.interventions.output_edits import check_calls, shape_str
+    from hookkit.interventions.output_edits import Edits, check_calls, shape_str
 
     wanted = check_calls(calls, name)
     be = backend_for(model)
     m = be.family("tensor_math")
-    group = HandleGroup()
+    group = Edits()  # what every edit returns (no positions= here: nothing to check at exit)
 
     def consumer(t: HeadTarget) -> Callable[[Event], Any]:
         def consume(ev: Event) -> Any:
@@ -163,7 +165,7 @@ def edit_heads(
 
 
 # -- the public verbs' heads= paths ---------------------------------------------------------------
-def ablate_heads(model: Any, layers: LayerSpec, heads: Any, mode: str, mean: Any, calls: Any, layout: Any) -> HandleGroup:
+def ablate_heads(model: Any, layers: LayerSpec, heads: Any, mode: str, mean: Any, calls: Any, layout: Any) -> Edits:
     """``ablate(..., heads=)``: zero the selected heads' slices, or replace them by their batch mean
     (or ``mean=``, shaped ``[H_selected, T, d_head]`` or broadcasting into it)."""
     from hookkit.interventions.output_edits import Converted, broadcasts_into, per_layer, shape_str
@@ -194,7 +196,7 @@ def ablate_heads(model: Any, layers: LayerSpec, heads: Any, mode: str, mean: Any
     return edit_heads(model, targets, zero if mode == "zero" else batch_mean, calls=calls, name="ablate")
 
 
-def steer_heads(model: Any, layers: LayerSpec, vector: Any, scale: float, calls: Any, heads: Any, layout: Any) -> HandleGroup:
+def steer_heads(model: Any, layers: LayerSpec, vector: Any, scale: float, calls: Any, heads: Any, layout: Any) -> Edits:
     """``steer(..., heads=)``: add ``scale * vector`` (``[d_head]``, or ``[H_selected, d_head]``: one per head)."""
     from hookkit.interventions.output_edits import Converted, per_layer, shape_str
 
@@ -225,7 +227,7 @@ def steer_heads(model: Any, layers: LayerSpec, vector: Any, scale: float, calls:
     return edit_heads(model, targets, add, calls=calls, name="steer")
 
 
-def patch_heads(model: Any, layers: LayerSpec, values: Any, calls: Any, heads: Any, layout: Any) -> HandleGroup:
+def patch_heads(model: Any, layers: LayerSpec, values: Any, calls: Any, heads: Any, layout: Any) -> Edits:
     """``patch(..., heads=)``: ``values`` shaped like a ``capture(..., heads=)`` record
     ``[B, H_selected, T, d_head]``: such a capture, a dict name -> tensor or one tensor."""
     from hookkit.interventions.output_edits import Converted, _stored_from_capture, _stored_from_dict, shape_str
@@ -235,6 +237,7 @@ def patch_heads(model: Any, layers: LayerSpec, values: Any, calls: Any, heads: A
     be = backend_for(model)
     targets = head_targets(model, layers, heads, "patch", layout)
     names = [t.name for t in targets]
+    every: dict[str, Any]
     if isinstance(values, Capture):
         per_call, every = _stored_from_capture(values, names), {}
     elif isinstance(values, Mapping) and not be.is_tensor(values):
@@ -261,7 +264,7 @@ def patch_heads(model: Any, layers: LayerSpec, values: Any, calls: Any, heads: A
     return edit_heads(model, targets, replace, calls=calls, name="patch")
 
 
-def edit_with_heads(model: Any, layers: LayerSpec, fn: Any, calls: Any, heads: Any, layout: Any) -> HandleGroup:
+def edit_with_heads(model: Any, layers: LayerSpec, fn: Any, calls: Any, heads: Any, layout: Any) -> Edits:
     """``edit(..., heads=)``: ``fn(record [B, H_selected, T, d_head], ev) -> new | None``."""
     check_callable(fn, fn="edit", arg="fn", signature="fn(heads, ev)")
     targets = head_targets(model, layers, heads, "edit", layout)

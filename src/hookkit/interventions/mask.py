@@ -11,6 +11,7 @@ from hookkit.backends import backend_for
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
+from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_int, check_model, check_number, check_tensor_like
 from hookkit.interventions.output_edits import Converted, cast_like, edit_outputs, shape_str
 
@@ -22,7 +23,7 @@ def _work(be: Any, t: Any) -> Any:
 
 
 def mask_activations(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     *,
     threshold: float | None = None,

@@ -16,7 +16,8 @@ generation steps (0 = the prompt forward), ``token_dim`` overrides the model's t
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.sequences import edit_at_positions, token_length
 from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import (
     ArgumentTypeError,
     check_callable,
@@ -150,13 +152,13 @@ class Edits(HandleGroup):
         """Layer -> the positions named in ``positions=`` that its latest generation never reached."""
         return {} if self.reach is None else self.reach.missing()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.remove()
-        if exc[0] is None and self.reach is not None:
+        if exc_type is None and self.reach is not None:
             self.reach.check()
 
 
-def positions_args(model: Any, positions: Any, steps: Any, token_dim: Any, fn: str) -> tuple[Positions | None, Any, int | None]:
+def positions_args(model: Layer, positions: Any, steps: Any, token_dim: Any, fn: str) -> tuple[Positions | None, Any, int | None]:
     """Checked ``(positions, steps, token axis)`` of an edit or capture."""
     spec = None if positions is None else Positions(positions, fn)
     gen_steps = check_steps(steps, fn)
@@ -167,7 +169,7 @@ def positions_args(model: Any, positions: Any, steps: Any, token_dim: Any, fn: s
 
 
 def edit_outputs(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     fn: TensorFn,
     *,
@@ -198,6 +200,7 @@ def edit_outputs(
     reach = Reach(spec) if spec is not None and spec.explicit else None
     op = fn
     if spec is not None:
+        assert dim is not None  # positions_args gives the token axis with positions=
 
         def op(t: Any, leaf: int, ev: Event) -> Any:
             return edit_at_positions(be, t, ev, spec, dim, reach, fn, leaf)
@@ -270,7 +273,7 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
 
 
 def patch(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     values: Any,
     *,
@@ -361,7 +364,8 @@ def patch(
             conv = cache[id(leaf)] = Converted(leaf)
         new = conv.like(be, t)
         if ev.selected is not None:
-            new = _at_absolute(be, new, ev, dim)
+            assert dim is not None  # events carry selected positions only under positions=
+            new = _at_absolute(be, new, ev, ev.selected, dim)
         if be.shape(new) != be.shape(t):
             raise ValueError(
                 f"patch: the stored value for layer {ev.name!r} (call {ev.call}) has shape {shape_str(be.shape(new))}; "
@@ -383,9 +387,8 @@ def _sequence_of(cap: Any, name: str) -> Any:
     return cap.sequence(name)
 
 
-def _at_absolute(be: Backend, value: Any, ev: Event, dim: int) -> Any:
-    """The entries of a patch value at the absolute positions ``ev.selected`` along the token axis."""
-    want = ev.selected
+def _at_absolute(be: Backend, value: Any, ev: Event, want: Sequence[int], dim: int) -> Any:
+    """The entries of a patch value at the absolute positions ``want`` (``ev.selected``) along the token axis."""
     have = token_length(be, value, dim, "patch", ev.name)
     if want[-1] >= have:
         raise ValueError(
@@ -402,7 +405,7 @@ ABLATIONS = ("zero", "mean")
 
 
 def ablate(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     mode: str = "zero",
     *,
@@ -479,7 +482,7 @@ def ablate(
 
 
 def steer(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     vector: Any,
     scale: float = 1.0,
@@ -550,7 +553,7 @@ def steer(
 
 
 def edit(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     fn: Callable[[Any, Event], Any],
     *,

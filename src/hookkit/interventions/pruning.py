@@ -33,6 +33,7 @@ from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, check_number, check_probability, check_str, fail
 from hookkit.interventions.output_edits import cast_like
 
@@ -72,7 +73,7 @@ def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, w
     norms = np.linalg.norm(rows, ord=n, axis=1) if rows.shape[1] else np.zeros(len(rows))
     k = _count(amount, len(norms), f"dim {dim} of {where}")
     drop = np.argsort(norms, kind="stable")[:k]
-    index = [slice(None)] * w.ndim
+    index: list[slice | np.ndarray] = [slice(None)] * w.ndim
     index[dim] = drop
     mask[tuple(index)] = 0.0
     return mask
@@ -139,16 +140,13 @@ class Pruning(HandleGroup):
         self._original.clear()
         super()._remove_all()
 
-    def __enter__(self) -> Pruning:
-        return self
-
     def __repr__(self) -> str:
         state = "permanent" if self._permanent else ("removed" if self.removed else "active")
         return f"<hookkit.Pruning {len(self.masks)} parameters, sparsity {self.sparsity():.3f}, {state}>"
 
 
 def prune(
-    model: Any,
+    model: Layer,
     layers: LayerSpec,
     amount: float | int = 0.3,
     method: str = "l1_unstructured",

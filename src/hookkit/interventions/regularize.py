@@ -22,6 +22,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model, check_number, check_probability, fail
 
 __all__ = ["channel_dropout", "drop_block", "drop_block_2d", "drop_path", "dropout", "gaussian_noise"]
@@ -64,7 +65,7 @@ def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any], fn: str
 
 
 # -- the ops ------------------------------------------------------------------------------------
-def dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
+def dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     """Element-wise dropout on the selected layers' outputs, in training only (scaled by 1/(1-p)).
 
     >>> h = hookkit.dropout(model, "layer3", p=0.2)   # doctest: +SKIP
@@ -75,7 +76,7 @@ def dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     return _train_only(model, layers, partial(backend_for(model).dropout, p=p), "dropout")
 
 
-def channel_dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
+def channel_dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     """Dropout2d semantics: zero whole channels (dim 1) per sample, scale the rest by 1/(1-p).
     Works on (N, C, ...) outputs of any rank; 4-D outputs use the framework's own dropout2d.
 
@@ -93,7 +94,7 @@ def channel_dropout(model: Any, layers: LayerSpec, p: float = 0.5) -> HandleGrou
     return _train_only(model, layers, op, "channel_dropout")
 
 
-def drop_path(model: Any, layers: LayerSpec, p: float, scale_by_keep: bool = True) -> HandleGroup:
+def drop_path(model: Layer, layers: LayerSpec, p: float, scale_by_keep: bool = True) -> HandleGroup:
     """Stochastic depth (timm's ``drop_path``) on the output of a residual BRANCH: zero whole samples
     with probability ``p`` and scale the kept ones by 1/(1-p). Select the branch, not the block that
     adds the shortcut, or whole samples of the trunk are dropped.
@@ -116,7 +117,7 @@ def drop_path(model: Any, layers: LayerSpec, p: float, scale_by_keep: bool = Tru
     return _train_only(model, layers, op, "drop_path")
 
 
-def gaussian_noise(model: Any, layers: LayerSpec, std: float) -> HandleGroup:
+def gaussian_noise(model: Layer, layers: LayerSpec, std: float) -> HandleGroup:
     """Add N(0, std^2) noise to the selected layers' outputs, in training only.
 
     >>> h = hookkit.gaussian_noise(model, "fc1", std=0.1)   # doctest: +SKIP
@@ -128,7 +129,7 @@ def gaussian_noise(model: Any, layers: LayerSpec, std: float) -> HandleGroup:
 
 
 def drop_block(
-    model: Any, layers: LayerSpec, p: float = 0.1, block_size: int | tuple[int, int] = 7, gamma_scale: float = 1.0
+    model: Layer, layers: LayerSpec, p: float = 0.1, block_size: int | tuple[int, int] = 7, gamma_scale: float = 1.0
 ) -> HandleGroup:
     """DropBlock (timm's ``drop_block_2d``) on (N, C, H, W) outputs, in training only: zero square
     (or ``(bh, bw)``) blocks per sample and channel, then rescale by numel / kept. Any block size,

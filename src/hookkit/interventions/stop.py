@@ -9,13 +9,18 @@ above ``OBSERVER``), so interventions and captures on the stopped layer still se
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
 from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_int, check_model
+
+if TYPE_CHECKING:
+    from hookkit.observers.capture import capture as Capture
 
 STOP = OBSERVER + 1000  # after observers: a capture of the stopped layer records its call
 
@@ -39,7 +44,7 @@ class Stop(HandleGroup):
     """
 
     def __init__(
-        self, model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
+        self, model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
     ):
         super().__init__()
         check_model(model, fn=_fn)
@@ -55,7 +60,7 @@ class Stop(HandleGroup):
         self.output: Any = None
         self.stopped = False
         self._model = weakref.ref(model)
-        self.capture = None
+        self.capture: Capture | None = None
         try:
             if capture is not None:
                 from hookkit.observers.capture import capture as Capture
@@ -92,10 +97,10 @@ class Stop(HandleGroup):
             "the forward ran to the end"
         )
 
-    def __enter__(self) -> Stop:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    # returns True for its own StopForward (swallowed), where other handles never swallow
+    def __exit__(  # type: ignore[override]
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool:
         self.remove()
         return isinstance(exc, StopForward) and exc.owner is self
 
@@ -103,7 +108,7 @@ class Stop(HandleGroup):
         return f"<hookkit.Stop after {self.name!r} call {self.call}, {'removed' if self.removed else 'active'}>"
 
 
-def stop_after(model: Any, layer: LayerSpec, *, call: int = 0) -> Stop:
+def stop_after(model: Layer, layer: LayerSpec, *, call: int = 0) -> Stop:
     """Stop every forward of ``model`` right after ``layer`` ran (its ``call``-th call); remove to undo.
 
     >>> with hookkit.stop_after(model, "layer3") as run:   # doctest: +SKIP
@@ -113,7 +118,7 @@ def stop_after(model: Any, layer: LayerSpec, *, call: int = 0) -> Stop:
     return Stop(model, layer, call=call, _fn="stop_after")
 
 
-def run_until(model: Any, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
+def run_until(model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
     """A runner that stops the forward after ``layer`` and returns its output; ``capture=[layers]``
     also records those layers (``capture``'s keyword arguments pass through).
 

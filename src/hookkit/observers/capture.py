@@ -19,10 +19,11 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.sequences import select_output, stitch
 from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model, fail
 
 _SLOT = object()
-_NO_GRADS: tuple = ()  # shared by records of captures without grads=True (nobody reads it)
+_NO_GRADS: list[Any] = []  # shared by records of captures without grads=True (nobody reads or writes it)
 Keep = Literal["all", "last"] | int
 _ATOMS = (str, bytes, int, float, bool, complex, type, FunctionType, MethodType, ModuleType)
 
@@ -51,16 +52,16 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
         if any(a is not b for a, b in zip(items, obj)):
             new = items
     elif isinstance(obj, dict):
-        items = {k: _map_deep(v, fn, be, memo, depth + 1) for k, v in obj.items()}
-        if any(items[k] is not v for k, v in obj.items()):
+        values = {k: _map_deep(v, fn, be, memo, depth + 1) for k, v in obj.items()}
+        if any(values[k] is not v for k, v in obj.items()):
             if type(obj) is dict:
-                new = items
+                new = values
             else:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
                 try:
-                    new = type(obj)(**items)
+                    new = type(obj)(**values)
                 except TypeError:
                     new = type(obj)()
-                    new.update(items)
+                    new.update(values)
     elif be.is_layer(obj) or isinstance(obj, Enum):
         return obj
     else:
@@ -105,7 +106,7 @@ class Record:
         self.pos: Any = pos  # where the forward sat in its sequence (offset, gen_step)
         self._seq = seq  # when the call happened, among all the capture's records
         self.inputs = self.kwargs = self.grad = self._structure = self.positions = None
-        self._grads: list | tuple = _NO_GRADS
+        self._grads: list[Any] = _NO_GRADS
 
     @property
     def offset(self) -> int:
@@ -194,7 +195,7 @@ class capture(HandleGroup):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = ":leaves",
         *,
         inputs: bool = False,
@@ -239,7 +240,7 @@ class capture(HandleGroup):
             self._heads(model, layers, heads, head_layout)
             return
         named = select(model, layers)
-        self.names = [n for n, _ in named]
+        self.names: list[str] = [n for n, _ in named]
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
         for name in self.names:
             self._records[name] = []
@@ -269,7 +270,7 @@ class capture(HandleGroup):
     def record_value(self, name: str, ev: Event, value: Any) -> None:
         """Record ``value`` as layer ``name``'s output at ``ev``'s call (consumers computing what they record)."""
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
-            self._new_step(ev.step)
+            self._new_step(ev.step, self._limit)
         self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, self._keep(value), ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
@@ -315,11 +316,11 @@ class capture(HandleGroup):
 
         return _map_deep(value, keep, be, {})
 
-    def _new_step(self, step: int) -> None:
-        """A record of a forward not seen yet: forget the forwards beyond ``keep``."""
+    def _new_step(self, step: int, limit: int) -> None:
+        """A record of a forward not seen yet: forget the forwards beyond ``keep`` (``limit``)."""
         steps = self._steps
         steps.append(step)
-        if len(steps) > self._limit:
+        if len(steps) > limit:
             steps.popleft()
             oldest = steps[0]
             for recs in self._records.values():
@@ -335,12 +336,12 @@ class capture(HandleGroup):
         output = ev.output
         selected = None
         if self._positions is not None:
-            found = select_output(self._backend, ev, self._positions, self._token_dim, self._index)
+            found = select_output(self._backend, ev, self._positions, self._token_dim, self._index)  # type: ignore[arg-type]  # set with positions=
             if found is None:
                 return
             output, selected = found
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
-            self._new_step(ev.step)
+            self._new_step(ev.step, self._limit)
         rec = Record(name, ev.call, ev.step, None, ev.pos, next(self._seq))
         rec.positions = selected
         if self._outputs:
@@ -361,7 +362,7 @@ class capture(HandleGroup):
         if rec is None:
             return
         g = self._keep(ev.grad)
-        rec._grads[ev.index] = g
+        rec._grads[ev.index] = g  # type: ignore[index]  # grad events always carry the output's index
         structure = rec._structure
         if structure is None:
             rec.grad = g
@@ -394,7 +395,8 @@ class capture(HandleGroup):
             "(hooks stay on the layer object they were placed on); start the capture after swapping layers"
         )
 
-    def __getitem__(self, name: str) -> Any:
+    # A capture reads as a mapping of layer name -> output; its handles are ``.handles``.
+    def __getitem__(self, name: str) -> Any:  # type: ignore[override]
         """The last output (or inputs, if outputs=False) of layer ``name``."""
         rec = self._last(name)
         return rec.output if self._outputs else rec.inputs
@@ -402,7 +404,7 @@ class capture(HandleGroup):
     def __contains__(self, name: str) -> bool:
         return bool(self._records.get(name))
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[str]:  # type: ignore[override]  # layer names, as a mapping
         return (n for n in self.names if self._records[n])
 
     def __len__(self) -> int:
@@ -456,9 +458,6 @@ class capture(HandleGroup):
         for recs in self._records.values():
             recs.clear()
         self._steps.clear()
-
-    def __enter__(self) -> capture:
-        return self
 
     def __repr__(self) -> str:
         n = sum(len(v) for v in self._records.values())

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.errors import add_note
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.types import Layer
 from hookkit.observers import extract_ranks as ranks
 from hookkit.observers import features as fmt
 from hookkit.observers.extract_io import Progress, Rows, Writer
@@ -129,7 +131,7 @@ def _weights(model: Any, be: Backend) -> dict[str, str]:
     out = {}
     for name, t in tensors.items():
         a = np.ascontiguousarray(be.to_numpy(t))
-        out[name] = hashlib.sha256(memoryview(a).cast("B") if a.size else b"").hexdigest()[:16]
+        out[name] = hashlib.sha256(a.data.cast("B") if a.size else b"").hexdigest()[:16]
     return out
 
 
@@ -415,7 +417,7 @@ def _run_batches(
                     forward(batch)
             except Exception as e:
                 if not isinstance(e, ExtractError):
-                    e.add_note(f"hookkit.extract: in the forward of batch {b} ({n} samples)")
+                    add_note(e, f"hookkit.extract: in the forward of batch {b} ({n} samples)")
                 raise
             rows = collector.rows(b, n)
             if ids is not None:
@@ -445,7 +447,7 @@ def _run_batches(
 
 # -- extract --------------------------------------------------------------------------------------
 def extract(
-    model: Any,
+    model: Layer,
     data: Iterable[Any],
     layers: LayerSpec,
     out: str | os.PathLike,

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.errors import add_note
 from hookkit.observers import features as fmt
 
 
@@ -57,7 +58,7 @@ class Writer:
             e = self.error
             note = f"hookkit.extract: writing a shard to {self.out!r} failed"
             if note not in getattr(e, "__notes__", ()):
-                e.add_note(note)
+                add_note(e, note)
             raise e
 
     def submit(self, item: Any) -> None:
@@ -156,7 +157,8 @@ class Progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.writer, self.t0, self.samples0 = writer, time.perf_counter(), None
+        self.writer, self.t0 = writer, time.perf_counter()
+        self.samples0: int | None = None
         self.bar = Progress(
             TextColumn("extract"),
             BarColumn(),

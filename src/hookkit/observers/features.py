@@ -92,7 +92,7 @@ def write_shard(path: str, chunks: dict[str, list[np.ndarray]], metadata: dict[s
         f.write(text)
         for parts in chunks.values():
             for p in parts:
-                f.write(memoryview(np.ascontiguousarray(p)).cast("B"))
+                f.write(np.ascontiguousarray(p).data.cast("B"))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -258,7 +258,8 @@ class FeatureArray:
             key, rest = (key[0], key[1:]) if key else (slice(None), ())
         n = len(self)
         if key is Ellipsis:
-            return np.asarray(self)[(Ellipsis, *rest)]
+            where = (Ellipsis, *rest)
+            return np.asarray(self)[where]
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             i = int(key) + (n if key < 0 else 0)
             if not 0 <= i < n:
@@ -274,7 +275,8 @@ class FeatureArray:
                 k = bisect.bisect_right(self._starts, start) - 1
                 if stop <= self._starts[min(k + 1, len(self._starts) - 1)] and start < stop:  # one shard: a view
                     part = self._part(k)[start - self._starts[k] : stop - self._starts[k]]
-                    return part[(slice(None), *rest)] if rest else part
+                    whole_rows = (slice(None), *rest)
+                    return part[whole_rows] if rest else part
             idx = np.arange(start, stop, step)
         else:
             idx = np.asarray(key)
@@ -288,7 +290,8 @@ class FeatureArray:
                 raise IndexError(f"indices out of range for {n} samples of {self.name!r}")
             idx = np.where(idx < 0, idx + n, idx)
         out = self._rows(idx)
-        return out[(slice(None), *rest)] if rest else out
+        whole_rows = (slice(None), *rest)
+        return out[whole_rows] if rest else out
 
     def __iter__(self) -> Iterator[np.ndarray]:
         if self._order is not None:
@@ -396,24 +399,24 @@ def read_index(out: str, name: str = INDEX, rank: int | None = None) -> dict[str
     for i, s in enumerate(shards):
         if not isinstance(s, dict):
             raise FeaturesError(f"{where}: shard entry {i} must be an object")
-        name = s.get("file")
-        if not isinstance(name, str) or not _SHARD_NAME.fullmatch(name):
+        fname = s.get("file")
+        if not isinstance(fname, str) or not _SHARD_NAME.fullmatch(fname):
             raise FeaturesError(
-                f"{where}: shard entry {i} names file {name!r}; shard files are plain names like 'shard-00000.safetensors' inside the folder"[
+                f"{where}: shard entry {i} names file {fname!r}; shard files are plain names like 'shard-00000.safetensors' inside the folder"[
                     :300
                 ]
             )
-        if name in first:  # the same rows twice, or rows in another order: refused, never read
-            raise FeaturesError(f"{where}: {INDEX} lists shard {name!r} twice (entries {first[name]} and {i}); each shard is listed once")
-        first[name] = i
-        if name != shard_name(i, rank):
+        if fname in first:  # the same rows twice, or rows in another order: refused, never read
+            raise FeaturesError(f"{where}: {INDEX} lists shard {fname!r} twice (entries {first[fname]} and {i}); each shard is listed once")
+        first[fname] = i
+        if fname != shard_name(i, rank):
             raise FeaturesError(
-                f"{where}: {INDEX} lists shard {name!r} as entry {i}; shards are listed in the order written: expected {shard_name(i, rank)!r}"
+                f"{where}: {INDEX} lists shard {fname!r} as entry {i}; shards are listed in the order written: expected {shard_name(i, rank)!r}"
             )
-        count = _int(s.get("count"), "count", f"{where}, shard {name!r}")
+        count = _int(s.get("count"), "count", f"{where}, shard {fname!r}")
         sizes = s.get("batch_sizes", [count])
-        if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {name!r}") for n in sizes) != count:
-            raise FeaturesError(f"{where}: shard {name!r}: batch_sizes must be a list of integers summing to its count {count}")
+        if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {fname!r}") for n in sizes) != count:
+            raise FeaturesError(f"{where}: shard {fname!r}: batch_sizes must be a list of integers summing to its count {count}")
         total += count
         batches += len(sizes)
     if _int(index.get("batches", batches), "batches", where) != batches:
@@ -546,7 +549,7 @@ def _unfinished_ranked(out: str) -> dict[str, Any]:
     ranks = rank_indexes_on_disk(out)
     if ranks != list(range(len(ranks))):
         raise FeaturesError(f"load_features({out!r}): rank indexes {ranks} on disk; expected ranks 0 to {len(ranks) - 1}")
-    top = {"ranks": [rank_index_name(r) for r in ranks], "world": len(ranks), "complete": False, "count": 0}
+    top: dict[str, Any] = {"ranks": [rank_index_name(r) for r in ranks], "world": len(ranks), "complete": False, "count": 0}
     top = _read_ranked(out, top, f"load_features({out!r})")
     top["metadata"] = top["_ranks"][0].get("metadata")
     return top

@@ -10,10 +10,11 @@ import numpy as np
 from hookkit.analyses.cam import run_cam
 from hookkit.analyses.targets import Target
 from hookkit.core.select import select
+from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_model, shown
 
 
-def gradcam(model: Any, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
+def gradcam(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
     """Grad-CAM heatmaps ``[N, H, W]`` (float32 in [0, 1]) at the input's size.
 
     ``layer``: a name, glob or layer object matching one layer (its output ``[N, C, h, w]``, channels-last
@@ -27,7 +28,7 @@ def gradcam(model: Any, layer: Any, inputs: Any, target: Target = None, *, eval:
     return _one_layer(model, layer, inputs, target, eval, "gradcam", "gradcam")
 
 
-def gradcam_plus_plus(model: Any, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
+def gradcam_plus_plus(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
     """Grad-CAM++ heatmaps ``[N, H, W]``; same arguments as :func:`gradcam`.
 
     >>> cams = hookkit.gradcam_plus_plus(model, "features.3", x)   # doctest: +SKIP

@@ -14,6 +14,7 @@ from hookkit.core.errors import GradientNotTracked
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, hook_tensor
 from hookkit.core.select import LayerSpec, select
+from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_int, check_model, fail
 
 
@@ -29,7 +30,9 @@ def _check_hook_args(fn_name: str, fn: Any, priority: Any, with_kwargs: Any = Fa
     check_int(priority, fn=fn_name, arg="priority")
 
 
-def on_forward_pre(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION) -> HandleGroup:
+def on_forward_pre(
+    model: Layer, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION
+) -> HandleGroup:
     """Call ``fn(layer, inputs)`` before each selected layer runs; a non-None return replaces the inputs
     (a tuple, or a single value). With ``with_kwargs=True``: ``fn(layer, inputs, kwargs)`` returning
     None or ``(inputs, kwargs)``.
@@ -53,7 +56,7 @@ def on_forward_pre(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: 
     return attach(model, select(model, layers), "forward_pre", consume, priority)
 
 
-def on_forward(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION) -> HandleGroup:
+def on_forward(model: Layer, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION) -> HandleGroup:
     """Call ``fn(layer, inputs, output)`` after each selected layer runs; a non-None return replaces the
     output. With ``with_kwargs=True``: ``fn(layer, inputs, kwargs, output)``.
 
@@ -70,7 +73,7 @@ def on_forward(model: Any, layers: LayerSpec, fn: Callable, *, with_kwargs: bool
     return attach(model, select(model, layers), "forward", consume, priority)
 
 
-def on_backward(model: Any, layers: LayerSpec, fn: Callable, *, priority: int = INTERVENTION) -> HandleGroup:
+def on_backward(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int = INTERVENTION) -> HandleGroup:
     """Call ``fn(layer, grad_inputs, grad_outputs)`` when the gradients of a selected layer's call are
     known; a non-None return replaces ``grad_inputs``. ``grad_inputs`` follows the positional inputs
     (None where an input takes no gradient); ``grad_outputs`` follows the output's tensors.
@@ -91,7 +94,7 @@ def on_backward(model: Any, layers: LayerSpec, fn: Callable, *, priority: int = 
     return attach(model, select(model, layers), "backward", consume, priority)
 
 
-def on_output_grad(model: Any, layers: LayerSpec, fn: Callable, *, priority: int = INTERVENTION) -> HandleGroup:
+def on_output_grad(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int = INTERVENTION) -> HandleGroup:
     """Call ``fn(layer, grad)`` with the gradient w.r.t. each selected layer's output tensor (one call
     per tensor of the output); a non-None return replaces the gradient flowing back.
 

@@ -13,6 +13,7 @@ ran last before it, instead of blaming the receiver.
 from __future__ import annotations
 
 import weakref
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LEAVES, LayerSpec, select
 from hookkit.core.tree import first_tensor, leaves
+from hookkit.core.types import Layer
 from hookkit.core.user_frame import warn_user
 from hookkit.core.validate import check_bool, check_model, check_number
 
@@ -61,7 +63,7 @@ class watch_nonfinite(HandleGroup):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = None,
         *,
         grads: bool = True,
@@ -199,9 +201,7 @@ class watch_nonfinite(HandleGroup):
             if not np.isfinite(values).all():
                 rank, world = be.world()  # data-parallel training: say which process saw it
                 where = f"on rank {rank} of {world}" if world > 1 else ""
-                error = NonFiniteError(name, phase, call, step, where, before=previous)
-                error.rank = rank
-                raise error
+                raise NonFiniteError(name, phase, call, step, where, before=previous, rank=rank)
             if phase == "forward":
                 previous = name
         grads = [e for e in entries if e[0] == "backward"]
@@ -222,10 +222,7 @@ class watch_nonfinite(HandleGroup):
         self._entries, self._fprobes, self._gprobes, self._norms = [], [], [], []
         self._seen = {}
 
-    def __enter__(self) -> watch_nonfinite:
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         try:
             if exc_type is None:
                 self.check()

@@ -30,7 +30,7 @@ def _layer_name(stats: Any, name_or_index: str | int) -> str:
     if name_or_index not in names:
         close = close_matches(str(name_or_index), names, n=3) or names[:8]
         raise LayerNotFound(name_or_index, close, detail=f"not among the {len(names)} recorded layers")
-    return name_or_index
+    return str(name_or_index)
 
 
 def _hist_array(stats: Any, name: str) -> np.ndarray:

@@ -50,7 +50,8 @@ def read_json(folder: pathlib.Path, name: str, expect: type | tuple[type, ...] =
     data = read_json_file(path, "a report")
     if not isinstance(data, expect):
         kinds = expect if isinstance(expect, tuple) else (expect,)
-        want = " or ".join({dict: "an object", list: "an array"}.get(k, k.__name__) for k in kinds)
+        names: dict[type, str] = {dict: "an object", list: "an array"}
+        want = " or ".join(names.get(k, k.__name__) for k in kinds)
         raise InvalidFile(f"{where}: the top level must be {want}; got {_json_kind(data)}")
     return data
 
@@ -185,6 +186,8 @@ def check_scalars(data: dict, where: str) -> dict[str, dict[str, list[float]]]:
     "value": [...]}}``, numbers only; returned as ``{name: {"step", "value"}}``."""
     out = {}
     for name, value in data.items():
+        steps: Any  # JSON values, checked field by field below
+        values: Any
         _field(where, "(name)", name, isinstance(name, str) and bool(name), "a non-empty string")
         if isinstance(value, dict):
             steps, values = value.get("step"), value.get("value")

@@ -6,6 +6,7 @@ import base64
 import html
 import io
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,7 @@ def img(png: bytes, caption: str = "", alt: str = "", wide: bool = False) -> str
     return f'<figure{cls}><img alt="{html.escape(alt or caption)}" src="data:image/png;base64,{data}">{cap}</figure>'
 
 
-def table(header: list[str], rows: list[list[Any]], numeric: set[int] = frozenset()) -> str:
+def table(header: list[str], rows: list[list[Any]], numeric: AbstractSet[int] = frozenset()) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join(
         "<tr>"

@@ -118,6 +118,7 @@ class TensorMath:
         """Eigen-decomposition of a batch of symmetric matrices ``[..., n, n]``: ``(values, vectors)``, the
         values ascending, ``vectors[..., :, i]`` the unit eigenvector of ``values[..., i]``."""
         raise _missing("eigh")
+
     def tile_rows(self, t: Any, k: int) -> Any:
         """``k`` copies of ``t`` one after the other along axis 0 (rows ``[t; t; ...]``)."""
         raise _missing("tile_rows")

@@ -18,7 +18,7 @@ class _JoinedIdentity(paddle.autograd.PyLayer):
     """Copies its inputs; its backward hands all their gradients to one callback at once."""
 
     @staticmethod
-    def forward(ctx: Any, *tensors: Any, on_grads: Callable = None) -> Any:
+    def forward(ctx: Any, *tensors: Any, on_grads: Callable | None = None) -> Any:
         ctx.on_grads = on_grads
         out = tuple(t.clone() for t in tensors)
         return out if len(out) > 1 else out[0]
@@ -118,11 +118,11 @@ class PaddleBackend(PaddleOps, Backend):
         with paddle.no_grad():
             paddle.assign(src, output=dst)
 
-    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
+    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> Sequence[Any]:
         out = _JoinedIdentity.apply(*tensors, on_grads=on_grads)
         return out if isinstance(out, (tuple, list)) else (out,)
 
-    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], None]) -> None:
+    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], object]) -> None:
         # Paddle has no multi-tensor gradient hook: count per-tensor hooks. A tensor that takes no
         # part in the loss never reports, so fn then does not run (documented in on_backward).
         grads: list[Any] = [None] * len(tensors)

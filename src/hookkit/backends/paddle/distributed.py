@@ -35,8 +35,8 @@ def launch(nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
     try:
         dist.spawn(_rank_entry, args=(fn, args, codes), nprocs=nprocs, backend="gloo")
     except Exception:  # noqa: BLE001 - a rank failed: its message went to stderr
-        return [max(2, c) for c in codes]
-    return list(codes)
+        return [max(2, c) for c in codes[:]]
+    return codes[:]
 
 
 def barrier() -> None:

@@ -98,7 +98,7 @@ class PaddleTraining(Training):
         return _Handle(optimizer, key)
 
     def optimizer_parameters(self, optimizer: Any) -> list[Any]:
-        found = []
+        found: list[Any] = []
         for item in optimizer._parameter_list or []:
             found += item["params"] if isinstance(item, dict) else [item]
         return self.group_parameters(found)

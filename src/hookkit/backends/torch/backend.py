@@ -46,7 +46,7 @@ class TorchBackend(TorchOps, Backend):
         return isinstance(obj, torch.Tensor)
 
     # the hot paths call it per record: the tensor method itself, no Python frame in between
-    detach = staticmethod(torch.Tensor.detach)
+    detach = staticmethod(torch.Tensor.detach)  # type: ignore[assignment]  # called as Backend.detach(t): same call shape
 
     def layer_class(self) -> type:
         return torch.nn.Module
@@ -132,11 +132,14 @@ class TorchBackend(TorchOps, Backend):
         with torch.no_grad():
             dst.copy_(src)
 
-    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> tuple:
+    def identity_with_backward(self, tensors: Sequence[Any], on_grads: Callable) -> Sequence[Any]:
         return _JoinedIdentity.apply(on_grads, *tensors)
 
-    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], None]) -> None:
-        torch.autograd.graph.register_multi_grad_hook(tuple(tensors), lambda grads: fn(tuple(grads)), mode="all")
+    def when_all_grads(self, tensors: Sequence[Any], fn: Callable[[tuple], object]) -> None:
+        def all_in(grads: Sequence[Any]) -> None:
+            fn(tuple(grads))
+
+        torch.autograd.graph.register_multi_grad_hook(tuple(tensors), all_in, mode="all")
 
     def requires_grad(self, t: Any) -> bool:
         return t.requires_grad

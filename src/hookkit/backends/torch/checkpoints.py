@@ -18,7 +18,7 @@ class TorchCheckpoints(Checkpoints):
         if os.path.splitext(path)[1].lower() == ".safetensors":
             from safetensors.torch import load_file
 
-            state = load_file(path)
+            state: Any = load_file(path)  # torch.load below gives Any too
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
             if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning checkpoint

@@ -56,9 +56,9 @@ def launch(nprocs: int, fn: Callable[..., int], args: tuple) -> list[int]:
     codes = multiprocessing.get_context("spawn").Array("i", [1] * nprocs)  # 1 until a rank returns
     try:
         mp.spawn(_rank_entry, args=(fn, args, nprocs, _free_port(), codes), nprocs=nprocs)
-    except mp.ProcessException:
-        return [max(2, c) for c in codes]
-    return list(codes)
+    except (mp.ProcessRaisedException, mp.ProcessExitedException):  # a rank failed
+        return [max(2, c) for c in codes[:]]
+    return codes[:]
 
 
 def barrier() -> None:
@@ -97,4 +97,6 @@ def grad_of(param: Any) -> Any:
 
 def is_sharded(param: Any) -> bool:
     placements = getattr(param, "placements", None)  # DTensor parameters only
-    return bool(placements) and any(p.is_shard() for p in placements)
+    if not placements:
+        return False
+    return any(p.is_shard() for p in placements)

@@ -87,6 +87,7 @@ class TorchTokens(Tokens):
             a, b = parts[0]
             pieces = [t[along(dim, slice(0, a))], values, t[along(dim, slice(b, None))]]
             return torch.cat([p for p in pieces if p.shape[dim]], dim=dim)
+        assert not isinstance(index, slice)  # runs() gives a slice one part
         idx = torch.as_tensor(list(index), dtype=torch.long, device=t.device)
         return t.index_copy(dim, idx, values.to(t.dtype))
 

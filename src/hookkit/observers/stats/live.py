@@ -33,6 +33,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
 from hookkit.core.tree import first_tensor
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair
 from hookkit.observers.stats.backwards import BackwardCounter
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
@@ -119,8 +120,7 @@ def _extend(rows: Rows, block: Block) -> None:
         if (step[0], call[0]) <= (last_step, last_call):  # overlaps what is stored: merge the tail again
             start = int(np.searchsorted(rows.step[: rows.n], step[0], side="left"))
             old = rows.block(start)
-            joined = tuple(np.concatenate((a, b)) if a is not None else None for a, b in zip(old, block))
-            step, call, records, state, hist = merge_block(rows.kind, joined)
+            step, call, records, state, hist = merge_block(rows.kind, _concat(old, block))
             rows._grow(len(rows.step))  # fresh buffers: arrays handed out earlier stay as they were
             rows.n, rows.done = start, min(rows.done, start)
     rows.append(step, call, state, hist, records)
@@ -148,7 +148,7 @@ class _Recorder(HandleGroup):
         self._local_cache: dict[str, dict[str, np.ndarray]] | None = None
         return select(model, WITH_PARAMS if layers is None else layers)
 
-    def _attach_all(self, attach_fn: Callable[[], None]) -> None:
+    def _attach_all(self, attach_fn: Callable[[], object]) -> None:
         try:
             attach_fn()
         except BaseException:
@@ -159,9 +159,6 @@ class _Recorder(HandleGroup):
         from hookkit.observers.stats.display import text
 
         return text(self)
-
-    def __enter__(self) -> Any:
-        return self
 
     def _recording(self, every: int, train_only: bool) -> Callable[[int], bool]:
         """``record(step) -> bool``, evaluated once per step (model.training read once, a Python attribute)."""
@@ -246,7 +243,10 @@ class _Recorder(HandleGroup):
 
 
 def _concat(a: Block, b: Block) -> Block:
-    return tuple(None if x is None else np.concatenate((x, y)) for x, y in zip(a, b))  # type: ignore[return-value]
+    """``a`` then ``b``, array by array (the histograms when both have them)."""
+    hist = None if a[4] is None or b[4] is None else np.concatenate((a[4], b[4]))
+    step, call, records, state = (np.concatenate((x, y)) for x, y in zip(a[:4], b[:4]))
+    return step, call, records, state, hist
 
 
 class ActivationStats(_Recorder, ActivationData):
@@ -272,7 +272,7 @@ class ActivationStats(_Recorder, ActivationData):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = None,
         *,
         every: int = 1,
@@ -395,7 +395,7 @@ class GradientStats(_Recorder, GradientData):
     parameter gradients). Every rank must read (a collective); ``sync=False``: each rank its own.
     """
 
-    def __init__(self, model: Any, layers: LayerSpec = None, *, every: int = 1, sync: bool = True):
+    def __init__(self, model: Layer, layers: LayerSpec = None, *, every: int = 1, sync: bool = True):
         named = self._setup(model, layers, every, sync)
         GradientData.__init__(self, [n for n, _ in named], self._backend.name, {"every": every})
         be = self._backend
@@ -476,7 +476,8 @@ class GradientStats(_Recorder, GradientData):
             step, grad = ev.step, ev.grad
             if not record(step):
                 return
-            i = index[ev.param_name] + BACKWARD * backward(step)  # the parameter's index, and which backward
+            # the parameter's index, and which backward (param_grad events always carry param_name)
+            i = index[ev.param_name] + BACKWARD * backward(step)  # type: ignore[index]
             seen = last[0] is not None and last[0]() is grad  # the same gradient, seen by another layer
             if seen and last[1] is not None:
                 k = host.slot()

@@ -200,7 +200,7 @@ class Rows:
             for key, values in self.kind.finish(self.state[done:n]).items():
                 self.cols[key][done:n] = values
             self.done = n
-        view = {k: v[:n] for k, v in self.cols.items()}
+        view: dict[str, np.ndarray] = {k: v[:n] for k, v in self.cols.items()}
         if self.hist is not None:
             view["hist"] = self.hist[:n]
         view["step"], view["call"], view["records"] = self.step[:n], self.call[:n], self.records[:n]

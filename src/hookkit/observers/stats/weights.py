@@ -27,6 +27,7 @@ from hookkit.backends.host_stats import HostRows, kernels
 from hookkit.core.handles import Handle
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_int, check_range_pair, fail
 from hookkit.observers.stats.live import Pending, _Recorder
 from hookkit.observers.stats.loaded import StatsData, read_files, register_kind
@@ -135,7 +136,7 @@ class WeightStats(_Recorder, WeightData):
 
     def __init__(
         self,
-        model: Any,
+        model: Layer,
         layers: LayerSpec = None,
         optimizer: Any = None,
         every: int = 1,

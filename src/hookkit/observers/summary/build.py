@@ -8,7 +8,9 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend
+from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
+from hookkit.core.types import Layer
 from hookkit.core.validate import check_model, fail
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
@@ -19,7 +21,7 @@ MODES = ("eval", "train", "same")
 
 
 def summary(
-    model: Any,
+    model: Layer,
     input_size: Any = None,
     input_data: Any = None,
     *,
@@ -72,7 +74,7 @@ def summary(
 
 
 def summarize(
-    model: Any,
+    model: Layer,
     input_size: Any,
     input_data: Any,
     *,
@@ -314,5 +316,5 @@ def _attribute(exc: BaseException, rec: Recorder, result: Summary, made_dtypes: 
         note += "\n" + hint
         result.error += f" ({hint})"
     if note not in getattr(exc, "__notes__", ()):
-        exc.add_note(note)
+        add_note(exc, note)
     exc.hookkit_summary = result  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ backward, ``optimizer.step()``) run on the model with everything put back exactl
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -162,7 +163,7 @@ def tensors_under(be: Backend, obj: Any, skip: set[int], depth: int = 0, seen: s
     return [t for c in children for t in tensors_under(be, c, skip, depth + 1, seen)]
 
 
-def distinct_bytes(be: Backend, ts: list[Any], exclude: set[int] = frozenset()) -> int:
+def distinct_bytes(be: Backend, ts: list[Any], exclude: AbstractSet[int] = frozenset()) -> int:
     """Bytes of the distinct storages of ``ts`` (storage keys in ``exclude`` not counted)."""
     ops = be.family("training")
     sizes: dict[int, int] = {}
