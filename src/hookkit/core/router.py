@@ -40,6 +40,7 @@ from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.registry import backend_for
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
+from hookkit.core.weakmap import IdentityWeakMap
 
 if TYPE_CHECKING:
     from hookkit.backends.base import Backend
@@ -91,7 +92,10 @@ class LayerHooks(GradPlumbing):
         cs = self.consumers[event]
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
         self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
-        self._sync_native(layer)
+        if event == "forward" and self._native_post is not None:  # only what the dispatchers read changes
+            self._hot, self._stale = None, True
+        else:
+            self._sync_native(layer)
 
     def discard(self, layer: Any, event: str, consumer: Consumer) -> None:
         self.consumers[event] = tuple([c for c in self.consumers[event] if c is not consumer])
@@ -233,7 +237,7 @@ class LayerHooks(GradPlumbing):
         return output if changed else None
 
 
-_registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionary()
+_registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
 
 
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
@@ -294,7 +298,8 @@ def attach_each(
 
     >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
     """
-    check_choice(event, LAYER_EVENTS, fn="attach", arg="event")
+    if event not in LAYER_EVENTS:
+        check_choice(event, LAYER_EVENTS, fn="attach", arg="event")
     backend = backend_for(model)
     entries = list(entries)
     named = [(name, layer) for name, layer, _, _ in entries]
@@ -326,12 +331,13 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
     root_hooks = _hooks_for(model, backend)
     root = (weakref.ref(model), root_hooks)
     group = HandleGroup()
+    placed, users, scope_of, ref = group.handles.append, clock.users.add, clock.scope, weakref.ref
     try:
         for name, target, fn, plain in entries:
-            consumer = Consumer(fn, priority, next(_seq), clock.scope(name), plain)
-            clock.users.add(id(consumer))
+            consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
+            users(id(consumer))
             hooks, obj, add_args, discard_args = place(target, consumer)
-            group.handles.append(_Placed(hooks.discard, weakref.ref(obj), discard_args, consumer, root))
+            placed(_Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
                 root_hooks.root_clock = clock
                 root_hooks._sync_native(model)
@@ -363,11 +369,15 @@ class _Placed(Handle):
         target = self._target()
         if target is not None:
             self._discard(target, *self._args)
-        clock = self._consumer.scope.clock
-        clock.users.discard(id(self._consumer))
+        consumer = self._consumer
+        clock = consumer.scope.clock
+        users = clock.users
+        users.discard(id(consumer))
+        if users:
+            return
         root_ref, root_hooks = self._root
         model = root_ref()
-        if not clock.users and model is not None and root_hooks.root_clock is clock:
+        if model is not None and root_hooks.root_clock is clock:
             root_hooks.root_clock = None
             root_hooks._sync_native(model)
             if clocks.clock_of(model) is clock:  # the last feature on this root is gone: the next one counts from step 0

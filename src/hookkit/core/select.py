@@ -10,7 +10,6 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
@@ -20,6 +19,7 @@ from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
+from hookkit.core.weakmap import IdentityWeakMap
 
 LEAVES = ":leaves"
 """Preset: layers without sublayers."""
@@ -184,7 +184,7 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
 # is kept per model while the backend's watch says its tree is unchanged (weakly: the model and its
 # layers are never held). Predicates and layer objects are resolved afresh every time, as are
 # WITH_PARAMS (a parameter deleted is not seen) and globs that would match the model itself (they warn).
-_kept: weakref.WeakKeyDictionary[Any, dict[Any, tuple[list[str], Callable[[], list[Any] | None]]]] = weakref.WeakKeyDictionary()
+_kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]]]] = IdentityWeakMap()
 _KEPT_PER_MODEL = 256
 
 

@@ -213,11 +213,11 @@ class capture(HandleGroup):
         index: int = 0,
     ):
         super().__init__()
-        self._limit = _keep_limit(keep)
+        self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
         self._positions = None if positions is None else Positions(positions, "capture")
-        self._gen_steps = check_steps(steps, "capture")
+        self._gen_steps = None if steps is None else check_steps(steps, "capture")
         self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        if type(index) is not int or index < 0:  # bool and numpy ints refused as before
             fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
         self._index = index
         self._steps: deque[int] = deque()
@@ -247,10 +247,9 @@ class capture(HandleGroup):
             self._heads(model, layers, heads, head_layout)
             return
         named = select(model, layers)
-        self.names: list[str] = [n for n, _ in named]
+        self.names: list[str] = named.names
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
-        for name in self.names:
-            self._records[name] = []
+        self._records = {name: [] for name in self.names}
         try:
             self.add(attach_each(model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER))
             if grads:

@@ -94,8 +94,9 @@ class TorchBackend(TorchOps, Backend):
 
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         # PyTorch refuses hooks on ScriptModules with a bare RuntimeError; say which layer and why
-        scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, torch.jit.ScriptModule)]
-        if scripted:
+        script = torch.jit.ScriptModule
+        if isinstance(model, script) or any([isinstance(m, script) for _, m in named]):
+            scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, script)]
             name, layer = scripted[0]
             what = "the model" if name == "" else f"layer {name!r}"
             raise HookkitError(
