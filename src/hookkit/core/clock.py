@@ -269,3 +269,25 @@ def private_pass(model: Any) -> Iterator[None]:
         yield
     finally:
         clock.private = None
+
+
+def forward_count(model: Any) -> int | None:
+    """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
+    hookkit consumer is registered with ``model`` as root.
+
+    >>> hookkit.core.router.forward_count(model)   # doctest: +SKIP
+    3
+    """
+    clock = clock_of(model)
+    return None if clock is None else clock.count
+
+
+def advance(model: Any) -> None:
+    """Count one more step for ``model``: for loops that never call the root model itself (a
+    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
+
+    >>> hookkit.core.router.advance(pl_module)   # doctest: +SKIP
+    """
+    clock = clock_of(model)
+    if clock is not None:
+        clock.tick()

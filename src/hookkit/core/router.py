@@ -20,7 +20,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core import clock as clocks
-from hookkit.core.clock import Clock, Scope, number, private_pass  # noqa: F401 (private_pass re-exported)
+from hookkit.core.clock import Clock, Scope, advance, forward_count, number, private_pass  # noqa: F401 (re-exported)
 from hookkit.core.errors import annotate
 from hookkit.core.events import (  # noqa: F401
     EVENTS,
@@ -36,7 +36,8 @@ from hookkit.core.events import (  # noqa: F401
     warn_transformed,
 )
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
-from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.handles import HandleGroup
+from hookkit.core.placing import Placed
 from hookkit.core.registry import backend_for
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
@@ -133,8 +134,8 @@ class LayerHooks(GradPlumbing):
         scopes = (every[0].scope,) if len(every) == 1 else tuple(dict.fromkeys([x.scope for x in every]))
         hot = None
         if len(scopes) == 1:
-            plain = tuple([x.plain for x in fwd])
-            plain = None if None in plain else plain  # type: ignore[comparison-overlap]
+            plains = tuple([x.plain for x in fwd])
+            plain = None if None in plains else plains
             single = plain[0] if plain is not None and len(plain) == 1 else None
             hot = (scopes[0], scopes[0].clock, fns, plain, single, bool(grad or bwd) or self.root_clock is not None)
         self._pre, self._fwd, self._fwd_fns, self._scopes = pre, fwd, fns, scopes
@@ -337,7 +338,7 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
             consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
             users(id(consumer))
             hooks, obj, add_args, discard_args = place(target, consumer)
-            placed(_Placed(hooks.discard, ref(obj), discard_args, consumer, root))
+            placed(Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
                 root_hooks.root_clock = clock
                 root_hooks._sync_native(model)
@@ -351,63 +352,6 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
 def _attach_layer(backend: Backend, event: str, layer: Any, consumer: Consumer) -> tuple:
     args = (event, consumer)
     return _hooks_for(layer, backend), layer, args, args
-
-
-class _Placed(Handle):
-    """Removes one consumer from the layer or parameter it was placed on (held weakly); with the
-    last consumer of a root's clock, the root's own hooks go too."""
-
-    __slots__ = ("_discard", "_target", "_args", "_consumer", "_root")
-
-    def __init__(self, discard: Callable, target: Any, args: tuple, consumer: Consumer, root: tuple):
-        self._remove, self._discard, self._target, self._args, self._consumer, self._root = _placed, discard, target, args, consumer, root
-
-    def remove(self) -> None:
-        if self._remove is None:
-            return
-        self._remove = None
-        target = self._target()
-        if target is not None:
-            self._discard(target, *self._args)
-        consumer = self._consumer
-        clock = consumer.scope.clock
-        users = clock.users
-        users.discard(id(consumer))
-        if users:
-            return
-        root_ref, root_hooks = self._root
-        model = root_ref()
-        if model is not None and root_hooks.root_clock is clock:
-            root_hooks.root_clock = None
-            root_hooks._sync_native(model)
-            if clocks.clock_of(model) is clock:  # the last feature on this root is gone: the next one counts from step 0
-                clocks.forget(model)
-
-
-def _placed() -> None:
-    """What a ``_Placed`` holds until removed (its ``remove`` does the work)."""
-
-
-def forward_count(model: Layer) -> int | None:
-    """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
-    hookkit consumer is registered with ``model`` as root.
-
-    >>> hookkit.core.router.forward_count(model)   # doctest: +SKIP
-    3
-    """
-    clock = clocks.clock_of(model)
-    return None if clock is None else clock.count
-
-
-def advance(model: Layer) -> None:
-    """Count one more step for ``model``: for loops that never call the root model itself (a
-    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
-
-    >>> hookkit.core.router.advance(pl_module)   # doctest: +SKIP
-    """
-    clock = clocks.clock_of(model)
-    if clock is not None:
-        clock.tick()
 
 
 def remove_all(model: Layer) -> int:
