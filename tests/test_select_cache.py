@@ -112,3 +112,33 @@ def test_a_capture_after_a_swap_records_the_new_layer(fw):
         model(x)
     np.testing.assert_allclose(fw.numpy(cap["blocks.2"]), fw.numpy(swapped(cap["blocks.1"])), rtol=1e-6)
     assert not hookkit.core.router.attached(swapped)["forward"]
+
+
+def test_models_that_go_leave_no_state_behind(fw):
+    from hookkit.core import clock, router
+    from hookkit.core import select as select_module
+
+    gc.collect()
+    before = (len(router._registry), len(clock._clocks), len(clock._idle), len(select_module._kept))
+    for _ in range(3):
+        model = _blocks_model(fw)
+        with hookkit.capture(model, "blocks.*"):
+            model(fw.randn(2, 4))
+        with hookkit.capture(model, "blocks.*"):  # the idle clock taken up again
+            model(fw.randn(2, 4))
+        del model
+    gc.collect()
+    assert (len(router._registry), len(clock._clocks), len(clock._idle), len(select_module._kept)) == before
+
+
+def test_steps_count_from_zero_again_after_the_last_context_closes(fw):
+    model = _blocks_model(fw)
+    x = fw.randn(2, 4)
+    with hookkit.capture(model, "blocks.0") as first:
+        model(x)
+        model(x)
+    with hookkit.capture(model, "blocks.0") as second:
+        model(x)
+    assert [r.step for r in first.calls("blocks.0")] == [0, 1]
+    assert [r.step for r in second.calls("blocks.0")] == [0]
+    assert hookkit.core.router.forward_count(model) is None
