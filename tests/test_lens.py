@@ -252,7 +252,7 @@ def test_patching_errors():
     model = gpt2()
     clean = ids(seed=1)
     for fn in (hookkit.patching_sweep, hookkit.attribution_patching):
-        with pytest.raises(ValueError, match=r"one value per batch row, shape \[\d+\].*got shape \[\]"):
+        with pytest.raises(ValueError, match=r"metric must be a callable returning one value per batch row from metric\(output\), shape \[\d+\].*; got .*of shape \[\]"):
             fn(model, clean, ids(seed=2), "transformer.h.0", lambda out: metric(out).sum())
         with pytest.raises(ValueError, match=r"positions must be .*6 tokens"):
             fn(model, clean, ids(seed=2), "transformer.h.0", metric, positions=[2, 9])
