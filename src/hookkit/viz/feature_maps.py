@@ -26,14 +26,13 @@ def _as_array(capture_or_tensor: Any, layer: str | None, fn: str, arg: str = "ca
         from hookkit.backends import backend_for
         from hookkit.core.tree import first_tensor
 
-        be = backend_for(obj) if not isinstance(obj, (tuple, list, dict)) else None
-        if be is None:
-            for item in obj.values() if isinstance(obj, dict) else obj:
-                try:
-                    be = backend_for(item)
-                    break
-                except Exception:
-                    continue
+        be = None
+        for item in obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else [obj]:
+            try:
+                be = backend_for(item)
+                break
+            except Exception:
+                continue
         if be is None:
             fail(fn, arg, "a capture, a tensor or an array", capture_or_tensor, kind=ArgumentTypeError)
         obj = be.to_numpy(first_tensor(obj, be.is_tensor))
