@@ -68,12 +68,13 @@ def _torch_rule(kind, t, n, i, h, layers, dirs, fused):
     return out + 4 * max(kernels)
 
 
-def _paddle_rule(kind, t, n, i, h, layers, dirs):
+def _paddle_rule(kind, t, n, i, h, layers, dirs, batch_first):
     """The rule of ``PaddleTraining.layer_transient``, written out (float32)."""
     g, states = GATES[kind], 2 if kind == "lstm" else 1
     out = 4 * (t * n * dirs * h + states * layers * dirs * n * h)
     k = (1 if layers == 1 else min(layers + 1, 4)) + 2 * (dirs - 1)
     kernel = dirs * g * t * n * h + t * n * i + k * dirs * t * n * h + (states * layers * dirs + states + 2) * n * h
+    kernel += dirs * t * n * h if batch_first else 0
     return out + 4 * kernel
 
 
@@ -86,7 +87,7 @@ def test_recurrent_transient_is_the_documented_rule(fw, kind):
     if fw.name == "torch":
         want = _torch_rule(kind, t, n, i, h, 2, 2, fused=kind == "lstm")
     else:
-        want = _paddle_rule(kind, t, n, i, h, 2, 2)
+        want = _paddle_rule(kind, t, n, i, h, 2, 2, batch_first=True)
     assert got == want
     head = 4 * (t * n * 2 * h + t * n * 3)  # the head's generic transient: its input and output gradients
     assert got > head

@@ -91,6 +91,7 @@ def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_byte
         + steps * batch * x[2]  # the input's gradient
         + between * dirs * steps * batch * h  # the output gradient's copy and the gradients between layers
         + (states * layers * dirs + states + 2) * batch * h  # the states' gradients
+        + (0 if layer.time_major else dirs * steps * batch * h)  # the output gradient, made time-major
     )
     return output_bytes + size * kernel
 
@@ -206,7 +207,8 @@ class PaddleTraining(Training):
         weights' gradients, s x [D.G.T.N.H (one layer's gate gradients) + T.N.I (the input's
         gradient) + k.D.T.N.H (the output gradient's copy and the gradients passed between layers:
         k = 1 for one layer, min(L + 1, 4) for more, plus 2 when bidirectional) + (S.L.D + S + 2).N.H
-        (the states' gradients)]; the transient is the call's output gradients plus that.
+        (the states' gradients) + D.T.N.H where the input is batch-major (the output gradient,
+        transposed to time-major)]; the transient is the call's output gradients plus that.
         None elsewhere (other layers, the step-by-step path, GPU)."""
         return rnn_transient(layer, input_shapes, output_bytes)
 
