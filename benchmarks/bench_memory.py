@@ -1,7 +1,9 @@
 """Saved-for-backward bytes and the training-memory estimate of ``hookkit.summary(mode="train")``.
 
 For a CNN (SmallResNet-32, batch 32 of 3x32x32), a GPT-2-style model (4 layers x 128, batch 4 x 64
-tokens, its own LM loss) and an LSTM (2 x 256, 50 steps x batch 32, linear head), each with Adam:
+tokens, its own LM loss), two LSTMs (2 x 256, 50 steps x batch 32; 2 x 128 bidirectional,
+batch-first 16 x 30 steps) and a GRU (2 x 256, 50 steps x 32), each with a linear head and Adam
+(the recurrent ones on Paddle too: estimate and measured peak only):
 
 - saved bytes: hookkit's total against an independent count (the same saved-tensor hooks around
   one forward, storages deduplicated by hand, parameters left out): must be equal;
@@ -48,11 +50,13 @@ def independent_saved(model: nn.Module, kwargs: dict) -> int:
     return sum(sizes.values())
 
 
-class LSTMNet(nn.Module):
-    def __init__(self) -> None:
+class RNNNet(nn.Module):
+    """A recurrent layer and a linear head on its output sequence."""
+
+    def __init__(self, cls: type = nn.LSTM, hidden: int = 256, **kw: object) -> None:
         super().__init__()
-        self.lstm = nn.LSTM(64, 256, num_layers=2)
-        self.head = nn.Linear(256, 10)
+        self.lstm = cls(64, hidden, **kw)
+        self.head = nn.Linear(hidden * (2 if kw.get("bidirectional") else 1), 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x)
@@ -77,7 +81,63 @@ def gpt2():
 
 def lstm():
     torch.manual_seed(0)
-    return LSTMNet(), {"x": torch.randn(50, 32, 64)}
+    return RNNNet(num_layers=2), {"x": torch.randn(50, 32, 64)}
+
+
+def lstm_bi():
+    torch.manual_seed(0)
+    return RNNNet(hidden=128, num_layers=2, bidirectional=True, batch_first=True), {"x": torch.randn(16, 30, 64)}
+
+
+def gru():
+    torch.manual_seed(0)
+    return RNNNet(nn.GRU, num_layers=2), {"x": torch.randn(50, 32, 64)}
+
+
+def paddle_rnns() -> list[list[str]]:
+    """The same recurrent models on Paddle (its fused CPU ``rnn`` kernel; peak from its host allocator)."""
+    import paddle
+
+    class PNet(paddle.nn.Layer):
+        def __init__(self, cls: type, hidden: int, layers: int, bidirectional: bool, time_major: bool) -> None:
+            super().__init__()
+            direction = "bidirect" if bidirectional else "forward"
+            self.rnn = cls(64, hidden, num_layers=layers, direction=direction, time_major=time_major)
+            self.head = paddle.nn.Linear(hidden * (2 if bidirectional else 1), 10)
+
+        def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+            return self.head(self.rnn(x)[0])
+
+    rows = []
+    for name, cls, hidden, layers, bi, shape in (
+        ("Paddle LSTM 2x256, 50 steps x 32", paddle.nn.LSTM, 256, 2, False, [50, 32, 64]),
+        ("Paddle LSTM 2x128 bidirectional, batch-first 16 x 30 steps", paddle.nn.LSTM, 128, 2, True, [16, 30, 64]),
+        ("Paddle GRU 2x256, 50 steps x 32", paddle.nn.GRU, 256, 2, False, [50, 32, 64]),
+    ):
+        paddle.seed(0)
+        model = PNet(cls, hidden, layers, bi, time_major=not bi)
+        x = paddle.randn(shape)
+        opt = paddle.optimizer.Adam(parameters=model.parameters())
+        t = hookkit.summary(model, input_data=[x], mode="train", optimizer=opt).training
+        rows.append(
+            [
+                name,
+                "--",
+                "--",
+                "--",
+                f"{t['estimate'] / 1e6:.2f}",
+                f"{t['measured'] / 1e6:.2f}",
+                _pct(t["estimate"], t["measured"]),
+                "--",
+                "--",
+            ]
+        )
+        print(name, t, flush=True)
+    return rows
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a - b) / b:+.1f}%"
 
 
 def torchinfo_total(model: nn.Module, kwargs: dict) -> float:
@@ -89,7 +149,13 @@ def torchinfo_total(model: nn.Module, kwargs: dict) -> float:
 
 def main() -> None:
     rows = []
-    for name, make in (("CNN (SmallResNet-32, 32x3x32x32)", cnn), ("GPT-2 4x128, 4x64 tokens", gpt2), ("LSTM 2x256, 50x32", lstm)):
+    for name, make in (
+        ("CNN (SmallResNet-32, 32x3x32x32)", cnn),
+        ("GPT-2 4x128, 4x64 tokens", gpt2),
+        ("LSTM 2x256, 50 steps x 32", lstm),
+        ("LSTM 2x128 bidirectional, batch-first 16 x 30 steps", lstm_bi),
+        ("GRU 2x256, 50 steps x 32", gru),
+    ):
         model, kwargs = make()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         s = hookkit.summary(model, input_data=kwargs, mode="train", optimizer=opt)
@@ -105,12 +171,13 @@ def main() -> None:
                 "yes" if saved_only == indep else "NO",
                 f"{t['estimate'] / 1e6:.2f}",
                 f"{t['measured'] / 1e6:.2f}",
-                f"{100 * (t['estimate'] - t['measured']) / t['measured']:+.1f}%",
+                _pct(t["estimate"], t["measured"]),
                 f"{ti / 1e6:.2f}",
-                f"{100 * (ti - t['measured']) / t['measured']:+.1f}%",
+                _pct(ti, t["measured"]),
             ]
         )
         print(name, {k: v for k, v in t.items()}, flush=True)
+    rows += paddle_rnns()
     header = [
         "model",
         "saved MB (hookkit)",

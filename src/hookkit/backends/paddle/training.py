@@ -73,7 +73,7 @@ class _Handle:
 _GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
-def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> int | None:
+def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
     """The transient of one call of ``paddle.nn.LSTM`` / ``GRU`` / ``SimpleRNN`` on the CPU through
     the fused ``rnn`` kernel (see ``PaddleTraining.layer_transient``); None otherwise."""
     gates = _GATES.get(str(getattr(layer, "mode", ""))) if isinstance(layer, paddle.nn.layer.rnn.RNNBase) else None
@@ -93,7 +93,7 @@ def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_byte
         + (states * layers * dirs + states + 2) * batch * h  # the states' gradients
         + (0 if layer.time_major else dirs * steps * batch * h)  # the output gradient, made time-major
     )
-    return output_bytes + size * kernel
+    return 0, output_bytes + size * kernel
 
 
 class PaddleTraining(Training):
@@ -199,7 +199,7 @@ class PaddleTraining(Training):
             for d, s in zip(dsts, srcs):
                 paddle.assign(s.detach(), output=d)
 
-    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> int | None:
+    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
         """Recurrent layers on the CPU (``paddle.nn.LSTM``, ``GRU``, ``SimpleRNN`` through the fused
         ``rnn`` kernel; T steps, batch N, input size I, hidden H, G gates: LSTM 4, GRU 3, RNN 1;
         D directions, L layers, S states: LSTM 2, else 1; item size s), measured with Paddle's host
@@ -208,7 +208,8 @@ class PaddleTraining(Training):
         gradient) + k.D.T.N.H (the output gradient's copy and the gradients passed between layers:
         k = 1 for one layer, min(L + 1, 4) for more, plus 2 when bidirectional) + (S.L.D + S + 2).N.H
         (the states' gradients) + D.T.N.H where the input is batch-major (the output gradient,
-        transposed to time-major)]; the transient is the call's output gradients plus that.
+        transposed to time-major)]; the backward's transient is the call's output gradients plus
+        that (the forward's: 0, what it keeps is saved).
         None elsewhere (other layers, the step-by-step path, GPU)."""
         return rnn_transient(layer, input_shapes, output_bytes)
 

@@ -44,7 +44,7 @@ def _onednn_lstm(layer: Any, dtype: torch.dtype, packed: bool) -> bool:
     return dtype == torch.float32
 
 
-def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> int | None:
+def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
     """The transient of one call of ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` on the CPU (see
     ``TorchTraining.layer_transient``); None for other layers and devices."""
     gates = _GATES.get(str(getattr(layer, "mode", ""))) if isinstance(layer, torch.nn.RNNBase) else None
@@ -60,8 +60,11 @@ def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_byte
     h, s, dirs = layer.hidden_size, weight.element_size(), 2 if layer.bidirectional else 1
     if not _onednn_lstm(layer, weight.dtype, packed):
         # the recurrence runs step by step: the input projections of all steps of one layer and
-        # direction are computed at once and held until the steps end
-        return s * gates * steps * batch * h
+        # direction are computed at once and held until the steps end; bidirectional: the two
+        # directions' outputs are stacked apart before they are concatenated
+        forward = s * steps * batch * h * (gates + (2 if dirs == 2 else 0))
+        # the backward: the output gradients and one step's recurrent-weight gradient before it is summed
+        return forward, output_bytes + s * gates * h * h
     most = 0
     for lay in range(layer.num_layers):
         d_in = layer.input_size if lay == 0 else dirs * h
@@ -73,7 +76,7 @@ def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_byte
             + (steps * batch * h if lay == layer.num_layers - 1 or dirs == 2 else 0)  # the output gradient, copied
         )
         most = max(most, s * kernel)
-    return output_bytes + most
+    return 0, output_bytes + most
 
 
 class TorchTraining(Training):
@@ -174,7 +177,7 @@ class TorchTraining(Training):
         with torch.no_grad():
             torch._foreach_copy_(list(dsts), [s.detach() for s in srcs])
 
-    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> int | None:
+    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
         """Recurrent layers on the CPU (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``; T steps, batch N, hidden H,
         G gates: LSTM 4, GRU 3, RNN 1; item size s), measured under ``torch.profiler(profile_memory=True)``:
 
@@ -184,11 +187,15 @@ class TorchTraining(Training):
           + G.T.N.H (the gates' scratch) + 4.N.H (the states' gradients) + c(I).I.G.H + c(H).H.G.H
           (the weights reordered for the kernel; c(d) = 2 where d is a multiple of 256 or not of 16,
           else 1) + T.N.H (the output gradient, copied by the top layer and by bidirectional ones)];
-          the transient is the call's output gradients plus the largest of these;
+          the backward's transient is the call's output gradients plus the largest of these (the
+          forward's: 0, its workspace is saved);
         - otherwise (GRU, RNN, LSTM off oneDNN) the recurrence runs step by step: the forward
           computes the input projections of all steps of one layer and direction at once,
-          s x G.T.N.H, and holds them until the steps end (the backward gathers their gradients
-          while it frees the steps' saved tensors, which is no more);
+          s x G.T.N.H, and holds them until the steps end, + s x 2.T.N.H when bidirectional (the
+          two directions' outputs, stacked apart before they are concatenated); the backward
+          holds the output gradients and one step's recurrent-weight gradient, s x G.H.H, before
+          it is summed (it gathers the projections' gradients while it frees the steps' saved
+          tensors, no more);
         - None elsewhere (other layers; CUDA, where cuDNN's workspace is not modelled)."""
         return rnn_transient(layer, input_shapes, output_bytes)
 

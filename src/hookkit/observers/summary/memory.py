@@ -209,11 +209,12 @@ def measure_step(
     return {"peak_delta": int(peak), "how": how, "optimizer_state_bytes": int(state_bytes)}
 
 
-def largest_transient(be: Backend, named: list[tuple[str, Any]], rows: list[Any]) -> int:
-    """The most one layer call holds at once beyond the parameters' gradients and the saved
-    activations: for most layers the gradients of its outputs and inputs (alive together in its
-    backward, leaf calls only), for layers the framework runs a kernel of its own for (recurrent
-    layers) that kernel's own rule (``training.layer_transient``)."""
+def largest_transient(be: Backend, named: list[tuple[str, Any]], rows: list[Any], gradients: int) -> int:
+    """The most one layer call holds at once beyond the saved activations and the gradients: in its
+    backward, for most layers the gradients of its outputs and inputs (alive together; leaf calls
+    only), for layers the framework runs a kernel of its own for (recurrent layers) that kernel's
+    rule (``training.layer_transient``); in its forward, before any gradient exists, what the
+    rule says less ``gradients`` (the estimate counts them all)."""
     ops, layers = be.family("training"), dict(named)
     most = 0
     for r in rows:
@@ -221,7 +222,7 @@ def largest_transient(be: Backend, named: list[tuple[str, Any]], rows: list[Any]
             continue
         rule = ops.layer_transient(layers[r.name], r.input_shapes, r.output_bytes) if r.name in layers else None
         if rule is not None:
-            most = max(most, rule)
+            most = max(most, rule[1], rule[0] - gradients)
         elif r.leaf:
             most = max(most, r.input_bytes + r.output_bytes)
     return most
@@ -254,8 +255,8 @@ def training_estimate(
         "gradients": sum(be.numel(p) * be.itemsize(p) for p in params if be.requires_grad(p)),
         # the loss's saves too (``saved.outside``); the inputs are counted once, above
         "saved": sum(n for key, n in saved.sizes.items() if key not in input_keys),
-        "transient": largest_transient(be, named, result.all_rows),
     }
+    parts["transient"] = largest_transient(be, named, result.all_rows, parts["gradients"])
     measured = measure_step(be, model, [m for _, m in named], optimizer, args, kwargs, loss_fn)
     parts["optimizer_state"] = measured["optimizer_state_bytes"]
     estimate = sum(parts.values())

@@ -306,7 +306,7 @@ def training_lines(t: dict[str, Any]) -> list[str]:
         f"+ saved activations {mb(t.get('saved', 0))} + largest transient {mb(t.get('transient', 0))}",
         f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})",
         "  (largest transient: what one layer call holds at once beyond those, the gradients of its input and output, or "
-        "for recurrent layers the workspace of the kernel the framework runs for them; the estimate adds every part as "
+        "for recurrent layers what the kernel the framework runs for them allocates; the estimate adds every part as "
         "if all were alive at once, while in the step saved activations are freed as the backward reaches them and "
         "the allocator's temporaries come and go)",
     ]
