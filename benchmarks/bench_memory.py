@@ -13,6 +13,7 @@ batch-first 16 x 30 steps) and a GRU (2 x 256, 50 steps x 32), each with a linea
   Size" for the same model and input in the same table.
 
     PYTHONPATH=$PWD/src /work/bench-venv/bin/python benchmarks/bench_memory.py
+    PYTHONPATH=$PWD/src /work/bench-venv/bin/python benchmarks/bench_memory.py --more   # 14 more recurrent configurations
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ def independent_saved(model: nn.Module, kwargs: dict) -> int:
 class RNNNet(nn.Module):
     """A recurrent layer and a linear head on its output sequence."""
 
-    def __init__(self, cls: type = nn.LSTM, hidden: int = 256, **kw: object) -> None:
+    def __init__(self, cls: type = nn.LSTM, hidden: int = 256, inputs: int = 64, **kw: object) -> None:
         super().__init__()
-        self.lstm = cls(64, hidden, **kw)
+        self.lstm = cls(inputs, hidden, **kw)
         self.head = nn.Linear(hidden * (2 if kw.get("bidirectional") else 1), 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -94,20 +95,79 @@ def gru():
     return RNNNet(nn.GRU, num_layers=2), {"x": torch.randn(50, 32, 64)}
 
 
-def paddle_rnns() -> list[list[str]]:
+# --more: kind, steps, batch, input, hidden, layers, bidirectional, batch_first
+MORE = [
+    ("lstm", 50, 32, 64, 256, 1, False, False),
+    ("lstm", 20, 8, 32, 128, 1, False, True),
+    ("lstm", 30, 16, 100, 96, 3, False, True),
+    ("lstm", 10, 64, 300, 200, 1, False, False),
+    ("gru", 50, 32, 64, 256, 1, False, False),
+    ("gru", 20, 8, 32, 128, 1, False, False),
+    ("gru", 30, 16, 64, 128, 2, True, True),
+    ("gru", 100, 16, 32, 128, 1, False, False),
+    ("gru", 25, 32, 64, 512, 1, False, False),
+    ("gru", 50, 32, 64, 256, 1, True, False),
+    ("gru", 50, 32, 64, 256, 2, True, False),
+    ("gru", 20, 8, 32, 128, 2, True, True),
+    ("gru", 30, 16, 64, 128, 3, True, False),
+    ("gru", 40, 64, 128, 128, 1, False, True),
+]
+
+
+def _label(cfg: tuple) -> str:
+    kind, t, n, i, h, layers, bi, bf = cfg
+    return f"{kind.upper()} {layers}x{h} (input {i}), {t} steps x {n}" + (", bidirectional" if bi else "") + (", batch-first" if bf else "")
+
+
+def _torch_more(cfg: tuple) -> list[str]:
+    kind, t, n, i, h, layers, bi, bf = cfg
+    torch.manual_seed(0)
+    model = RNNNet(nn.LSTM if kind == "lstm" else nn.GRU, h, i, num_layers=layers, bidirectional=bi, batch_first=bf)
+    x = torch.randn((n, t, i) if bf else (t, n, i))
+    tr = hookkit.summary(model, input_data=[x], mode="train", optimizer=torch.optim.Adam(model.parameters())).training
+    return [
+        "PyTorch " + _label(cfg),
+        f"{tr['transient'] / 1e6:.2f}",
+        f"{tr['estimate'] / 1e6:.2f}",
+        f"{tr['measured'] / 1e6:.2f}",
+        _pct(tr["estimate"], tr["measured"]),
+    ]
+
+
+def _paddle_more(pnet: type, cfg: tuple) -> list[str]:
+    import paddle
+
+    kind, t, n, i, h, layers, bi, bf = cfg
+    paddle.seed(0)
+    model = pnet(paddle.nn.LSTM if kind == "lstm" else paddle.nn.GRU, h, layers, bi, time_major=not bf, inputs=i)
+    x = paddle.randn([n, t, i] if bf else [t, n, i])
+    opt = paddle.optimizer.Adam(parameters=model.parameters())
+    tr = hookkit.summary(model, input_data=[x], mode="train", optimizer=opt).training
+    return [
+        "Paddle " + _label(cfg),
+        f"{tr['transient'] / 1e6:.2f}",
+        f"{tr['estimate'] / 1e6:.2f}",
+        f"{tr['measured'] / 1e6:.2f}",
+        _pct(tr["estimate"], tr["measured"]),
+    ]
+
+
+def paddle_rnns(more: bool = False) -> list[list[str]]:
     """The same recurrent models on Paddle (its fused CPU ``rnn`` kernel; peak from its host allocator)."""
     import paddle
 
     class PNet(paddle.nn.Layer):
-        def __init__(self, cls: type, hidden: int, layers: int, bidirectional: bool, time_major: bool) -> None:
+        def __init__(self, cls: type, hidden: int, layers: int, bidirectional: bool, time_major: bool, inputs: int = 64) -> None:
             super().__init__()
             direction = "bidirect" if bidirectional else "forward"
-            self.rnn = cls(64, hidden, num_layers=layers, direction=direction, time_major=time_major)
+            self.rnn = cls(inputs, hidden, num_layers=layers, direction=direction, time_major=time_major)
             self.head = paddle.nn.Linear(hidden * (2 if bidirectional else 1), 10)
 
         def forward(self, x: paddle.Tensor) -> paddle.Tensor:
             return self.head(self.rnn(x)[0])
 
+    if more:
+        return [_paddle_more(PNet, cfg) for cfg in MORE]
     rows = []
     for name, cls, hidden, layers, bi, shape in (
         ("Paddle LSTM 2x256, 50 steps x 32", paddle.nn.LSTM, 256, 2, False, [50, 32, 64]),
@@ -148,6 +208,11 @@ def torchinfo_total(model: nn.Module, kwargs: dict) -> float:
 
 
 def main() -> None:
+    if "--more" in sys.argv:  # more recurrent configurations: the estimate against the measured peak
+        rows = [_torch_more(cfg) for cfg in MORE] + paddle_rnns(more=True)
+        print(machine())
+        print(table(rows, ["model (linear head, Adam)", "transient MB", "estimate MB", "measured peak MB", "estimate vs peak"]))
+        return
     rows = []
     for name, make in (
         ("CNN (SmallResNet-32, 32x3x32x32)", cnn),
