@@ -5,7 +5,8 @@
 1. ScoreCAM: the share of (image, channel) rows whose mask is all zero (they share one forward) on
    bench_cam's models with random weights, and on the ResNet-style and VGG-style CNNs trained on
    scikit-learn's digits (8 x 8 -> 32 x 32, 3 channels); the time with each of hookkit's two savings
-   switched off (every row run; rows channels-first) against pytorch-grad-cam's.
+   switched off (every row run; rows channels-first) against pytorch-grad-cam's; one forward with
+   channels-last vs channels-first inputs, also on 224 x 224 images and wider convolutions.
 2. AblationCAM on ViTs of 2, 4 and 8 blocks (layer: the last block's ``norm1``): the rows multiply at
    that block, so the blocks before it run once on the inputs; pytorch-grad-cam runs the whole model
    on every ablated row. The time of the part after the block's inputs bounds hookkit from below.
@@ -139,6 +140,40 @@ def scorecam_section(gc, repeats: int, steps: int) -> None:
         scorecam_row(gc, f"{name}, digits ({steps} steps, {acc:.0%} held out)", model, ln, layer, reshape, vit, xte[:8], repeats)
 
 
+def layout_section(repeats: int) -> None:
+    """One forward channels-first vs channels-last, beyond the 32 x 32 benchmark images."""
+
+    class WideVGG(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            conv, relu, pool = torch.nn.Conv2d, torch.nn.ReLU, torch.nn.MaxPool2d
+            self.f = torch.nn.Sequential(conv(3, 64, 3, padding=1), relu(), pool(2), conv(64, 128, 3, padding=1), relu(), pool(2),
+                                         conv(128, 256, 3, padding=1), relu(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+                                         torch.nn.Linear(256, 10))  # fmt: skip
+
+        def forward(self, x):
+            return self.f(x)
+
+    ms = B.models()
+    cases = [("ResNet-style", ms["ResNet-style"][0], 32, 16), ("ResNet-style", ms["ResNet-style"][0], 224, 8),
+             ("VGG-style", ms["VGG-style"][0], 32, 16), ("VGG, 64-128-256 channels", WideVGG().eval(), 112, 4),
+             ("ViT (tokens)", ms["ViT (tokens)"][0], 32, 16), ("Swin-style (NHWC)", ms["Swin-style (NHWC)"][0], 32, 16)]  # fmt: skip
+    print("\nOne forward, channels-last input / channels-first input (CPU time, median):")
+    print("\n| model | input | channels-last / channels-first |")
+    print("|---|---|---|")
+    for name, model, size, bs in cases:
+        x = torch.randn(bs, 3, size, size)
+        ts = {"cf": [], "cl": []}
+        with torch.no_grad():
+            for _ in range(repeats):
+                for fmt in ts:
+                    xx = x.contiguous(memory_format=torch.channels_last) if fmt == "cl" else x
+                    t0 = time.process_time()
+                    model(xx)
+                    ts[fmt].append(time.process_time() - t0)
+        print(f"| {name} | {bs} x 3 x {size} x {size} | {median_ms(ts['cl']) / median_ms(ts['cf']):.2f}x |", flush=True)
+
+
 # -- AblationCAM on deeper ViTs ------------------------------------------------------------------------
 def ablation_section(gc, repeats: int) -> None:
     print("\nAblationCAM on ViTs (layer: the last block's norm1), batch of 8: hookkit / pytorch-grad-cam, and the time of")
@@ -186,6 +221,7 @@ def main() -> int:
     torch.set_num_threads(1)
     gc = B.import_grad_cam()
     scorecam_section(gc, args.repeats, args.steps)
+    layout_section(args.repeats)
     ablation_section(gc, args.repeats)
     return 0
 
