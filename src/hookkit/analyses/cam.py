@@ -241,15 +241,14 @@ class _Layer:
             logits = logits_of(be, run.forward_masked(inputs))
             logits = m.reshape(logits, [len(rows), -1])
             width = logits.shape[1]
-            picks = []
-            for r, row in enumerate(rows):
-                if live[row]:
-                    at[row] = offset + len(picks)
-                    picks.append(r * width + classes[row // c])
-                else:  # the zero input: every sample's class
-                    at[~live] = offset + len(picks) + np.flatnonzero(~live) // c
-                    picks.extend(r * width + classes)
-            picked.append(m.index_select(m.reshape(logits, [-1]), 0, be.from_numpy(np.asarray(picks, np.int64), like=x)))
+            here = live[rows]
+            at[rows[here]] = offset + np.arange(here.sum())
+            parts = [np.flatnonzero(here) * width + classes[rows[here] // c]]
+            if not here.all():  # the zero input, the last row: every sample's class
+                at[dead] = offset + here.sum() + dead // c
+                parts.append((len(rows) - 1) * width + classes)
+            picks = np.concatenate(parts)
+            picked.append(m.index_select(m.reshape(logits, [-1]), 0, be.from_numpy(picks, like=x)))
             offset += len(picks)
         return m.reshape(m.index_select(m.cat(picked, 0), 0, be.from_numpy(at, like=x)), [n, c])
 
