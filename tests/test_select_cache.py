@@ -142,3 +142,17 @@ def test_steps_count_from_zero_again_after_the_last_context_closes(fw):
     assert [r.step for r in first.calls("blocks.0")] == [0, 1]
     assert [r.step for r in second.calls("blocks.0")] == [0]
     assert hookkit.core.router.forward_count(model) is None
+
+
+def test_a_removed_capture_is_freed_without_the_garbage_collector(fw):
+    model = _blocks_model(fw)
+    gc.collect()
+    gc.disable()
+    try:
+        with hookkit.capture(model, "blocks.*", grads=True) as cap:
+            model(fw.randn(2, 4))
+        ref = weakref.ref(cap)
+        del cap
+        assert ref() is None  # its records (the outputs it holds) go at once, not at the next collection
+    finally:
+        gc.enable()

@@ -140,7 +140,9 @@ def _check_inputs(r: Any, value: Any, name: str) -> Any:
 def _check_grad_inputs(r: Any, value: Any, name: str) -> Any:
     r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
     if len(r) != len(value):
-        raise InvalidArgument(f"a backward hook on layer {name!r} returned {len(r)} grad_inputs; the layer has {len(value)} positional inputs")
+        raise InvalidArgument(
+            f"a backward hook on layer {name!r} returned {len(r)} grad_inputs; the layer has {len(value)} positional inputs"
+        )
     return r
 
 

@@ -52,8 +52,14 @@ class HandleGroup(Handle):
     __slots__ = ("handles",)
 
     def __init__(self, handles: Iterable[Handle] = ()):
-        super().__init__(self._remove_all)
+        super().__init__(_active)  # not the bound method: a group holding itself would wait for the GC
         self.handles: list[Handle] = list(handles)
+
+    def remove(self) -> None:
+        """Remove every handle of the group, last placed first; later calls do nothing."""
+        if self._remove is not None:
+            self._remove = None
+            self._remove_all()
 
     def add(self, handle: _H) -> _H:
         """Adopt ``handle``; returns it."""
@@ -78,3 +84,7 @@ class HandleGroup(Handle):
 
     def __getitem__(self, i: int) -> Handle:
         return self.handles[i]
+
+
+def _active() -> None:
+    """What a ``HandleGroup`` holds until removed (its ``remove`` does the work)."""

@@ -28,6 +28,8 @@ class Placed(Handle):
         if target is not None:
             self._discard(target, *self._args)
         consumer = self._consumer
+        # a removed handle holds nothing: what the consumer kept (a capture's records) goes with its owner
+        self._discard = self._args = self._consumer = None  # type: ignore[assignment]
         clock = consumer.scope.clock
         users = clock.users
         users.discard(id(consumer))

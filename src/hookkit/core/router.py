@@ -94,7 +94,7 @@ class LayerHooks(GradPlumbing):
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
         self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
         if event == "forward" and self._native_post is not None:  # only what the dispatchers read changes
-            self._hot, self._stale = None, True
+            self._hot, self._stale, self._fwd, self._fwd_fns = None, True, (), ()
         else:
             self._sync_native(layer)
 
@@ -119,7 +119,8 @@ class LayerHooks(GradPlumbing):
         at the layer's next call: a context opened and closed before it pays nothing for that."""
         c = self.consumers
         root = self.root_clock is not None
-        self._hot, self._stale = None, True
+        # nothing derived keeps a removed consumer (and what it holds) alive until the next call
+        self._hot, self._stale, self._pre, self._fwd, self._fwd_fns, self._scopes = None, True, (), (), (), ()
         if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
         # a root's post-hook marks its forward finished (see Forward.hot)
@@ -306,7 +307,7 @@ def attach_each(
     named = [(name, layer) for name, layer, _, _ in entries]
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, entries, priority, partial(_attach_layer, backend, event))
+    return _attach_each(model, backend, entries, priority, None, event)
 
 
 def attach_params(
@@ -324,20 +325,24 @@ def attach_params(
     return _attach_each(model, backend, targets, priority, partial(param_consumer, backend))
 
 
-def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable) -> HandleGroup:
-    """One consumer per ``(name, target, fn, plain)``; ``place(target, consumer)`` gives ``(hooks,
-    object, add args, discard args)``. The root's clock starts with the first. All or nothing: an
-    error removes what was placed."""
+def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "") -> HandleGroup:
+    """One consumer per ``(name, target, fn, plain)``: on ``event`` of each layer (``place`` None),
+    or where ``place(target, consumer)`` says, ``(hooks, object, add args, discard args)``. The
+    root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
     root_hooks = _hooks_for(model, backend)
     root = (weakref.ref(model), root_hooks)
     group = HandleGroup()
-    placed, users, scope_of, ref = group.handles.append, clock.users.add, clock.scope, weakref.ref
+    placed, users, scope_of, ref, hooks_of = group.handles.append, clock.users.add, clock.scope, weakref.ref, _registry.get
     try:
         for name, target, fn, plain in entries:
             consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
             users(id(consumer))
-            hooks, obj, add_args, discard_args = place(target, consumer)
+            if place is None:  # a layer: its hooks, the event
+                hooks, obj = hooks_of(target) or _hooks_for(target, backend), target
+                add_args = discard_args = (event, consumer)
+            else:
+                hooks, obj, add_args, discard_args = place(target, consumer)
             placed(Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
                 root_hooks.root_clock = clock
@@ -347,11 +352,6 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
         group.remove()
         raise
     return group
-
-
-def _attach_layer(backend: Backend, event: str, layer: Any, consumer: Consumer) -> tuple:
-    args = (event, consumer)
-    return _hooks_for(layer, backend), layer, args, args
 
 
 def remove_all(model: Layer) -> int:

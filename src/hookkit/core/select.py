@@ -200,12 +200,15 @@ def _spec_key(layers: Any) -> Any:
 
 def _one_key(spec: Any) -> Any:
     if isinstance(spec, str):
-        if spec == WITH_PARAMS or (spec and not spec.startswith(":") and _glob_regex(spec).fullmatch("")):
-            return None
-        return spec
+        return spec if _str_kept(spec) else None
     if isinstance(spec, (type, re.Pattern)) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
         return spec
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _str_kept(spec: str) -> bool:
+    return not (spec == WITH_PARAMS or (spec and not spec.startswith(":") and _glob_regex(spec).fullmatch("")))
 
 
 def _resolve(model: Layer, layers: LayerSpec, backend: Any) -> Selection:

@@ -242,7 +242,6 @@ class capture(HandleGroup):
         )  # fmt: skip
         self._records: dict[str, list[Record]] = {}
         self._seq = count()  # numbers records in the order the calls happened, across layers
-        self.grads = _Grads(self)
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
             self._heads(model, layers, heads, head_layout)
             return
@@ -251,12 +250,22 @@ class capture(HandleGroup):
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
         self._records = {name: [] for name in self.names}
         try:
-            self.add(attach_each(model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER))
+            # the placements join this capture's own handles (one level to remove, not two)
+            self.handles += attach_each(
+                model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER
+            )
             if grads:
-                self.add(attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER))
+                self.handles += attach_each(
+                    model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER
+                )
         except BaseException:
             self.remove()
             raise
+
+    @property
+    def grads(self) -> _Grads:
+        """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
+        return _Grads(self)  # made per access: a capture holds no reference to itself
 
     def _heads(self, model: Any, layers: LayerSpec, heads: Any, head_layout: Any) -> None:
         from hookkit.interventions.heads import attach_capture

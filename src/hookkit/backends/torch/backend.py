@@ -33,6 +33,9 @@ class _JoinedIdentity(torch.autograd.Function):
         return (None, *(grads if new is None else new))
 
 
+_hookable_types: set[type] = set()  # layer classes known not to be ScriptModules
+
+
 class TorchBackend(TorchOps, Backend):
     name = "torch"
 
@@ -94,9 +97,15 @@ class TorchBackend(TorchOps, Backend):
 
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         # PyTorch refuses hooks on ScriptModules with a bare RuntimeError; say which layer and why
+        hookable = _hookable_types
+        if type(model) in hookable and all([type(m) in hookable for _, m in named]):  # the usual case: classes seen before
+            return
         script = torch.jit.ScriptModule
-        if isinstance(model, script) or any([isinstance(m, script) for _, m in named]):
-            scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, script)]
+        if len(hookable) > 4096:  # classes made in a loop: bounded
+            hookable.clear()
+        hookable.update(type(m) for m in (model, *[m for _, m in named]) if not isinstance(m, script))
+        scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, script)]
+        if scripted:
             name, layer = scripted[0]
             what = "the model" if name == "" else f"layer {name!r}"
             raise HookkitError(
