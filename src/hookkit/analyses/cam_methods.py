@@ -91,7 +91,9 @@ def _eigengradcam(p: Any) -> Any:
 
 # -- methods that run the model again (batched, under no_grad) -------------------------------------
 def _scorecam(p: Any) -> Any:
-    """Softmax over channels of the target score of the input masked by each upsampled, min-max scaled channel."""
+    """Softmax over channels of the target score of the input masked by each upsampled, min-max scaled channel.
+    With class targets, the rows whose mask is all zero (a channel that is zero everywhere after a ReLU, or
+    whose upsampled map is exactly constant) share one forward of the zero input (``_Layer.masked_scores``)."""
     m, a, x = p.m, p.acts, p.x
     n, c = a.shape[0], a.shape[1]
     mode = ("linear", "bilinear", "trilinear")[len(p.size) - 1]
@@ -99,6 +101,8 @@ def _scorecam(p: Any) -> Any:
     axes = spatial(up)
     lo, hi = m.amin(up, axes, keepdim=True), m.amax(up, axes, keepdim=True)
     up = (up - lo) / (hi - lo + 1e-8)
+    if p.run.classes is not None:
+        return m.softmax(p.masked_scores(up), -1)
     xs = m.reshape(x, [n, 1, *x.shape[1:]])
     scores = []
     for start in range(0, c, p.chunk):

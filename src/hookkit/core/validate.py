@@ -23,10 +23,10 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from hookkit.core.errors import HookkitError
+from hookkit.core.errors import HookkitError, UnsupportedModel
 from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file  # noqa: F401 (also importable from here)
 from hookkit.core.guards import SkippedOutputWarning, output_guard, real_values, warn_skip  # noqa: F401 (also importable from here)
-from hookkit.core.registry import framework_of  # the registered framework of an object, importing nothing
+from hookkit.core.registry import backend_for, framework_of, registered_backends  # framework_of imports nothing
 
 __all__ = [
     "MAX_JSON_BYTES",
@@ -235,9 +235,6 @@ def check_length(value: Any, n: int, *, fn: str, arg: str, what: str) -> Any:
 
 def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
-    from hookkit.core.errors import UnsupportedModel
-    from hookkit.core.registry import backend_for, registered_backends
-
     try:
         be = backend_for(model)
     except UnsupportedModel:

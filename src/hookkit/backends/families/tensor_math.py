@@ -135,3 +135,9 @@ class TensorMath:
         """Seed the framework's global random generator (what ``randn_like`` draws from): the same
         seed gives the same noise (smoothgrad), as the framework's own ``manual_seed`` does."""
         raise _missing("seed")
+
+    def conv_layout(self, t: Any) -> Any:
+        """``t`` (the same values and shape) in the memory layout the framework's convolutions run fastest
+        on, on ``t``'s device (torch on the CPU: 4-D tensors channels-last); else ``t`` itself. A model may
+        refuse it (a ``view`` that needs contiguous rows): callers retry with ``t``."""
+        raise _missing("conv_layout")

@@ -110,5 +110,8 @@ class PaddleTensorMath(TensorMath):
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
 
+    def conv_layout(self, t: Any) -> Any:
+        return t  # a Paddle layer's data_format fixes its layout
+
 
 OPS = PaddleTensorMath()

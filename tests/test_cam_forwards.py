@@ -1,0 +1,217 @@
+"""ScoreCAM's and AblationCAM's many forwards, on both frameworks: each shortcut gives the maps of the
+plain path. AblationCAM's rows multiply at the smallest enclosing layer that passes them on (a ViT-style
+block whose skip connection starts before the layer), and the inputs are copied where a skip connection
+crosses every enclosing layer (U-Net-style); ScoreCAM's all-zero masks share one forward; torch models
+on the CPU get ScoreCAM's rows channels-last, unless they refuse them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hookkit
+from test_cam import TOL, images, reference
+
+
+def transpose(fw, t, dims):
+    return t.permute(*dims) if fw.name == "torch" else t.transpose(list(dims))
+
+
+def concat(fw, ts, axis):
+    return fw.lib.cat(ts, axis) if fw.name == "torch" else fw.lib.concat(ts, axis)
+
+
+def vit_model(fw):
+    """2 x 2 patches of 8 x 8 images (a 4 x 4 grid) and a class token, two pre-norm blocks (attention and
+    an MLP, each with its skip connection), the head on the class token."""
+
+    class Block(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.norm1, self.norm2 = fw.nn.LayerNorm(8), fw.nn.LayerNorm(8)
+            self.q, self.k, self.v = fw.linear(8, 8), fw.linear(8, 8), fw.linear(8, 8)
+            self.mlp = fw.sequential(fw.linear(8, 16), fw.nn.GELU(), fw.linear(16, 8))
+
+        def forward(self, x):
+            h = self.norm1(x)
+            att = fw.F.softmax(self.q(h) @ transpose(fw, self.k(h), (0, 2, 1)) / 8**0.5, -1)
+            x = x + att @ self.v(h)
+            return x + self.mlp(self.norm2(x))
+
+    class ViT(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.embed = fw.conv2d(2, 8, 2, stride=2)
+            self.cls = fw.linear(1, 8)  # the class token: cls(1)
+            self.blocks = fw.sequential(Block(), Block())
+            self.head = fw.linear(8, 3)
+
+        def forward(self, x):
+            t = transpose(fw, self.embed(x).flatten(2), (0, 2, 1))  # [N, 16, 8]
+            one = x[:, :1, :1, :1].flatten(1) * 0 + 1  # [N, 1]
+            t = concat(fw, [self.cls(one).unsqueeze(1), t], 1)  # [N, 17, 8]
+            return self.head(self.blocks(t)[:, 0])
+
+    fw.seed(11)
+    model = ViT()
+    model.eval()
+    return model
+
+
+def unet_model(fw):
+    """An encoder's first feature map skips across ``enc2`` to the decoder (concatenated): no layer
+    enclosing ``enc2.0`` but the model passes multiplied rows on."""
+
+    class UNet(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.enc1 = fw.conv2d(2, 4, 3, padding=1)
+            self.enc2 = fw.sequential(fw.conv2d(4, 4, 3, padding=1), fw.nn.ReLU())
+            self.dec = fw.conv2d(8, 4, 3, padding=1)
+            self.fc = fw.linear(4, 3)
+
+        def forward(self, x):
+            e1 = fw.F.relu(self.enc1(x))
+            d = fw.F.relu(self.dec(concat(fw, [self.enc2(e1), e1], 1)))
+            return self.fc(d.flatten(2).mean(-1))
+
+    fw.seed(12)
+    model = UNet()
+    model.eval()
+    return model
+
+
+def rows_seen(model, names):
+    """Record the number of rows each named layer's output has at each call."""
+    seen = {n: [] for n in names}
+    handles = [hookkit.on_forward(model, n, lambda layer, args, out, n=n: seen[n].append(out.shape[0])) for n in names]
+    return seen, handles
+
+
+@pytest.mark.parametrize("n", [3, 1])
+def test_ablation_rows_multiply_at_the_enclosing_block(fw, n):
+    """The layer's own output cannot take the rows (the block's skip connection has N): the rows multiply at
+    the block's inputs, the patch embedding and the first block run on the N inputs only; the maps are
+    those of one channel per forward (nothing multiplies)."""
+    model, x = vit_model(fw), fw.tensor(images(n=n, seed=4))
+    one_by_one = hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=2, batch_size=n)
+    seen, handles = rows_seen(model, ["embed", "blocks.0", "blocks.1"])
+    maps = hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=2, batch_size=8 * n)
+    for h in handles:
+        h.remove()
+    np.testing.assert_allclose(maps, one_by_one, atol=1e-6)
+    assert set(seen["embed"]) == set(seen["blocks.0"]) == {n}
+    assert seen["blocks.1"] == [n, 2 * n, 6 * n]  # the first forward, 2 channels (trying levels), the 6 others
+    assert hookkit.remove_all(model) == 0
+
+
+def test_ablation_copies_the_inputs_when_a_skip_crosses_every_enclosing_layer(fw):
+    model, x = unet_model(fw), fw.tensor(images(n=3, seed=5))
+    one_by_one = hookkit.cam(model, "enc2.0", x, "ablationcam", target=[0, 1, 2], batch_size=3)
+    seen, handles = rows_seen(model, ["enc1"])
+    maps = hookkit.cam(model, "enc2.0", x, "ablationcam", target=[0, 1, 2], batch_size=12)
+    for h in handles:
+        h.remove()
+    np.testing.assert_allclose(maps, one_by_one, atol=1e-6)
+    # the first forward, the two levels tried (enc2.0's output, enc2's inputs) on 2 channels, then copies of the
+    # inputs: 2 channels, the 2 others
+    assert seen["enc1"] == [3, 3, 3, 6, 6]
+    assert hookkit.remove_all(model) == 0
+
+
+def test_ablation_level_is_kept_over_the_batches_of_a_stream(fw, tmp_path):
+    model = vit_model(fw)
+    batches = [fw.tensor(images(n=2, seed=s)) for s in (1, 2)]
+    feats = hookkit.cam(model, "blocks.1.norm1", batches, "ablationcam", target=1, out=tmp_path / "cams")
+    for i, b in enumerate(batches):
+        expected = hookkit.cam(model, "blocks.1.norm1", b, "ablationcam", target=1, batch_size=2)
+        np.testing.assert_allclose(feats["cam"][2 * i : 2 * i + 2], expected, atol=1e-6)
+
+
+def relu_cnn(fw, per_input: bool):
+    """A CNN whose layer ``act`` (the ReLU after conv2) has channels 1 and 4 at zero for every input (weights
+    zeroed, bias negative), or, with ``per_input``, channels at zero for some inputs only (negative biases).
+    (A channel constant at another value is no dead channel: its upsampled map varies by the interpolation's
+    rounding, and the min-max scaling turns that into a mask, as pytorch-grad-cam computes it too.)"""
+
+    class ReluCNN(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = fw.conv2d(2, 4, 3, padding=1)
+            self.conv2 = fw.conv2d(4, 6, 3, stride=2, padding=1)
+            self.act = fw.nn.ReLU()
+            self.fc = fw.linear(6, 3)
+
+        def trunk(self, x):
+            return self.act(self.conv2(fw.F.relu(self.conv1(x))))
+
+        def head(self, a):
+            return self.fc(a.flatten(2).mean(-1))
+
+        def forward(self, x):
+            return self.head(self.trunk(x))
+
+    fw.seed(13)
+    model = ReluCNN()
+    model.eval()
+    w, b = fw.numpy(model.conv2.weight).copy(), fw.numpy(model.conv2.bias).copy()
+    if per_input:  # each channel but 0 all-zero for the 2 inputs whose largest value before the bias is lowest
+        z = fw.numpy(model.conv2(fw.F.relu(model.conv1(fw.tensor(DEAD_INPUTS))))) - b[None, :, None, None]
+        top = np.sort(z.reshape(len(z), 6, -1).max(-1), 0)  # [N, C], ascending over the inputs
+        b[1:] = -(top[1, 1:] + top[2, 1:]) / 2
+    else:
+        w[[1, 4]], b[[1, 4]] = 0, -1
+    set_values(fw, model.conv2, w, b)
+    return model
+
+
+def set_values(fw, layer, weight, bias):
+    for p, v in ((layer.weight, weight), (layer.bias, bias)):
+        p.set_value(v) if fw.name == "paddle" else p.data.copy_(fw.lib.tensor(v))
+
+
+DEAD_INPUTS = images(n=4, seed=6)
+
+
+@pytest.mark.parametrize("per_input", [False, True])
+def test_scorecam_dead_channels_share_one_forward(fw, per_input):
+    """Rows whose mask is all zero (a channel at zero over the whole input) all run as one zero input: the maps
+    are the paper's (every row run, by hand) and the callable target's (every row run by hookkit)."""
+    model = relu_cnn(fw, per_input)
+    x = DEAD_INPUTS
+    classes = [0, 2, 1, 2]
+    flat = fw.numpy(model.trunk(fw.tensor(x))).reshape(4, 6, -1)
+    dead = flat.max(-1) == 0  # [N, C]: zero everywhere (a ReLU's output)
+    if per_input:
+        assert dead.sum(0).tolist() == [0, 2, 2, 2, 2, 2]  # dead for some inputs only
+    else:
+        assert dead[:, [1, 4]].all()  # and others the ReLU leaves at zero
+    seen, handles = rows_seen(model, ["conv1"])
+    maps = hookkit.cam(model, "act", fw.tensor(x), "scorecam", target=classes, batch_size=8)
+    for h in handles:
+        h.remove()
+    np.testing.assert_allclose(maps, reference(fw, model, "scorecam", x, classes), atol=TOL)
+    assert sum(seen["conv1"]) == 4 + (24 - dead.sum()) + 1  # the first forward, the live rows, one zero input
+    by_callable = hookkit.cam(
+        model, "act", fw.tensor(x), "scorecam", target=lambda out: out[fw.lib.arange(4), fw.tensor(classes, dtype="int64")]
+    )
+    np.testing.assert_allclose(maps, by_callable, atol=1e-6)
+
+
+def test_scorecam_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torch_fw):
+    fw = torch_fw
+    model, x, classes = relu_cnn(fw, False), DEAD_INPUTS, [0, 2, 1, 2]
+    expected = reference(fw, model, "scorecam", x, classes)
+    for refuses in (False, True):
+        if refuses:  # a view of the features as rows needs them channels-first
+            model.head = lambda a: model.fc(a.view(len(a), -1).reshape(len(a), 6, -1).mean(-1))
+        layouts = []
+        h = hookkit.on_forward_pre(
+            model, "conv1", lambda layer, args, seen=layouts: seen.append(args[0].is_contiguous(memory_format=fw.lib.channels_last))
+        )
+        maps = hookkit.cam(model, "act", fw.tensor(x), "scorecam", target=classes, batch_size=8)
+        h.remove()
+        np.testing.assert_allclose(maps, expected, atol=TOL)
+        # the first forward as given; the masked rows channels-last (once, when refused, then as given)
+        assert layouts == ([False, True, False, False] if refuses else [False, True, True])
+    assert hookkit.remove_all(model) == 0
