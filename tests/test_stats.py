@@ -267,6 +267,25 @@ def test_hot_path_runs_on_meta_tensors(torch_fw):
         torch.ones(1, device="meta").item()  # what a host read in the hot path would have done
 
 
+def test_rows_waiting_for_the_cross_rank_merge_keep_their_histograms(fw):
+    """A layer with histograms that records nothing between two reads drains an empty block that
+    still has its [0, bins] histograms: what waits for the cross-rank merge keeps its counts."""
+    from hookkit.observers.stats.series import ACTIVATION
+    from hookkit.observers.stats.slots import Pending, Slot
+
+    layer = fw.linear(3, 4)
+    slot = Slot(ACTIVATION, 5, Pending(hookkit.backends.backend_for(layer), 5))
+    assert slot.pending.drain().hist.shape == (0, 5)  # nothing recorded: still [0, bins]
+    be = hookkit.backends.backend_for(layer)
+    row, hist = be.activation_sums_hist(fw.randn(2, 4), 0.05, 5, -2, 2)  # the framework-ops route's record
+    slot.pending.add(row, 0, 0, 8, hist)
+    slot.waiting = slot.pending.drain()
+    slot.waiting = slot.waiting.concat(slot.pending.drain())  # a read with no new records
+    sent = slot.take_waiting()
+    assert sent.hist is not None and sent.hist.shape == (1, 5) and slot.waiting is None
+    assert slot.take_waiting().hist.shape == (0, 5)
+
+
 def test_long_runs_keep_bounded_memory_with_exact_merges(fw, monkeypatch):
     """Past LIMIT rows a layer's oldest rows are merged pairwise: memory stays bounded, the last
     LIMIT // 2 records stay one row each, and a merged row holds the exact statistics of all the

@@ -90,9 +90,9 @@ def backend_named(name: str) -> Backend:
     """
     reg = _registry.get(name)
     if reg is None:
-        from hookkit.core.validate import check_choice  # validate imports this module
+        from hookkit.core.validate import fail  # imported here: validate imports this module
 
-        check_choice(name, tuple(_registry), fn="backend_named", arg="name")
+        fail("backend_named", "name", "one of " + ", ".join(map(repr, _registry)), name)
     if importlib.util.find_spec(reg.module.partition(".")[0]) is None:
         raise ImportError(f"{reg.module} is not installed (pip install {reg.package})")
     importlib.import_module(reg.module)

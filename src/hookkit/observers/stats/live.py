@@ -131,9 +131,9 @@ class _Recorder(HandleGroup):
             self._local_cache = None
         if collective and syncing and any(slot.waiting is not None for slot in slots):
             kinds = [slot.local.kind for slot in slots]
-            gathered = gather_blocks(self._backend, kinds, [slot.waiting for slot in slots], max(slot.local.bins for slot in slots))
+            sent = [slot.take_waiting() for slot in slots]
+            gathered = gather_blocks(self._backend, kinds, sent, max(slot.local.bins for slot in slots))
             for slot, block in zip(slots, gathered):
-                slot.waiting = None
                 if slot.merged is None:
                     slot.merged = Rows(slot.local.kind, slot.local.bins)
                 extend(slot.merged, block)
@@ -363,7 +363,7 @@ class GradientStats(_Recorder, GradientData):
             if not record(step):
                 return
             # the parameter's index, and which backward (param_grad events always carry param_name)
-            i = index[ev.param_name] + BACKWARD * backward(step)  # type: ignore[index]
+            i = index[ev.param_name] + BACKWARD * backward(step)
             seen = last.grad is not None and last.grad() is grad  # the same gradient, seen by another layer
             if seen and last.host_row is not None:
                 k = host.slot()
@@ -459,8 +459,8 @@ class _GradientLayer:
     __slots__ = ("output", "params", "param_index", "param_refs", "param_sharded")
 
     def __init__(self, backend: Any, layer: Any):
-        self.output = Slot(GRADIENT, pending=Pending(backend))
-        self.params = Slot(GRADIENT, pending=Pending(backend))
+        self.output = Slot(GRADIENT, 0, Pending(backend))
+        self.params = Slot(GRADIENT, 0, Pending(backend))
         params = [(pn, p) for pn, p in backend.named_parameters(layer, recurse=False) if backend.requires_grad(p)]
         self.param_index = {pn: i for i, (pn, _) in enumerate(params)}
         self.param_refs = [weakref.ref(p) for _, p in params]  # weak: the statistics keep no weights alive
@@ -503,5 +503,5 @@ def _per_step(steps: np.ndarray, backwards: np.ndarray, state: np.ndarray) -> Bl
         step, key = steps[starts], key[starts]
     else:
         ones = np.ones(len(steps), np.int64)
-        step, key, _, merged, _ = merge_block(GRADIENT, (steps, key, ones, state, None))
+        step, key, _, merged, _ = merge_block(GRADIENT, Block(steps, key, ones, state, None))
     return Block(step, key, np.ones(len(step), np.int64), merged, None)

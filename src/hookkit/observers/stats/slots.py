@@ -106,13 +106,14 @@ class Pending:
 
 
 class Slot:
-    """One series being recorded: ``pending`` records (None where the recorder keeps one ``Pending``
-    for several series), ``local`` rows read on this rank, ``merged`` rows of every rank (after a
-    distributed read) and ``waiting``: this rank's rows not yet merged with the other ranks'."""
+    """One series being recorded: its ``pending`` records (a ``Pending`` several series may share
+    where one device op records them together), ``local`` rows read on this rank, ``merged`` rows of
+    every rank (after a distributed read) and ``waiting``: this rank's rows not yet merged with the
+    other ranks'."""
 
     __slots__ = ("pending", "local", "merged", "waiting")
 
-    def __init__(self, kind: Kind, bins: int = 0, pending: Pending | None = None):
+    def __init__(self, kind: Kind, bins: int, pending: Pending):
         self.pending = pending
         self.local = Rows(kind, bins)
         self.merged: Rows | None = None
@@ -121,6 +122,13 @@ class Slot:
     def rows(self, merged: bool) -> Rows:
         """The rows to read: every rank's (``merged``) or this rank's."""
         return self.merged if merged and self.merged is not None else self.local
+
+    def take_waiting(self) -> Block:
+        """This rank's rows waiting for the cross-rank merge (an empty block when there are none);
+        nothing waits afterwards."""
+        block = self.waiting if self.waiting is not None else Block.empty(self.local.kind.width, self.local.bins)
+        self.waiting = None
+        return block
 
     def clear(self) -> None:
         """Forget the rows read (this rank's, the merged ones, what waits to be merged); the

@@ -174,9 +174,9 @@ class WeightStats(_Recorder, WeightData):
         self._count = 0
         # one slot per parameter, by name; their records wait together in one Pending (one row
         # block per step for all parameters: its "call" is the parameter's index)
-        self._params = {name: Slot(WEIGHT, bins if hist else 0) for name, _ in params}
-        self._slots = list(self._params.values())
         self._pending = Pending(be, bins if hist else 0, width=5)
+        self._params = {name: Slot(WEIGHT, bins if hist else 0, self._pending) for name, _ in params}
+        self._slots = list(self._params.values())
         # the CPU route: the C kernel reads each parameter once for [n, mean, m2] (+ histogram) and
         # once for max |w|; the framework's ops add the update norms
         self._cpu = kernels is not None and be.host_routes and all(be.host_values(self._ops.local(p)) is not None for _, p in params)
