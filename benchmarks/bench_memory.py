@@ -1,7 +1,9 @@
 """Saved-for-backward bytes and the training-memory estimate of ``hookkit.summary(mode="train")``.
 
 For a CNN (SmallResNet-32, batch 32 of 3x32x32), a GPT-2-style model (4 layers x 128, batch 4 x 64
-tokens, its own LM loss) and an LSTM (2 x 256, 50 steps x batch 32, linear head), each with Adam:
+tokens, its own LM loss), two LSTMs (2 x 256, 50 steps x batch 32; 2 x 128 bidirectional,
+batch-first 16 x 30 steps) and a GRU (2 x 256, 50 steps x 32), each with a linear head and Adam
+(the recurrent ones on Paddle too: estimate and measured peak only):
 
 - saved bytes: hookkit's total against an independent count (the same saved-tensor hooks around
   one forward, storages deduplicated by hand, parameters left out): must be equal;
@@ -11,6 +13,7 @@ tokens, its own LM loss) and an LSTM (2 x 256, 50 steps x batch 32, linear head)
   Size" for the same model and input in the same table.
 
     PYTHONPATH=$PWD/src /work/bench-venv/bin/python benchmarks/bench_memory.py
+    PYTHONPATH=$PWD/src /work/bench-venv/bin/python benchmarks/bench_memory.py --more   # 14 more recurrent configurations
 """
 
 from __future__ import annotations
@@ -48,11 +51,13 @@ def independent_saved(model: nn.Module, kwargs: dict) -> int:
     return sum(sizes.values())
 
 
-class LSTMNet(nn.Module):
-    def __init__(self) -> None:
+class RNNNet(nn.Module):
+    """A recurrent layer and a linear head on its output sequence."""
+
+    def __init__(self, cls: type = nn.LSTM, hidden: int = 256, inputs: int = 64, **kw: object) -> None:
         super().__init__()
-        self.lstm = nn.LSTM(64, 256, num_layers=2)
-        self.head = nn.Linear(256, 10)
+        self.lstm = cls(inputs, hidden, **kw)
+        self.head = nn.Linear(hidden * (2 if kw.get("bidirectional") else 1), 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x)
@@ -77,7 +82,122 @@ def gpt2():
 
 def lstm():
     torch.manual_seed(0)
-    return LSTMNet(), {"x": torch.randn(50, 32, 64)}
+    return RNNNet(num_layers=2), {"x": torch.randn(50, 32, 64)}
+
+
+def lstm_bi():
+    torch.manual_seed(0)
+    return RNNNet(hidden=128, num_layers=2, bidirectional=True, batch_first=True), {"x": torch.randn(16, 30, 64)}
+
+
+def gru():
+    torch.manual_seed(0)
+    return RNNNet(nn.GRU, num_layers=2), {"x": torch.randn(50, 32, 64)}
+
+
+# --more: kind, steps, batch, input, hidden, layers, bidirectional, batch_first
+MORE = [
+    ("lstm", 50, 32, 64, 256, 1, False, False),
+    ("lstm", 20, 8, 32, 128, 1, False, True),
+    ("lstm", 30, 16, 100, 96, 3, False, True),
+    ("lstm", 10, 64, 300, 200, 1, False, False),
+    ("gru", 50, 32, 64, 256, 1, False, False),
+    ("gru", 20, 8, 32, 128, 1, False, False),
+    ("gru", 30, 16, 64, 128, 2, True, True),
+    ("gru", 100, 16, 32, 128, 1, False, False),
+    ("gru", 25, 32, 64, 512, 1, False, False),
+    ("gru", 50, 32, 64, 256, 1, True, False),
+    ("gru", 50, 32, 64, 256, 2, True, False),
+    ("gru", 20, 8, 32, 128, 2, True, True),
+    ("gru", 30, 16, 64, 128, 3, True, False),
+    ("gru", 40, 64, 128, 128, 1, False, True),
+]
+
+
+def _label(cfg: tuple) -> str:
+    kind, t, n, i, h, layers, bi, bf = cfg
+    return f"{kind.upper()} {layers}x{h} (input {i}), {t} steps x {n}" + (", bidirectional" if bi else "") + (", batch-first" if bf else "")
+
+
+def _torch_more(cfg: tuple) -> list[str]:
+    kind, t, n, i, h, layers, bi, bf = cfg
+    torch.manual_seed(0)
+    model = RNNNet(nn.LSTM if kind == "lstm" else nn.GRU, h, i, num_layers=layers, bidirectional=bi, batch_first=bf)
+    x = torch.randn((n, t, i) if bf else (t, n, i))
+    tr = hookkit.summary(model, input_data=[x], mode="train", optimizer=torch.optim.Adam(model.parameters())).training
+    return [
+        "PyTorch " + _label(cfg),
+        f"{tr['transient'] / 1e6:.2f}",
+        f"{tr['estimate'] / 1e6:.2f}",
+        f"{tr['measured'] / 1e6:.2f}",
+        _pct(tr["estimate"], tr["measured"]),
+    ]
+
+
+def _paddle_more(pnet: type, cfg: tuple) -> list[str]:
+    import paddle
+
+    kind, t, n, i, h, layers, bi, bf = cfg
+    paddle.seed(0)
+    model = pnet(paddle.nn.LSTM if kind == "lstm" else paddle.nn.GRU, h, layers, bi, time_major=not bf, inputs=i)
+    x = paddle.randn([n, t, i] if bf else [t, n, i])
+    opt = paddle.optimizer.Adam(parameters=model.parameters())
+    tr = hookkit.summary(model, input_data=[x], mode="train", optimizer=opt).training
+    return [
+        "Paddle " + _label(cfg),
+        f"{tr['transient'] / 1e6:.2f}",
+        f"{tr['estimate'] / 1e6:.2f}",
+        f"{tr['measured'] / 1e6:.2f}",
+        _pct(tr["estimate"], tr["measured"]),
+    ]
+
+
+def paddle_rnns(more: bool = False) -> list[list[str]]:
+    """The same recurrent models on Paddle (its fused CPU ``rnn`` kernel; peak from its host allocator)."""
+    import paddle
+
+    class PNet(paddle.nn.Layer):
+        def __init__(self, cls: type, hidden: int, layers: int, bidirectional: bool, time_major: bool, inputs: int = 64) -> None:
+            super().__init__()
+            direction = "bidirect" if bidirectional else "forward"
+            self.rnn = cls(inputs, hidden, num_layers=layers, direction=direction, time_major=time_major)
+            self.head = paddle.nn.Linear(hidden * (2 if bidirectional else 1), 10)
+
+        def forward(self, x: paddle.Tensor) -> paddle.Tensor:
+            return self.head(self.rnn(x)[0])
+
+    if more:
+        return [_paddle_more(PNet, cfg) for cfg in MORE]
+    rows = []
+    for name, cls, hidden, layers, bi, shape in (
+        ("Paddle LSTM 2x256, 50 steps x 32", paddle.nn.LSTM, 256, 2, False, [50, 32, 64]),
+        ("Paddle LSTM 2x128 bidirectional, batch-first 16 x 30 steps", paddle.nn.LSTM, 128, 2, True, [16, 30, 64]),
+        ("Paddle GRU 2x256, 50 steps x 32", paddle.nn.GRU, 256, 2, False, [50, 32, 64]),
+    ):
+        paddle.seed(0)
+        model = PNet(cls, hidden, layers, bi, time_major=not bi)
+        x = paddle.randn(shape)
+        opt = paddle.optimizer.Adam(parameters=model.parameters())
+        t = hookkit.summary(model, input_data=[x], mode="train", optimizer=opt).training
+        rows.append(
+            [
+                name,
+                "--",
+                "--",
+                "--",
+                f"{t['estimate'] / 1e6:.2f}",
+                f"{t['measured'] / 1e6:.2f}",
+                _pct(t["estimate"], t["measured"]),
+                "--",
+                "--",
+            ]
+        )
+        print(name, t, flush=True)
+    return rows
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a - b) / b:+.1f}%"
 
 
 def torchinfo_total(model: nn.Module, kwargs: dict) -> float:
@@ -88,8 +208,19 @@ def torchinfo_total(model: nn.Module, kwargs: dict) -> float:
 
 
 def main() -> None:
+    if "--more" in sys.argv:  # more recurrent configurations: the estimate against the measured peak
+        rows = [_torch_more(cfg) for cfg in MORE] + paddle_rnns(more=True)
+        print(machine())
+        print(table(rows, ["model (linear head, Adam)", "transient MB", "estimate MB", "measured peak MB", "estimate vs peak"]))
+        return
     rows = []
-    for name, make in (("CNN (SmallResNet-32, 32x3x32x32)", cnn), ("GPT-2 4x128, 4x64 tokens", gpt2), ("LSTM 2x256, 50x32", lstm)):
+    for name, make in (
+        ("CNN (SmallResNet-32, 32x3x32x32)", cnn),
+        ("GPT-2 4x128, 4x64 tokens", gpt2),
+        ("LSTM 2x256, 50 steps x 32", lstm),
+        ("LSTM 2x128 bidirectional, batch-first 16 x 30 steps", lstm_bi),
+        ("GRU 2x256, 50 steps x 32", gru),
+    ):
         model, kwargs = make()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
         s = hookkit.summary(model, input_data=kwargs, mode="train", optimizer=opt)
@@ -105,12 +236,13 @@ def main() -> None:
                 "yes" if saved_only == indep else "NO",
                 f"{t['estimate'] / 1e6:.2f}",
                 f"{t['measured'] / 1e6:.2f}",
-                f"{100 * (t['estimate'] - t['measured']) / t['measured']:+.1f}%",
+                _pct(t["estimate"], t["measured"]),
                 f"{ti / 1e6:.2f}",
-                f"{100 * (ti - t['measured']) / t['measured']:+.1f}%",
+                _pct(ti, t["measured"]),
             ]
         )
         print(name, {k: v for k, v in t.items()}, flush=True)
+    rows += paddle_rnns()
     header = [
         "model",
         "saved MB (hookkit)",

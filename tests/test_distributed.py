@@ -105,7 +105,7 @@ def test_cross_rank_merge_is_exact_for_uneven_ranks():
     collective: rows of the same (step, call) merge into the statistics of all values together,
     rows that only some ranks recorded are kept, and ranks may hold different numbers of rows."""
     from hookkit.observers.stats.reduce import gather_blocks
-    from hookkit.observers.stats.series import ACTIVATION
+    from hookkit.observers.stats.series import ACTIVATION, Block
 
     rng = np.random.default_rng(0)
     values = {(r, s): rng.standard_normal(5 + 3 * r + s) * (1 + s) + r for r in (0, 1) for s in range(3)}
@@ -116,7 +116,7 @@ def test_cross_rank_merge_is_exact_for_uneven_ranks():
         state = np.array([[len(v), v.mean(), ((v - v.mean()) ** 2).sum(), (v <= 0.05).sum()] for v in (values[rank, s] for s in keys)])
         hist = np.array([np.histogram(values[rank, s], 4, (-2, 2))[0] for s in keys], dtype=np.float64)
         z = np.zeros(len(keys), np.int64)
-        return np.array(keys), z, z + 1, state, hist
+        return Block(np.array(keys), z, z + 1, state, hist)
 
     class Collective:
         """Stands in for the process group: keeps what this rank sends, returns every rank's rows."""

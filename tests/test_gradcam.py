@@ -188,9 +188,11 @@ def test_feature_maps_grid(fw):
     shared = hookkit.viz.feature_maps(fw.numpy(cap["conv1"]), scale="shared", colorbar=False)
     first = fw.numpy(cap["conv1"])[0]
     assert len(shared.axes) == 1 and shared.axes[0].images[0].get_clim() == pytest.approx((first.min(), first.max()))
-    with pytest.raises(ValueError, match="pass layer= one of conv1, conv2"):
+    with pytest.raises(
+        ValueError, match=r"feature_maps\(\): layer must be one of the captured layers conv1, conv2 \(the capture holds 2\); got None"
+    ):
         hookkit.viz.feature_maps(cap)
-    with pytest.raises(ValueError, match="'channel' or 'shared'"):
+    with pytest.raises(ValueError, match=r"feature_maps\(\): scale must be one of 'channel', 'shared'; got 'global'"):
         hookkit.viz.feature_maps(cap, "conv1", scale="global")
     import matplotlib.pyplot as plt
 
@@ -204,7 +206,9 @@ def test_gradcam_overlay_titles(fw):
     titles = [ax.get_title() for ax in fig.axes[:3]]
     assert titles == ["pred 0 / true 0", "pred 1 / true 1", "pred 3 / true 2"]
     assert fig.axes[2].title.get_color() == "crimson"
-    with pytest.raises(ValueError, match="3 images but 2 heatmaps"):
+    with pytest.raises(
+        ValueError, match=r"gradcam_overlay\(\): cams must be one heatmap per image \(3\); got numpy ndarray of shape \[2, "
+    ):
         hookkit.viz.gradcam_overlay(x, cams[:2])
     import matplotlib.pyplot as plt
 
@@ -233,6 +237,6 @@ def test_feature_maps_by_layer_one_sample_across_layers(fw):
     other = (other - other.min()) / (other.max() - other.min() + 1e-12)
     assert not any(np.allclose(tiles[r : r + first.shape[0], : first.shape[1]], other, atol=1e-6) for r in rows)
     assert len(subs[1].axes) == 1 and len(subs[2].axes) == 2  # one colorbar, on the last grid
-    with pytest.raises(ValueError, match="2 layers but 1 ncols values"):
+    with pytest.raises(ValueError, match=r"feature_maps_by_layer\(\): ncols must be an int, or one per layer \(2\); got \[4\]"):
         hookkit.viz.feature_maps_by_layer(cap, ["conv1", "conv2"], ncols=[4])
     plt.close("all")

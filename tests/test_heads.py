@@ -213,7 +213,10 @@ def test_patch_heads_from_a_capture_equals_copying_the_slice(family):
         assert torch.equal(got, want)
         with hookkit.patch(model, name, cap[name], heads=[0, 2]):  # the record itself
             assert torch.equal(logits(model(corrupt)), want)
-        with pytest.raises(ValueError, match=r"expected \[2, 3, 7, 8\]"), hookkit.patch(model, name, cap, heads=[0, 1, 2]):
+        with (
+            pytest.raises(ValueError, match=r"patch\(\): values must be shaped \[2, 3, 7, 8\] for layer"),
+            hookkit.patch(model, name, cap, heads=[0, 1, 2]),
+        ):
             model(corrupt)
     assert nothing_attached(sub(model, f"{name}.{proj}"))
 
@@ -271,7 +274,10 @@ def test_head_layout_describes_an_unknown_attention_module():
             hookkit.ablate(model, "0", heads=[1], head_layout=bad)
     with pytest.raises(UnsupportedModel, match="no submodule 'nope'"):
         hookkit.ablate(model, "0", heads=[1], head_layout=("nope", 3, 4))
-    with pytest.raises(ValueError, match=r"expected \[\.\.\., 16\]"), hookkit.ablate(model, "0", heads=[1], head_layout=("out", 4, 4)):
+    with (
+        pytest.raises(ValueError, match=r"ablate\(\): head_layout must be the layout of the input of .*: \[\.\.\., 16\] \(4 heads x 4\)"),
+        hookkit.ablate(model, "0", heads=[1], head_layout=("out", 4, 4)),
+    ):
         model(x)
     assert nothing_attached(model[0].out)
 
@@ -284,8 +290,21 @@ def test_heads_argument_errors():
             hookkit.ablate(model, name, heads=bad)
     with pytest.raises(InvalidArgument, match="heads"):
         hookkit.capture(model, name, heads=True, grads=True)
-    with pytest.raises(ValueError, match=r"\[8\].*\[2, 8\]"), hookkit.steer(model, name, torch.ones(5), heads=[0, 1]):
+    with (
+        pytest.raises(ValueError, match=r"steer\(\): vector must be of shape \[8\] .* or \[2, 8\] .*; got .*shape \[5\]"),
+        hookkit.steer(model, name, torch.ones(5), heads=[0, 1]),
+    ):
         model(ids())
+    with pytest.raises(
+        ValueError, match=r"edit\(\): fn must be a function returning the record's shape \[2, 2, 7, 8\] .*; got .*shape \[2, 1, 7, 8\]"
+    ):
+        with hookkit.edit(model, name, lambda rec, ev: rec[:, :1], heads=[0, 1]):
+            model(ids())
+    with pytest.raises(
+        ValueError, match=r"ablate\(\): mean must be shaped \[2, 7, 8\] \(\[H_selected, T, d_head\]\) for layer .*; got .*shape \[3\]"
+    ):
+        with hookkit.ablate(model, name, mode="mean", mean=torch.ones(3), heads=[0, 1]):
+            model(ids())
     assert nothing_attached(sub(model, name + ".c_proj"))
 
 

@@ -107,6 +107,10 @@ def test_logit_lens_positions_top_k_and_plot():
         top.top(4)
     fig = full.plot(tokens=[f"t{i}" for i in range(V)])
     assert len(fig.axes[0].texts) == 4 * 6
+    with pytest.raises(
+        TypeError, match=r"LensResult.plot\(\): tokens must be None, a list of strings indexed by token id, or a callable; got 3"
+    ):
+        full.plot(tokens=3)
     import matplotlib.pyplot as plt
 
     plt.close(fig)
@@ -252,7 +256,10 @@ def test_patching_errors():
     model = gpt2()
     clean = ids(seed=1)
     for fn in (hookkit.patching_sweep, hookkit.attribution_patching):
-        with pytest.raises(ValueError, match=r"one value per batch row, shape \[\d+\].*got shape \[\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"metric must be a callable returning one value per batch row from metric\(output\), shape \[\d+\].*; got .*of shape \[\]",
+        ):
             fn(model, clean, ids(seed=2), "transformer.h.0", lambda out: metric(out).sum())
         with pytest.raises(ValueError, match=r"positions must be .*6 tokens"):
             fn(model, clean, ids(seed=2), "transformer.h.0", metric, positions=[2, 9])

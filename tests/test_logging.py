@@ -190,7 +190,10 @@ def test_writer_errors_name_what_is_accepted():
     from hookkit.integrations._common import Monitor
     from hookkit.integrations.writers import WandbWriter
 
-    with pytest.raises(TypeError, match=r"writer: expected a TensorBoard SummaryWriter .* a VisualDL LogWriter or a wandb run; got object"):
+    with pytest.raises(
+        TypeError,
+        match=r"Monitor\(\): writer must be a TensorBoard SummaryWriter .* a VisualDL LogWriter or a wandb run; got <object object",
+    ):
         Monitor(writer=object())
     wandb = pytest.importorskip("wandb")
     if wandb.run is None:

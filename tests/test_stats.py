@@ -262,7 +262,7 @@ def test_hot_path_runs_on_meta_tensors(torch_fw):
     with hookkit.ActivationStats(model, hist=True) as stats, hookkit.GradientStats(model) as gstats:
         for _ in range(2):
             model(x).sum().backward()
-    assert len(stats._pending[stats.names.index("conv1")]) == 2 and len(gstats._pending[gstats.names.index("fc")]) == 2
+    assert len(stats._layers["conv1"].pending) == 2 and len(gstats._layers["fc"].output.pending) == 2
     with pytest.raises((NotImplementedError, RuntimeError)):
         torch.ones(1, device="meta").item()  # what a host read in the hot path would have done
 
@@ -271,9 +271,9 @@ def test_long_runs_keep_bounded_memory_with_exact_merges(fw, monkeypatch):
     """Past LIMIT rows a layer's oldest rows are merged pairwise: memory stays bounded, the last
     LIMIT // 2 records stay one row each, and a merged row holds the exact statistics of all the
     values of the records it covers (as if they had been one tensor), histograms included."""
-    from hookkit.observers.stats import live, series
+    from hookkit.observers.stats import series, slots
 
-    monkeypatch.setattr(live, "CHUNK", 4)  # device rows stacked every 4 records
+    monkeypatch.setattr(slots, "CHUNK", 4)  # device rows stacked every 4 records
     monkeypatch.setattr(series, "LIMIT", 16)
     model = fw.mlp((3, 4, 2))
     model.train()

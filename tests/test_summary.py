@@ -337,16 +337,20 @@ def test_argument_errors_are_clear(fw):
         hookkit.summary(model, (1, 5), input_data=fw.randn(1, 5))
     with pytest.raises(ValueError, match="depth must be an int >= 0; got -1"):
         hookkit.summary(model, (1, 5), depth=-1)
-    with pytest.raises(ValueError, match="every dimension must be positive"):
+    with pytest.raises(ValueError, match=r"summary\(\): input_size must be a shape whose every dimension is positive; got \(0, 5\)"):
         hookkit.summary(model, (0, 5))
-    with pytest.raises(ValueError, match="valid: input_size"):
+    with pytest.raises(ValueError, match=r"summary\(\): columns must be column names among input_size, .*; got 'shapes'"):
         hookkit.summary(model, (1, 5), columns=["shapes"])
-    with pytest.raises(ValueError, match="unknown dtype 'complex7'"):
+    with pytest.raises(ValueError, match=r"summary\(\): dtypes must be dtype names among float16, .*; got 'complex7'"):
         hookkit.summary(model, (1, 5), dtypes="complex7")
-    with pytest.raises(ValueError, match="mode"):
+    with pytest.raises(ValueError, match=r"summary\(\): dtypes must be one dtype for all inputs or one per input \(1\)"):
+        hookkit.summary(model, (1, 5), dtypes=["float32", "float32"])
+    with pytest.raises(ValueError, match=r"summary\(\): mode must be one of 'eval', "):
         hookkit.summary(model, (1, 5), mode="inference")
-    with pytest.raises(TypeError, match="input_size"):
+    with pytest.raises(TypeError, match=r"summary\(\): input_size must be a shape like"):
         hookkit.summary(model, "1,5")
+    with pytest.raises(TypeError, match=r"summary\(\): input_data must be a tensor, a list/tuple of tensors or a dict"):
+        hookkit.summary(model, input_data={1, 2})
     assert not hooks_left(model)
 
 
@@ -409,7 +413,7 @@ def test_cli_transformers_class_with_config_kw(capsys):
         (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "nope=1"], "takes no 'nope'; valid: framework, width"),
         (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "width=3", "--kw", "width=4"], "--kw width is given twice"),
         (["test_summary:make_mlp", "--input-size", "1,5", "--kw", "width"], "--kw expects key=value"),
-        (["test_summary:make_mlp", "--input-size", "1,5", "--dtype", "complex7"], "--dtype: unknown dtype 'complex7'"),
+        (["test_summary:make_mlp", "--input-size", "1,5", "--dtype", "complex7"], "--dtype must be dtype names among float16"),
         (["test_summary:make_mlp", "--dtype", "long"], "--dtype needs an --input-size"),
         (["test_summary:make_mlp", "--input-size", "1,5", "--depth", "-1"], "--depth must be >= 0"),
         (["transformers:GPT2LMHeadModel", "--kw", "n_layr=1", "--input-size", "1,8"], "GPT2Config takes no 'n_layr'; did you mean n_layer"),

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hookkit
+import hookkit.viz
 from hookkit.core.validate import (
     ArgumentTypeError,
     InvalidArgument,
@@ -204,7 +205,88 @@ CASES = [
     ("stop-model", lambda m, fw: hookkit.stop_after(3, "fc"), TypeError, ["stop_after()", "model", "3"]),
     ("model-str", lambda m, fw: hookkit.capture("model", "fc"), TypeError, ["capture()", "model", "'model'"]),
     ("model-tensor", lambda m, fw: hookkit.ActivationStats(fw.randn(2)), TypeError, ["ActivationStats()", "model", "tensor"]),
+    # checks that meet the model at the forward: still named after the call and its argument
+    (
+        "mask-top-k-large",
+        lambda m, fw: _forward(hookkit.mask_activations(m, "fc", top_k=100), m, fw),
+        ValueError,
+        ["mask_activations()", "top_k", "at most the 10 values per sample of layer 'fc'", "got 100"],
+    ),
+    (
+        "drop-block-not-4d",
+        lambda m, fw: _forward(hookkit.drop_block(m, "fc", p=0.5), m, fw),
+        ValueError,
+        ["drop_block_2d()", "x", "(N, C, H, W)", "shape [2, 10]"],
+    ),
+    (
+        "steer-vector-shape",
+        lambda m, fw: _forward(hookkit.steer(m, "fc", np.ones(3)), m, fw),
+        ValueError,
+        ["steer()", "vector", "[10]", "[3]"],
+    ),
+    (
+        "ablate-mean-layers",
+        lambda m, fw: hookkit.ablate(m, "fc", mode="mean", mean={"conv1": np.ones(10)}),
+        ValueError,
+        ["ablate()", "mean", "selected: fc; missing: fc; not selected: conv1"],
+    ),
+    (
+        "patch-values-shape",
+        lambda m, fw: _forward(hookkit.patch(m, "fc", np.ones((2, 3))), m, fw),
+        ValueError,
+        ["patch()", "values", "[2, 10]"],
+    ),
+    ("patch-dict-key", lambda m, fw: hookkit.patch(m, "fc", {("fc",): np.ones(3)}), TypeError, ["patch()", "values", "(name, call)"]),
+    ("run-until-options", lambda m, fw: hookkit.run_until(m, "fc", grads=True), TypeError, ["run_until()", "capture", "grads"]),
+    ("prune-param", lambda m, fw: hookkit.prune(m, "fc", param="gamma"), ValueError, ["prune()", "param", "'gamma'"]),
+    ("dummy-eval-no-conv", lambda m, fw: hookkit.dummy_eval(fw.mlp()), ValueError, ["dummy_eval()", "m", "4 dimensions"]),
+    (
+        "summary-dtypes-count",
+        lambda m, fw: hookkit.summary(m, (2, 1, 8, 8), dtypes=["float32"] * 2),
+        ValueError,
+        ["summary()", "dtypes", "(1)"],
+    ),
+    ("summary-mode", lambda m, fw: hookkit.summary(m, (2, 1, 8, 8), mode="infer"), ValueError, ["summary()", "mode", "'infer'"]),
+    (
+        "viz-feature-maps-type",
+        lambda m, fw: hookkit.viz.feature_maps("img.png"),
+        TypeError,
+        ["feature_maps()", "capture_or_tensor", "'img.png'"],
+    ),
+    (
+        "viz-overlay-count",
+        lambda m, fw: hookkit.viz.gradcam_overlay(np.zeros((2, 1, 4, 4)), np.zeros((3, 4, 4))),
+        ValueError,
+        ["gradcam_overlay()", "cams", "one heatmap per image (2)"],
+    ),
+    ("viz-gradient-flow-kind", lambda m, fw: hookkit.viz.gradient_flow(None, "var"), ValueError, ["gradient_flow()", "kind", "'var'"]),
+    (
+        "drophook-lengths",
+        lambda m, fw: hookkit.DropHookModel(m, [m.fc, m.conv1], [print]),
+        ValueError,
+        ["DropHookModel()", "hook_funcs", "(2)"],
+    ),
+    ("monitor-every", lambda m, fw: _monitor(every=0), ValueError, ["Monitor()", "every", "an int >= 1", "got 0"]),
+    ("quadrature-rule", lambda m, fw: _quadrature("simpson", 4), ValueError, ["quadrature()", "rule", "'simpson'"]),
 ]
+
+
+def _forward(group, model, fw):
+    """Run one forward under ``group`` (an edit attached to ``model``): errors found at the forward."""
+    with group:
+        model(fw.randn(2, 1, 8, 8))
+
+
+def _monitor(**kwargs):
+    from hookkit.integrations._common import Monitor
+
+    return Monitor(**kwargs)
+
+
+def _quadrature(rule, n):
+    from hookkit.analyses.attribution_rules import quadrature
+
+    return quadrature(rule, n)
 
 
 @pytest.mark.parametrize("call, exc, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -199,16 +199,25 @@ def test_histogram_plots_need_hist_true(fw):
 
 def test_bad_arguments(recorded):
     acts, grads = recorded
-    with pytest.raises(ValueError, match="kind"):
-        gradient_flow(grads, "variance")
-    with pytest.raises(ValueError, match="source"):
-        gradient_flow(grads, source="inputs")
-    with pytest.raises(ValueError, match="style"):
-        gradient_flow(grads, style="bars")
-    with pytest.raises(ValueError, match="at"):
-        hist(acts, 0, at="last")
-    with pytest.raises(ValueError, match="3 Axes"):
-        plot_layer_stats(acts, 0, ax=plt.subplots(1, 2)[1])
+    cases = [
+        (
+            lambda: gradient_flow(grads, "variance"),
+            r"gradient_flow\(\): kind must be one of 'norm', 'mean', 'std', 'max_abs'; got 'variance'",
+        ),
+        (lambda: gradient_flow(grads, source="inputs"), r"gradient_flow\(\): source must be one of 'output', 'params'; got 'inputs'"),
+        (lambda: gradient_flow(grads, style="bars"), r"gradient_flow\(\): style must be one of 'lines', 'heatmap'; got 'bars'"),
+        (lambda: hist(acts, 0, at="last"), r"hist\(\): at must be a recorded-step index or 'mean'; got 'last'"),
+        (
+            lambda: plot_layer_stats(acts, 0, ax=plt.subplots(1, 2)[1]),
+            r"plot_layer_stats\(\): ax must be one Axes or 3 \(mean, std, near zero\)",
+        ),
+        (lambda: color_dim(acts, 0, extent=("a", 1)), r"color_dim\(\): extent must be a \(low, high\) pair of finite numbers"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=message) as err:
+            call()
+        assert isinstance(err.value, HookkitError)
+    assert color_dim(acts, 0, extent=np.array([-1.0, 3.0])).axes[0].get_ylim() == (-1.0, 3.0)  # an array of two is a pair
 
 
 def test_plots_read_statistics_loaded_from_disk(recorded, tmp_path):

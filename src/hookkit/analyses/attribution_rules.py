@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from hookkit.core.validate import check_choice
+
 RULES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
 
 
@@ -35,5 +37,5 @@ def quadrature(rule: str, n: int) -> tuple[list[float], list[float]]:
     elif rule == "riemann_right":
         alphas = np.linspace(1.0 / n, 1.0, n)
     else:
-        raise ValueError(f"unknown quadrature rule {rule!r}; valid: {', '.join(RULES)}")
+        check_choice(rule, RULES, fn="quadrature", arg="rule")
     return weights.tolist(), alphas.tolist()

@@ -87,8 +87,7 @@ def metric_rows(be: Any, metric: Metric, output: Any, rows: int, fn: str, note: 
     value = metric(output)
     shape = tuple(be.shape(value)) if be.is_tensor(value) else None
     if shape != (rows,):
-        got = f"shape {list(shape)}" if shape is not None else type(value).__name__
-        raise ValueError(f"{fn}(): metric(output) must return one value per batch row, shape [{rows}]{note}; got {got}")
+        fail(fn, "metric", f"a callable returning one value per batch row from metric(output), shape [{rows}]{note}", value)
     return value
 
 
@@ -217,9 +216,7 @@ def _patched_run(
     c, n, axis = len(chunk), setup.rows, setup.axis
     shape = tuple(be.shape(clean_act))
     if len(shape) <= axis or shape[0] != n:
-        raise ValueError(
-            f"patching_sweep(): the activation of {site.name!r} has shape {list(shape)}; expected [{n}, ..., tokens on axis {axis}, ...]"
-        )
+        fail("patching_sweep", "layers", f"layers whose activation is [{n}, ..., tokens on axis {axis}, ...] (at {site.name!r})", clean_act)
     if site.head:  # one head's slice of z at one position
         mask = np.zeros((c * n, *shape[1:]), dtype=bool)
     else:  # the whole activation at one position
@@ -240,10 +237,8 @@ def _patched_run(
                 raise _NoPrefix
             t = m.tile_rows(t, c)
         if tuple(be.shape(t)) != tuple(be.shape(source)):
-            raise ValueError(
-                f"patching_sweep(): the activation of {site.name!r} has shape {list(be.shape(t))} in the patched run; "
-                f"expected {list(be.shape(source))}"
-            )
+            valid = f"layers whose activation keeps its shape {list(be.shape(source))} in the patched run (at {site.name!r})"
+            fail("patching_sweep", "layers", valid, t)
         return be.where(where, source, t)
 
     hit = []

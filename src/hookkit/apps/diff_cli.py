@@ -57,7 +57,7 @@ def run_cli(args: argparse.Namespace) -> int:
         try:
             dtypes = input_dtypes(shapes, list(args.dtype) or None)
         except ValueError as e:
-            raise TargetError(str(e).replace("dtypes:", "--dtype:")) from None
+            raise TargetError(str(e).replace("summary(): dtypes", "--dtype")) from None
         a = load_model(args.a, kw)
         b = load_model(args.b, kw)
         if args.port:

@@ -39,7 +39,7 @@ def run_cli(args: Any) -> int:
                 model, shapes or None, None, depth=args.depth, columns=DEFAULT_COLUMNS, dtypes=dtypes, mode="eval", device=None
             )
         except (ValueError, TypeError) as e:
-            raise TargetError(str(e).replace("dtypes:", "--dtype:")) from None
+            raise TargetError(str(e).replace("summary(): dtypes", "--dtype").replace("summary(): input_size", "--input-size")) from None
     except TargetError as e:
         print(f"hookkit summary: error: {e}", file=sys.stderr)
         return 2

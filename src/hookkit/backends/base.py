@@ -111,6 +111,12 @@ class Core:
         """Make hooks placed now take effect in code the framework already compiled for ``model``
         (drop those compiled entries), or raise a clear error where that cannot be done."""
 
+    def tree_watch(self, root: Any, named: Sequence[tuple[str, Any]]) -> Callable[[], list[Any] | None] | None:
+        """A cheap check for ``select``'s cache: a function giving the layers now at ``named``'s dotted
+        paths under ``root`` while the model's tree is unchanged, None once something moved. None
+        here: the framework cannot tell, and every ``select`` walks the model."""
+        return None
+
     def in_backward(self) -> bool:
         """True while autograd runs a backward pass in this thread: a layer called then is being
         recomputed by activation checkpointing. Called at every hooked call: keep it cheap."""

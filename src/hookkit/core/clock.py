@@ -12,13 +12,13 @@ number of the original call it recomputes.
 from __future__ import annotations
 
 import threading
-import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from threading import get_ident
 from typing import Any
 
 from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
+from hookkit.core.weakmap import IdentityWeakMap
 
 
 class Forward:
@@ -66,6 +66,19 @@ class Clock:
         self.solo: Forward | None = None
         self.threads = False  # two threads have run forwards of the root at the same time
         self.scopes: dict[str, Scope] = {}  # layer name -> its scope, one per name
+
+    def restart(self) -> None:
+        """Count from step 0 again: the clock of a root whose consumers all went, taken up by the next
+        one (cheaper than a new clock: its scopes stay, their last forward forgotten)."""
+        self.count = 0
+        self.seqs.count = 0
+        self.local = threading.local()
+        self.last = self.solo = self.private = None
+        self.threads = False
+        if len(self.scopes) > 64:  # a sweep over a few layers after a wide capture: start small again
+            self.scopes = {}
+        for scope in self.scopes.values():
+            scope.fw, scope.n = None, 0
 
     def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
         """Start the next forward in the calling thread. ``frame``: the framework's frame running
@@ -206,7 +219,7 @@ def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope
     return out
 
 
-_clocks: weakref.WeakKeyDictionary[Any, Clock] = weakref.WeakKeyDictionary()
+_clocks: IdentityWeakMap[Clock] = IdentityWeakMap()
 
 
 def clock_of(root: Any) -> Clock | None:
@@ -214,17 +227,28 @@ def clock_of(root: Any) -> Clock | None:
     return _clocks.get(root)
 
 
+_idle: IdentityWeakMap[Clock] = IdentityWeakMap()  # forgotten clocks, restarted by the next consumer
+
+
 def clock_for(root: Any) -> Clock:
     """The clock of ``root``, made on first use."""
     clock = _clocks.get(root)
     if clock is None:
-        clock = _clocks[root] = Clock()
+        clock = _idle.pop(root)
+        if clock is None:
+            clock = Clock()
+        else:
+            clock.restart()
+        _clocks[root] = clock
     return clock
 
 
 def forget(root: Any) -> None:
-    """Drop ``root``'s clock (``remove_all``): its next consumer starts counting at step 0."""
-    _clocks.pop(root, None)
+    """Drop ``root``'s clock (``remove_all``, the last consumer gone): its next consumer starts
+    counting at step 0."""
+    clock = _clocks.pop(root)
+    if clock is not None and not clock.users:
+        _idle[root] = clock
 
 
 @contextmanager
@@ -245,3 +269,25 @@ def private_pass(model: Any) -> Iterator[None]:
         yield
     finally:
         clock.private = None
+
+
+def forward_count(model: Any) -> int | None:
+    """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
+    hookkit consumer is registered with ``model`` as root.
+
+    >>> hookkit.core.router.forward_count(model)   # doctest: +SKIP
+    3
+    """
+    clock = clock_of(model)
+    return None if clock is None else clock.count
+
+
+def advance(model: Any) -> None:
+    """Count one more step for ``model``: for loops that never call the root model itself (a
+    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
+
+    >>> hookkit.core.router.advance(pl_module)   # doctest: +SKIP
+    """
+    clock = clock_of(model)
+    if clock is not None:
+        clock.tick()

@@ -56,7 +56,9 @@ def renamed_argument(old: str, new: str, *, since: str, removed_in: str | None =
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if old in kwargs:
                 if new in kwargs:
-                    raise TypeError(f"{fn.__name__}(): give {new}= only ({old}= is its former name)")
+                    from hookkit.core.validate import ArgumentTypeError, fail
+
+                    fail(fn.__name__, old, f"left out when {new}= is given ({old}= is its former name)", kwargs[old], kind=ArgumentTypeError)
                 warn_deprecated(f"{fn.__name__}({old}=...)", f"{fn.__name__}({new}=...)", since=since, removed_in=removed_in)
                 kwargs[new] = kwargs.pop(old)
             return fn(*args, **kwargs)

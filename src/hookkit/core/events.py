@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import annotate
 from hookkit.core.positions import OUTSIDE, TokenPos
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument
 
 if TYPE_CHECKING:
     from hookkit.core.clock import Scope
@@ -132,14 +133,14 @@ def ordered(consumers: Sequence[Any], key: Callable[[Any], Consumer] = lambda c:
 
 def _check_inputs(r: Any, value: Any, name: str) -> Any:
     if not (isinstance(r, tuple) and len(r) == 2 and isinstance(r[1], dict)):
-        raise TypeError(f"a forward pre hook on layer {name!r} must return None or (args, kwargs); got {type(r).__name__}")
+        raise ArgumentTypeError(f"a forward pre hook on layer {name!r} must return None or (args, kwargs); got {type(r).__name__}")
     return r
 
 
 def _check_grad_inputs(r: Any, value: Any, name: str) -> Any:
     r = tuple(r) if isinstance(r, (tuple, list)) else (r,)
     if len(r) != len(value):
-        raise ValueError(f"a backward hook on layer {name!r} returned {len(r)} grad_inputs; the layer has {len(value)} positional inputs")
+        raise InvalidArgument(f"a backward hook on layer {name!r} returned {len(r)} grad_inputs; the layer has {len(value)} positional inputs")
     return r
 
 

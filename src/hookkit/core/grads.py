@@ -210,19 +210,11 @@ def param_hooks_for(param: Any, backend: Backend) -> ParamHooks:
     return hooks
 
 
-def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple[Callable[[], None], Callable[[], None]]:
-    """For ``router.attach_params``: ``(detach, add)`` of ``consumer`` on ``target`` = (layer,
-    parameter name, parameter)."""
+def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple:
+    """For ``router.attach_params``: ``(hooks, parameter, add args, discard args)`` of ``consumer``
+    on ``target`` = (layer, parameter name, parameter)."""
     layer, pname, p = target
-    hooks = param_hooks_for(p, backend)
-    param_ref = weakref.ref(p)
-
-    def detach() -> None:
-        param = param_ref()
-        if param is not None:
-            hooks.discard(param, consumer)
-
-    return detach, partial(hooks.add, p, consumer, layer, pname)
+    return param_hooks_for(p, backend), p, (consumer, layer, pname), (consumer,)
 
 
 def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:

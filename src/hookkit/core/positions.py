@@ -15,6 +15,7 @@ output are selected.
 from __future__ import annotations
 
 import numbers
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -64,7 +65,7 @@ class Sequences:
             except (NotImplementedError, ImportError, TypeError):  # a backend without the family
                 ops = False
             else:
-                self._dim = model_token_dim(root, ops)
+                self._dim = _kept_token_dim(backend, root, ops)
             self._ops = ops
         if ops is False:
             return OUTSIDE
@@ -77,6 +78,22 @@ class Sequences:
 
 
 # -- the token axis ---------------------------------------------------------------------------------
+# A root's clock (and its Sequences) starts afresh with each context opened on an idle model: its
+# token axis is kept per model while the backend's watch says the model's tree is unchanged.
+_token_dims: weakref.WeakKeyDictionary[Any, tuple[Any, int | None]] = weakref.WeakKeyDictionary()
+
+
+def _kept_token_dim(backend: Any, root: Any, ops: Any) -> int | None:
+    kept = _token_dims.get(root)
+    if kept is not None and kept[0]() is not None:
+        return kept[1]
+    dim = model_token_dim(root, ops)
+    watch = backend.tree_watch(root, [("", root)])
+    if watch is not None:
+        _token_dims[root] = (watch, dim)
+    return dim
+
+
 def model_token_dim(model: Any, ops: Any = None) -> int | None:
     """The token axis of ``model`` as far as hookkit knows it: the model-family registry
     (``hookkit.core.architectures``) first, then the backend's ``tokens`` family (``ops``: it, when

@@ -49,12 +49,18 @@ def register_backend(name: str, module: str, backend: str | type, *, package: st
     """
     for arg, value in (("name", name), ("module", module)):
         if not isinstance(value, str) or not value:
-            raise TypeError(f"register_backend(): {arg} must be a non-empty string; got {value!r}")
+            _refuse(arg, "a non-empty string", value)
     valid_class = isinstance(backend, type) and all(callable(getattr(backend, m, None)) for m in _BACKEND_METHODS)
     if not valid_class and not (isinstance(backend, str) and backend.count(":") == 1):
-        raise TypeError(f"register_backend(): backend must be a Backend subclass or 'package.module:Class'; got {backend!r}")
+        _refuse("backend", "a Backend subclass or 'package.module:Class'", backend)
     unregister_backend(name)
     _registry[name] = _Registration(name, module, backend, package or module)
+
+
+def _refuse(arg: str, valid: str, value: Any) -> None:
+    from hookkit.core.validate import ArgumentTypeError, fail  # imported here: validate imports this module
+
+    fail("register_backend", arg, valid, value, kind=ArgumentTypeError)
 
 
 def unregister_backend(name: str) -> None:
@@ -84,7 +90,9 @@ def backend_named(name: str) -> Backend:
     """
     reg = _registry.get(name)
     if reg is None:
-        raise ValueError(f"unknown framework {name!r}; valid: {', '.join(_registry)}")
+        from hookkit.core.validate import check_choice  # validate imports this module
+
+        check_choice(name, tuple(_registry), fn="backend_named", arg="name")
     if importlib.util.find_spec(reg.module.partition(".")[0]) is None:
         raise ImportError(f"{reg.module} is not installed (pip install {reg.package})")
     importlib.import_module(reg.module)

@@ -20,7 +20,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core import clock as clocks
-from hookkit.core.clock import Clock, Scope, number, private_pass  # noqa: F401 (private_pass re-exported)
+from hookkit.core.clock import Clock, Scope, advance, forward_count, number, private_pass  # noqa: F401 (re-exported)
 from hookkit.core.errors import annotate
 from hookkit.core.events import (  # noqa: F401
     EVENTS,
@@ -36,10 +36,12 @@ from hookkit.core.events import (  # noqa: F401
     warn_transformed,
 )
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
-from hookkit.core.handles import Handle, HandleGroup
+from hookkit.core.handles import HandleGroup
+from hookkit.core.placing import Placed
 from hookkit.core.registry import backend_for
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
+from hookkit.core.weakmap import IdentityWeakMap
 
 if TYPE_CHECKING:
     from hookkit.backends.base import Backend
@@ -55,8 +57,8 @@ class LayerHooks(GradPlumbing):
     # fmt: off
     __slots__ = (
         "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
-        # read by the dispatchers instead of ``consumers``; rebuilt by _sync_native at every change
-        "_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward",
+        # read by the dispatchers instead of ``consumers``; derived again at the first call after a change
+        "_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
     )
     # fmt: on
 
@@ -76,6 +78,7 @@ class LayerHooks(GradPlumbing):
         self._hot: tuple | None = None
         self._wants_grads = False
         self._has_backward = False
+        self._stale = False
         self._in_backward = backend.in_backward if backend is not None else bool  # bool() is False
 
     # A deep copy or pickle of the model copies its hook dicts, and with them these bound methods:
@@ -87,11 +90,16 @@ class LayerHooks(GradPlumbing):
         return LayerHooks(None)
 
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
-        self.consumers[event] = ordered((*self.consumers[event], consumer))
-        self._sync_native(layer)
+        cs = self.consumers[event]
+        # arrival numbers only grow: a consumer of no higher priority than the last goes last
+        self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
+        if event == "forward" and self._native_post is not None:  # only what the dispatchers read changes
+            self._hot, self._stale = None, True
+        else:
+            self._sync_native(layer)
 
     def discard(self, layer: Any, event: str, consumer: Consumer) -> None:
-        self.consumers[event] = tuple(c for c in self.consumers[event] if c is not consumer)
+        self.consumers[event] = tuple([c for c in self.consumers[event] if c is not consumer])
         self._sync_native(layer)
 
     def clear(self, layer: Any) -> None:
@@ -107,39 +115,39 @@ class LayerHooks(GradPlumbing):
         return any(self.consumers.values()) or self.root_clock is not None
 
     def _sync_native(self, layer: Any) -> None:
+        """Place or remove the native hooks the consumers need. What the dispatchers read is derived
+        at the layer's next call: a context opened and closed before it pays nothing for that."""
         c = self.consumers
-        self._pre, self._fwd = c["forward_pre"], c["forward"]
-        self._fwd_fns = tuple(x.fn for x in c["forward"])
-        self._scopes = tuple(dict.fromkeys(x.scope for e in LAYER_EVENTS for x in c[e]))
-        self._wants_grads = bool(c["grad"] or c["backward"])
-        one = self._scopes[0] if len(self._scopes) == 1 else None
-        plain = tuple(x.plain for x in c["forward"]) if all(x.plain for x in c["forward"]) else None
-        after = self._wants_grads or self.root_clock is not None
-        single = plain[0] if plain is not None and len(plain) == 1 else None
-        self._hot = None if one is None else (one, one.clock, self._fwd_fns, plain, single, after)
-        self._has_backward = bool(c["backward"])
-        # a root's post-hook marks its forward finished (see Forward.hot)
         root = self.root_clock is not None
-        self._native_pre = self._place(
-            self._native_pre, root or bool(c["forward_pre"] or c["backward"]), self.backend.hook_forward_pre, layer, self._on_pre
-        )
-        self._native_post = self._place(
-            self._native_post, root or bool(c["forward"] or c["grad"] or c["backward"]), self.backend.hook_forward, layer, self._on_post
-        )
+        self._hot, self._stale = None, True
+        if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
+            self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
+        # a root's post-hook marks its forward finished (see Forward.hot)
+        if (root or bool(c["forward"] or c["grad"] or c["backward"])) is (self._native_post is None):
+            self._native_post = self.backend.hook_forward(layer, self._on_post) if self._native_post is None else self._native_post.remove()
 
-    @staticmethod
-    def _place(native: Any, wanted: bool, register: Callable, layer: Any, fn: Callable) -> Any:
-        if wanted and native is None:
-            return register(layer, fn)
-        if not wanted and native is not None:
-            native.remove()
-            return None
-        return native
+    def _derive(self) -> None:
+        c = self.consumers
+        pre, fwd, grad, bwd = c["forward_pre"], c["forward"], c["grad"], c["backward"]
+        every = pre + fwd + grad + bwd
+        fns = tuple([x.fn for x in fwd])
+        scopes = (every[0].scope,) if len(every) == 1 else tuple(dict.fromkeys([x.scope for x in every]))
+        hot = None
+        if len(scopes) == 1:
+            plains = tuple([x.plain for x in fwd])
+            plain = None if None in plains else plains
+            single = plain[0] if plain is not None and len(plain) == 1 else None
+            hot = (scopes[0], scopes[0].clock, fns, plain, single, bool(grad or bwd) or self.root_clock is not None)
+        self._pre, self._fwd, self._fwd_fns, self._scopes = pre, fwd, fns, scopes
+        self._wants_grads, self._has_backward = bool(grad or bwd), bool(bwd)
+        self._hot, self._stale = hot, False
 
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
+        if self._stale:
+            self._derive()
         recompute = self._in_backward()
         if self.root_clock is not None and not recompute:
             # the framework's frame calling the root: a forward started inside it is a nested one
@@ -163,6 +171,9 @@ class LayerHooks(GradPlumbing):
         # (several roots or threads, a recompute, a transform, a call after the root's forward)
         # takes the general path.
         hot = self._hot
+        if hot is None and self._stale:
+            self._derive()
+            hot = self._hot
         if hot is not None:
             scope, clock, fns, plain, one, after = hot
             fw = clock.solo
@@ -227,7 +238,7 @@ class LayerHooks(GradPlumbing):
         return output if changed else None
 
 
-_registry: weakref.WeakKeyDictionary[Any, LayerHooks] = weakref.WeakKeyDictionary()
+_registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
 
 
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
@@ -267,9 +278,8 @@ def attach(
     check_choice(event, EVENTS, fn="attach", arg="event")
     if (fn is None) == (plain is None) or (plain is not None and event != "forward"):
         fail("attach", "fn", 'a function of the event, or fn=None and plain=f(layer, args, output) for event "forward"', fn)
-    backend = backend_for(model)
-    named = list(named)
     if event == "param_grad":
+        backend = backend_for(model)
         params = [
             (name, layer, pname, p)
             for name, layer in named
@@ -278,9 +288,25 @@ def attach(
         ]
         assert fn is not None  # plain= is refused for every event but "forward"
         return attach_params(model, params, fn, priority)
+    return attach_each(model, [(name, layer, fn, plain) for name, layer in named], event, priority)
+
+
+def attach_each(
+    model: Layer, entries: Iterable[tuple[str, Any, Callable | None, Callable | None]], event: str, priority: int = INTERVENTION
+) -> HandleGroup:
+    """``attach`` with a function per layer, all placed at once: ``entries`` are ``(name, layer, fn,
+    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once).
+
+    >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
+    """
+    if event not in LAYER_EVENTS:
+        check_choice(event, LAYER_EVENTS, fn="attach", arg="event")
+    backend = backend_for(model)
+    entries = list(entries)
+    named = [(name, layer) for name, layer, _, _ in entries]
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, named, fn, priority, partial(_attach_layer, backend, event), plain)
+    return _attach_each(model, backend, entries, priority, partial(_attach_layer, backend, event))
 
 
 def attach_params(
@@ -294,79 +320,38 @@ def attach_params(
     >>> attach_params(model, [("fc", model.fc, "weight", model.fc.weight)], clip)   # doctest: +SKIP
     """
     backend = backend_for(model)
-    targets = [(name, (layer, pname, p)) for name, layer, pname, p in params if backend.requires_grad(p)]
-    return _attach_each(model, backend, targets, fn, priority, partial(param_consumer, backend))
+    targets = [(name, (layer, pname, p), fn, None) for name, layer, pname, p in params if backend.requires_grad(p)]
+    return _attach_each(model, backend, targets, priority, partial(param_consumer, backend))
 
 
-def _attach_each(
-    model: Any, backend: Backend, targets: list, fn: Callable | None, priority: int, place: Callable, plain: Callable | None = None
-) -> HandleGroup:
-    """One consumer per ``(name, target)``; ``place(target, consumer)`` gives ``(detach, add)``. The
-    root's clock starts with the first. All or nothing: an error removes what was placed."""
+def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable) -> HandleGroup:
+    """One consumer per ``(name, target, fn, plain)``; ``place(target, consumer)`` gives ``(hooks,
+    object, add args, discard args)``. The root's clock starts with the first. All or nothing: an
+    error removes what was placed."""
     clock = clocks.clock_for(model)
     root_hooks = _hooks_for(model, backend)
-    root_ref = weakref.ref(model)
+    root = (weakref.ref(model), root_hooks)
     group = HandleGroup()
+    placed, users, scope_of, ref = group.handles.append, clock.users.add, clock.scope, weakref.ref
     try:
-        for name, target in targets:
-            consumer = Consumer(fn, priority, next(_seq), clock.scope(name), plain)
-            clock.users.add(id(consumer))
-            detach, add = place(target, consumer)
-            group.add(Handle(partial(_detach, detach, root_ref, root_hooks, consumer)))
+        for name, target, fn, plain in entries:
+            consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
+            users(id(consumer))
+            hooks, obj, add_args, discard_args = place(target, consumer)
+            placed(Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
                 root_hooks.root_clock = clock
                 root_hooks._sync_native(model)
-            add()
+            hooks.add(obj, *add_args)
     except BaseException:
         group.remove()
         raise
     return group
 
 
-def _attach_layer(backend: Backend, event: str, layer: Any, consumer: Consumer) -> tuple[Callable, Callable]:
-    hooks = _hooks_for(layer, backend)
-    layer_ref = weakref.ref(layer)
-
-    def detach() -> None:
-        layer = layer_ref()
-        if layer is not None:
-            hooks.discard(layer, event, consumer)
-
-    return detach, partial(hooks.add, layer, event, consumer)
-
-
-def _detach(detach: Callable[[], None], root_ref: Any, root_hooks: LayerHooks, consumer: Consumer) -> None:
-    detach()
-    clock = consumer.scope.clock
-    clock.users.discard(id(consumer))
-    root = root_ref()
-    if not clock.users and root is not None and root_hooks.root_clock is clock:
-        root_hooks.root_clock = None
-        root_hooks._sync_native(root)
-        if clocks.clock_of(root) is clock:  # the last feature on this root is gone: the next one counts from step 0
-            clocks.forget(root)
-
-
-def forward_count(model: Layer) -> int | None:
-    """How many forwards of ``model`` hookkit has counted (the ``step`` of events), or None when no
-    hookkit consumer is registered with ``model`` as root.
-
-    >>> hookkit.core.router.forward_count(model)   # doctest: +SKIP
-    3
-    """
-    clock = clocks.clock_of(model)
-    return None if clock is None else clock.count
-
-
-def advance(model: Layer) -> None:
-    """Count one more step for ``model``: for loops that never call the root model itself (a
-    LightningModule whose ``training_step`` calls ``self.net``); events' ``step`` then follows.
-
-    >>> hookkit.core.router.advance(pl_module)   # doctest: +SKIP
-    """
-    clock = clocks.clock_of(model)
-    if clock is not None:
-        clock.tick()
+def _attach_layer(backend: Backend, event: str, layer: Any, consumer: Consumer) -> tuple:
+    args = (event, consumer)
+    return _hooks_for(layer, backend), layer, args, args
 
 
 def remove_all(model: Layer) -> int:

@@ -8,6 +8,7 @@ a layer object, a preset (``LEAVES``, ``WITH_PARAMS``), or a list of these.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
@@ -18,6 +19,7 @@ from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
+from hookkit.core.weakmap import IdentityWeakMap
 
 LEAVES = ":leaves"
 """Preset: layers without sublayers."""
@@ -31,6 +33,7 @@ _OneSpec = Union[str, "re.Pattern[str]", type, "tuple[type, ...]", Callable[[str
 LayerSpec = _OneSpec | Sequence[_OneSpec] | None
 
 
+@functools.lru_cache(maxsize=512)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     out, i = [], 0
     while i < len(pattern):
@@ -159,6 +162,53 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
+    key = _spec_key(layers)
+    kept = _kept.get(model) if key is not None else None
+    if kept is not None and key in kept:
+        names, layers_now = kept[key]
+        found = layers_now()
+        if found is not None:
+            return Selection(zip(names, found))
+    selection = _resolve(model, layers, backend)
+    if key is not None:
+        watch = backend.tree_watch(backend.unwrap(model), selection)
+        if watch is not None:
+            kept = _kept.setdefault(model, {})
+            if len(kept) >= _KEPT_PER_MODEL:
+                kept.clear()
+            kept[key] = (selection.names, watch)
+    return selection
+
+
+# A sweep or a per-example edit opens thousands of contexts on one model: what a spec resolved to
+# is kept per model while the backend's watch says its tree is unchanged (weakly: the model and its
+# layers are never held). Predicates and layer objects are resolved afresh every time, as are
+# WITH_PARAMS (a parameter deleted is not seen) and globs that would match the model itself (they warn).
+_kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]]]] = IdentityWeakMap()
+_KEPT_PER_MODEL = 256
+
+
+def _spec_key(layers: Any) -> Any:
+    """A hashable key for ``layers``, or None when its result is not kept."""
+    if layers is None:
+        return LEAVES
+    if isinstance(layers, list):
+        keys = tuple(_one_key(s) for s in layers)
+        return None if any(k is None for k in keys) else ("list", keys)
+    return _one_key(layers)
+
+
+def _one_key(spec: Any) -> Any:
+    if isinstance(spec, str):
+        if spec == WITH_PARAMS or (spec and not spec.startswith(":") and _glob_regex(spec).fullmatch("")):
+            return None
+        return spec
+    if isinstance(spec, (type, re.Pattern)) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
+        return spec
+    return None
+
+
+def _resolve(model: Layer, layers: LayerSpec, backend: Any) -> Selection:
     # A data-parallel wrapper (DDP, DataParallel) is looked through: names are the inner model's,
     # and names written with the wrapper's prefix ("module.fc") are accepted as well.
     inner = backend.unwrap(model)

@@ -23,10 +23,10 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
-from hookkit.core.errors import HookkitError
+from hookkit.core.errors import HookkitError, UnsupportedModel
 from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file  # noqa: F401 (also importable from here)
 from hookkit.core.guards import SkippedOutputWarning, output_guard, real_values, warn_skip  # noqa: F401 (also importable from here)
-from hookkit.core.registry import framework_of  # the registered framework of an object, importing nothing
+from hookkit.core.registry import backend_for, framework_of, registered_backends  # framework_of imports nothing
 
 __all__ = [
     "MAX_JSON_BYTES",
@@ -39,6 +39,7 @@ __all__ = [
     "check_callable",
     "check_choice",
     "check_int",
+    "check_length",
     "check_model",
     "check_number",
     "check_probability",
@@ -84,9 +85,15 @@ def shown(value: Any) -> str:
     return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
 
 
-def fail(fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument) -> NoReturn:
-    """Raise ``kind`` with hookkit's message: ``fn(): arg must be <valid>; got <value>``."""
-    raise kind(f"{fn}(): {arg} must be {valid}; got {shown(value)}")
+def fail(
+    fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument, cause: BaseException | None = None
+) -> NoReturn:
+    """Raise ``kind`` with hookkit's message: ``fn(): arg must be <valid>; got <value>`` (chained
+    to ``cause`` when given: the error that showed the argument unusable)."""
+    exc = kind(f"{fn}(): {arg} must be {valid}; got {shown(value)}")
+    if cause is not None:
+        raise exc from cause
+    raise exc
 
 
 # -- numbers --------------------------------------------------------------------------------------
@@ -159,6 +166,8 @@ def check_probability(value: Any, *, fn: str, arg: str) -> float:
 def check_range_pair(value: Any, *, fn: str, arg: str) -> tuple[float, float]:
     """A ``(low, high)`` pair of finite numbers with low < high (a list or tuple of two)."""
     valid = "a (low, high) pair of finite numbers with low < high"
+    if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):  # a numpy array of two
+        value = value.tolist()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
         fail(fn, arg, valid, value, kind=ArgumentTypeError)
     if not all(_is_real(v) for v in value):
@@ -213,11 +222,19 @@ def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", option
     return value
 
 
+def check_length(value: Any, n: int, *, fn: str, arg: str, what: str) -> Any:
+    """``value`` when it holds ``n`` items; ``what`` says which (``"one heatmap per image"``).
+
+    >>> check_length(["a", "b"], 2, fn="f", arg="labels", what="one label per row")
+    ['a', 'b']
+    """
+    if len(value) != n:
+        fail(fn, arg, f"{what} ({n})", value)
+    return value
+
+
 def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
-    from hookkit.core.errors import UnsupportedModel
-    from hookkit.core.registry import backend_for, registered_backends
-
     try:
         be = backend_for(model)
     except UnsupportedModel:

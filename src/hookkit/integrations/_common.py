@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.validate import check_int
 from hookkit.integrations.writers import Histogram, ScalarWriter, as_writer
 
 ACT_KEYS = ("mean", "std", "near_zero")
@@ -43,12 +44,12 @@ class Monitor:
         writer: ScalarWriter | None = None,
         log_every: int = 1,
         weight_stats: bool = False,
+        *,
+        fn: str = "Monitor",
     ):
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"every: expected an integer >= 1, got {every!r}")
-        if not isinstance(log_every, int) or log_every < 1:
-            raise ValueError(f"log_every: expected an integer >= 1, got {log_every!r}")
-        writer = as_writer(writer)  # SummaryWriter as is; VisualDL's LogWriter and a wandb run adapted
+        check_int(every, fn=fn, arg="every", low=1)
+        check_int(log_every, fn=fn, arg="log_every", low=1)
+        writer = as_writer(writer, fn)  # SummaryWriter as is; VisualDL's LogWriter and a wandb run adapted
         self.want_activations, self.want_gradients, self.hist = activation_stats, gradient_stats, hist
         self.layers, self.every, self.nonfinite = layers, every, nonfinite
         self.writer, self.log_every = writer, log_every
@@ -214,7 +215,9 @@ class MonitorCallback:
         weight_stats: bool = False,
     ):
         super().__init__()
-        self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every, weight_stats)
+        self.monitor = Monitor(
+            activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every, weight_stats, fn=type(self).__name__
+        )
 
     @property
     def activation_stats(self) -> Any:

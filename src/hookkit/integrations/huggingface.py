@@ -16,6 +16,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from hookkit.core.validate import fail
 from hookkit.integrations._common import MonitorCallback
 
 
@@ -34,7 +35,7 @@ class HookkitTrainerCallback(MonitorCallback, TrainerCallback):
     # -- Trainer events ---------------------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is None:
-            raise ValueError("HookkitTrainerCallback.on_train_begin: the Trainer passed no model")
+            fail("HookkitTrainerCallback.on_train_begin", "model", "the model being trained (the Trainer passed none)", model)
         self._log_events = 0
         self.monitor.attach(model, kwargs.get("optimizer"))
 

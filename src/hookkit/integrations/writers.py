@@ -20,6 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hookkit.core.validate import ArgumentTypeError, fail
+
 __all__ = ["Histogram", "HistogramWriter", "ScalarWriter", "VisualDLWriter", "WandbWriter", "as_writer"]
 
 
@@ -170,7 +172,7 @@ class WandbWriter:
         self.commit()
 
 
-def as_writer(writer: Any) -> Any:
+def as_writer(writer: Any, fn: str = "Monitor") -> Any:
     """``writer`` ready for the callbacks: a ``SummaryWriter`` (or anything with ``add_scalar``)
     as it is, VisualDL's ``LogWriter`` in a ``VisualDLWriter``, a wandb run in a ``WandbWriter``;
     None stays None. Anything else: TypeError naming what is accepted."""
@@ -183,7 +185,10 @@ def as_writer(writer: Any) -> Any:
         return WandbWriter(writer)
     if callable(getattr(writer, "add_scalar", None)):
         return writer
-    raise TypeError(
-        "writer: expected a TensorBoard SummaryWriter (or any object with add_scalar(tag, value, step)), "
-        f"a VisualDL LogWriter or a wandb run; got {type(writer).__name__}"
+    fail(
+        fn,
+        "writer",
+        "a TensorBoard SummaryWriter (or any object with add_scalar(tag, value, step)), a VisualDL LogWriter or a wandb run",
+        writer,
+        kind=ArgumentTypeError,
     )

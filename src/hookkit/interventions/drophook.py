@@ -15,7 +15,7 @@ from hookkit.backends import Backend, backend_for, backend_named, registered_bac
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import select
-from hookkit.core.validate import ArgumentTypeError, check_callable, fail
+from hookkit.core.validate import ArgumentTypeError, check_callable, check_length, check_model, fail
 
 __all__ = ["HOOK_TYPES", "DropHookModel"]
 
@@ -94,17 +94,13 @@ class DropHookModel:
     def __init__(
         self, model: Any, hook_layers: Sequence[Any], hook_funcs: Sequence[Callable], hook_types: Sequence[str] | str = "forward_post_hook"
     ):
-        backend = backend_for(model)
-        if not backend.is_layer(model):
-            raise TypeError(f"DropHookModel: model must be a torch.nn.Module or paddle.nn.Layer; got {type(model).__name__}")
+        check_model(model, fn="DropHookModel")
         hook_layers = _as_list(hook_layers, "hook_layers")
         hook_funcs = _as_list(hook_funcs, "hook_funcs")
         hook_types = [hook_types] * len(hook_layers) if isinstance(hook_types, str) else _as_list(hook_types, "hook_types")
-        if not len(hook_layers) == len(hook_funcs) == len(hook_types):
-            raise ValueError(
-                f"DropHookModel: hook_layers, hook_funcs and hook_types must have the same length; "
-                f"got {len(hook_layers)}, {len(hook_funcs)} and {len(hook_types)}"
-            )
+        n = len(hook_layers)
+        check_length(hook_funcs, n, fn="DropHookModel", arg="hook_funcs", what="one function per layer of hook_layers")
+        check_length(hook_types, n, fn="DropHookModel", arg="hook_types", what="one type per layer of hook_layers, or one string for all")
         valid = ", ".join(map(repr, HOOK_TYPES))
         hook_types = [_ALSO_ACCEPTED.get(t, t) if isinstance(t, str) else t for t in hook_types]
         for i, (f, t) in enumerate(zip(hook_funcs, hook_types)):

@@ -84,10 +84,8 @@ def _split(be: Backend, m: Any, z: Any, t: HeadTarget, fn: str) -> tuple[Any, tu
     shape = tuple(be.shape(z))
     lay = t.layout
     if len(shape) < 2 or shape[-1] != lay.n_heads * lay.d_head:
-        raise ValueError(
-            f"{fn}: the input of {t.proj_name!r} has shape {list(shape)}; expected [..., {lay.n_heads * lay.d_head}] "
-            f"({lay.n_heads} heads x {lay.d_head}): check head_layout="
-        )
+        valid = f"the layout of the input of {t.proj_name!r}: [..., {lay.n_heads * lay.d_head}] ({lay.n_heads} heads x {lay.d_head})"
+        fail(fn, "head_layout", valid, z)
     z4 = m.reshape(z, [*shape[:-1], lay.n_heads, lay.d_head])
     n = len(shape) + 1
     if n > 3:  # [B, T..., H, d] -> [B, H, T..., d]
@@ -139,7 +137,8 @@ def edit_heads(
             if wanted is not None and ev.call not in wanted:
                 return None
             if not ev.args or not be.is_tensor(ev.args[0]):
-                raise TypeError(f"{name}: the output projection {t.proj_name!r} was not called with a tensor as its first argument")
+                valid = f"a layout whose output projection takes a tensor first ({t.proj_name!r} did not)"
+                fail(name, "head_layout", valid, ev.args[0] if ev.args else None, kind=ArgumentTypeError)
             z = ev.args[0]
             z4, shape = _split(be, m, z, t, name)
             rec = selected(m, z4, t)
@@ -147,10 +146,8 @@ def edit_heads(
             if new is None:
                 return None
             if tuple(be.shape(new)) != tuple(be.shape(rec)):
-                raise ValueError(
-                    f"{name}: the new value for the heads of layer {t.name!r} has shape {shape_str(be.shape(new))}; "
-                    f"expected {shape_str(be.shape(rec))} ([B, H_selected, T, d_head])"
-                )
+                valid = f"a function returning the record's shape {shape_str(be.shape(rec))} ([B, H_selected, T, d_head]) at {t.name!r}"
+                fail(name, "fn", valid, new)
             return (_join(m, _write_back(m, z4, new, t), shape), *ev.args[1:]), ev.kwargs
 
         return consume
@@ -176,7 +173,7 @@ def ablate_heads(model: Any, layers: LayerSpec, heads: Any, mode: str, mean: Any
     if mean is not None:
         means = {
             n: Converted(check_tensor_like(v, be, fn="ablate", arg="mean"))
-            for n, v in per_layer(mean, [t.name for t in targets], "ablate mean=", be.is_tensor).items()
+            for n, v in per_layer(mean, [t.name for t in targets], be.is_tensor, fn="ablate", arg="mean").items()
         }
 
     def zero(rec: Any, ev: Event, t: HeadTarget) -> Any:
@@ -187,10 +184,8 @@ def ablate_heads(model: Any, layers: LayerSpec, heads: Any, mode: str, mean: Any
             return be.zeros_like(rec) + rec.mean(0, True)
         v = means[t.name].like(be, rec)
         if not broadcasts_into(tuple(be.shape(v)), tuple(be.shape(rec))[1:]):
-            raise ValueError(
-                f"ablate: the mean for layer {t.name!r} has shape {shape_str(be.shape(v))}; expected "
-                f"{shape_str(be.shape(rec)[1:])} ([H_selected, T, d_head]) or a shape broadcasting into it"
-            )
+            valid = f"shaped {shape_str(be.shape(rec)[1:])} ([H_selected, T, d_head]) for layer {t.name!r}, or broadcasting into it"
+            fail("ablate", "mean", valid, v)
         return be.zeros_like(rec) + v
 
     return edit_heads(model, targets, zero if mode == "zero" else batch_mean, calls=calls, name="ablate")
@@ -198,13 +193,13 @@ def ablate_heads(model: Any, layers: LayerSpec, heads: Any, mode: str, mean: Any
 
 def steer_heads(model: Any, layers: LayerSpec, vector: Any, scale: float, calls: Any, heads: Any, layout: Any) -> Edits:
     """``steer(..., heads=)``: add ``scale * vector`` (``[d_head]``, or ``[H_selected, d_head]``: one per head)."""
-    from hookkit.interventions.output_edits import Converted, per_layer, shape_str
+    from hookkit.interventions.output_edits import Converted, per_layer
 
     be = backend_for(model)
     targets = head_targets(model, layers, heads, "steer", layout)
     vectors = {
         n: Converted(check_tensor_like(v, be, fn="steer", arg="vector"))
-        for n, v in per_layer(vector, [t.name for t in targets], "steer vector", be.is_tensor).items()
+        for n, v in per_layer(vector, [t.name for t in targets], be.is_tensor, fn="steer", arg="vector").items()
     }
     scale = check_number(scale, fn="steer", arg="scale")
     m = be.family("tensor_math")
@@ -218,10 +213,7 @@ def steer_heads(model: Any, layers: LayerSpec, vector: Any, scale: float, calls:
         elif vs == (h, d):
             v = m.reshape(v, [1, h, *([1] * (len(be.shape(rec)) - 3)), d])
         else:
-            raise ValueError(
-                f"steer: the vector for layer {t.name!r} has shape {shape_str(vs)}; expected [{d}] (one for every selected head) "
-                f"or [{h}, {d}] (one per selected head)"
-            )
+            fail("steer", "vector", f"of shape [{d}] (one for every selected head) or [{h}, {d}] (one per selected head) for layer {t.name!r}", v)
         return rec + v * scale if scale != 1.0 else rec + v
 
     return edit_heads(model, targets, add, calls=calls, name="steer")
@@ -255,10 +247,8 @@ def patch_heads(model: Any, layers: LayerSpec, values: Any, calls: Any, heads: A
             conv = cache[id(stored)] = Converted(stored)
         new = conv.like(be, rec)
         if tuple(be.shape(new)) != tuple(be.shape(rec)):
-            raise ValueError(
-                f"patch: the stored value for the heads of layer {t.name!r} has shape {shape_str(be.shape(new))}; "
-                f"expected {shape_str(be.shape(rec))} ([B, H_selected, T, d_head], as capture(..., heads=) records)"
-            )
+            valid = f"shaped {shape_str(be.shape(rec))} for layer {t.name!r} ([B, H_selected, T, d_head], as capture(..., heads=) records)"
+            fail("patch", "values", valid, new)
         return new
 
     return edit_heads(model, targets, replace, calls=calls, name="patch")

@@ -12,7 +12,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
-from hookkit.core.validate import InvalidArgument, check_int, check_model, check_number, check_tensor_like
+from hookkit.core.validate import InvalidArgument, check_int, check_model, check_number, check_tensor_like, fail
 from hookkit.interventions.output_edits import Converted, cast_like, edit_outputs, shape_str
 
 
@@ -64,13 +64,12 @@ def mask_activations(
         def apply(t: Any, pos: int, ev: Event) -> Any:
             shape = be.shape(t)
             if len(shape) < 1:
-                raise ValueError(f"mask_activations: layer {ev.name!r} returns a 0-d tensor; top_k needs a batch dim")
+                fail("mask_activations", "top_k", f"given for layers with a batch dim (layer {ev.name!r} returns a 0-d tensor)", k)
             per_sample = int(np.prod(shape[1:], dtype=np.int64))
             flat = t.reshape([shape[0], per_sample])  # not -1: ambiguous for an empty batch
             if k > per_sample:
-                raise ValueError(
-                    f"mask_activations: top_k={k} but layer {ev.name!r} has {per_sample} values per sample (output shape {shape_str(shape)})"
-                )
+                where = f"layer {ev.name!r} (output shape {shape_str(shape)})"
+                fail("mask_activations", "top_k", f"at most the {per_sample} values per sample of {where}", k)
             w = _work(be, flat)
             ranking = w.abs()  # real, also for complex outputs
             keep = be.topk_mask(ranking, k)
@@ -84,11 +83,9 @@ def mask_activations(
         def apply(t: Any, pos: int, ev: Event) -> Any:
             shape = be.shape(t)
             if len(shape) < 2 or shape[1] != n:
-                got = f"{shape[1]} channels" if len(shape) >= 2 else "no channel dim"
-                raise ValueError(
-                    f"mask_activations: the channel mask has {n} entries; layer {ev.name!r} has {got} "
-                    f"(dim 1 of output shape {shape_str(shape)}): expected a mask of shape [{shape[1] if len(shape) >= 2 else '?'}]"
-                )
+                has = f"has {shape[1]} channels" if len(shape) >= 2 else "has no channel dim"
+                valid = f"a mask of shape [{shape[1] if len(shape) >= 2 else '?'}]: layer {ev.name!r} {has} (dim 1 of output shape {shape_str(shape)})"
+                fail("mask_activations", "channels", valid, mask.value)
             m = mask.like(be, t).reshape([1, n] + [1] * (len(shape) - 2))
             return t * m
 

@@ -111,8 +111,9 @@ def check_index(index: Any, fn: str = "edit_outputs") -> None:
         fail(fn, "index", "None (every tensor) or an int >= 0 (position among the output's tensors)", index, kind=ArgumentTypeError)
 
 
-def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn) -> Any:
-    """``ev.output`` with ``fn(tensor, position, ev)`` applied to the tensor at ``index`` (or to all)."""
+def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn, name: str = "edit_outputs") -> Any:
+    """``ev.output`` with ``fn(tensor, position, ev)`` applied to the tensor at ``index`` (or to all);
+    ``name``: the public function, for the error of an output without a tensor."""
     output = ev.output
     if be.is_tensor(output):
         if index not in (None, 0):
@@ -120,7 +121,8 @@ def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn) -> Any:
         return fn(output, 0, ev)
     n = len(leaves(output, be.is_tensor))
     if n == 0:
-        raise TypeError(f"layer {ev.name!r} returned {type(output).__name__} with no tensor in it; nothing to change")
+        valid = f"layers whose output holds a tensor to change (layer {ev.name!r} returned {type(output).__name__})"
+        fail(name, "layers", valid, output, kind=ArgumentTypeError)
     if index is not None and index >= n:
         raise IndexError(f"layer {ev.name!r} returns {n} tensors ({type(output).__name__}); index={index} is out of range (0..{n - 1})")
     pos = [-1]
@@ -210,40 +212,43 @@ def edit_outputs(
             return None
         if gen_steps is not None and ev.pos.gen_step not in gen_steps:
             return None
-        return apply_to(be, ev, index, op)
+        return apply_to(be, ev, index, op, label)
 
     group = Edits(reach)
     group.add(attach(model, select(model, layers), "forward", consume, INTERVENTION))
     return group
 
 
-def per_layer(values: Any, names: list[str], what: str, is_tensor: Callable[[Any], bool]) -> dict[str, Any]:
+def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *, fn: str, arg: str) -> dict[str, Any]:
     """One value for every layer, or a dict name -> value covering exactly the selected layers."""
     if isinstance(values, Mapping) and not is_tensor(values):
         missing = [n for n in names if n not in values]
         extra = [k for k in values if k not in names]
         if missing or extra:
-            raise ValueError(
-                f"{what}: the dict must have one entry per selected layer; "
-                + (f"missing: {', '.join(missing)}; " if missing else "")
-                + (f"not selected: {', '.join(map(str, extra))}; " if extra else "")
-                + f"selected: {', '.join(map(shown_name, names))}"
-            )
+            detail = f"selected: {', '.join(map(shown_name, names))}"
+            detail += f"; missing: {', '.join(missing)}" if missing else ""
+            detail += f"; not selected: {', '.join(map(str, extra))}" if extra else ""
+            fail(fn, arg, f"one value for every layer, or a dict with one entry per selected layer ({detail})", list(values))
         return dict(values)
     return {n: values for n in names}
 
 
 # -- patching -----------------------------------------------------------------------------------
-def _stored_from_capture(cap: Any, names: list[str]) -> dict[tuple[str, int], Any]:
+def _check_captured(cap: Any, name: str, fn: str) -> None:
+    """``cap`` (the ``values`` of a patch) holds records of layer ``name``."""
     if not getattr(cap, "_outputs", True):
-        raise ValueError("patch: the capture kept no outputs (capture(..., outputs=False)); capture outputs to patch from it")
+        fail(fn, "values", "a capture that kept outputs (this one was made with outputs=False)", cap)
+    if name not in cap.names:
+        fail(fn, "values", f"a capture of every selected layer; {name!r} is not captured (captured: {', '.join(cap.names[:8])})", cap)
+    if name not in cap:
+        fail(fn, "values", f"a capture holding records of {name!r}: run the clean forward inside the capture first", cap)
+
+
+def _stored_from_capture(cap: Any, names: list[str], fn: str = "patch") -> dict[tuple[str, int], Any]:
     stored: dict[tuple[str, int], Any] = {}
     for name in names:
-        if name not in cap.names:
-            raise ValueError(f"patch: layer {name!r} is not in the capture; captured: {', '.join(cap.names[:8])}")
+        _check_captured(cap, name, fn)
         recs = cap.calls(name)
-        if not recs:
-            raise ValueError(f"patch: the capture has no record of layer {name!r}: run the clean forward inside the capture first")
         last = recs[-1].step
         for r in recs:
             if r.step == last:  # the latest forward only
@@ -251,7 +256,7 @@ def _stored_from_capture(cap: Any, names: list[str]) -> dict[tuple[str, int], An
     return stored
 
 
-def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str, int], Any], dict[str, Any]]:
+def _stored_from_dict(values: Mapping, names: list[str], fn: str = "patch") -> tuple[dict[tuple[str, int], Any], dict[str, Any]]:
     per_call: dict[tuple[str, int], Any] = {}
     every: dict[str, Any] = {}
     for key, v in values.items():
@@ -260,15 +265,14 @@ def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str
         elif isinstance(key, str):
             every[key] = v
         else:
-            raise TypeError(f"patch: dict keys must be layer names or (name, call) pairs; got {key!r}")
+            fail(fn, "values", "a dict keyed by layer names or (name, call) pairs", key, kind=ArgumentTypeError)
     unknown = sorted(({k[0] for k in per_call} | set(every)) - set(names))
     if unknown:
-        raise ValueError(
-            f"patch: values for layers that are not selected: {', '.join(unknown)}; selected: {', '.join(map(shown_name, names))}"
-        )
+        selected = ", ".join(map(shown_name, names))
+        fail(fn, "values", f"keyed by selected layers only ({selected}): values for layers that are not selected: {', '.join(unknown)}", list(values))
     missing = [n for n in names if n not in every and not any(k[0] == n for k in per_call)]
     if missing:
-        raise ValueError(f"patch: no stored value for selected layers {', '.join(missing)}")
+        fail(fn, "values", f"a value for every selected layer; none for {', '.join(missing)}", list(values))
     return per_call, every
 
 
@@ -339,12 +343,10 @@ def patch(
         found = [] if be.is_tensor(stored) else leaves(stored, be.is_tensor)
         if not found:  # one tensor or array
             if index is None and pos > 0:
-                raise ValueError(f"patch: the stored value for layer {ev.name!r} is one tensor; the output has several: pass index=")
+                fail("patch", "index", f"given: the stored value for layer {ev.name!r} is one tensor and the output has several", index)
             return stored
         if pos >= len(found):
-            raise ValueError(
-                f"patch: the stored output of layer {ev.name!r} has {len(found)} tensors; the output's tensor {pos} has no counterpart"
-            )
+            fail("patch", "values", f"a stored output with a tensor at position {pos}, as layer {ev.name!r} outputs ({len(found)} here)", stored)
         return found[pos]
 
     def replace(t: Any, pos: int, ev: Event) -> Any:
@@ -354,9 +356,8 @@ def patch(
         if stored is None:
             if isinstance(values, Capture):
                 have = sorted(c for n, c in per_call if n == ev.name)
-                raise ValueError(
-                    f"patch: no stored output for layer {ev.name!r} call {ev.call}; the captured run has calls {have}: pass calls= to patch only those"
-                )
+                valid = f"given: no stored output for layer {ev.name!r} call {ev.call}; the captured run has calls {have} (patch only those)"
+                fail("patch", "calls", valid, calls)
             return t  # a dict keyed by (name, call) patches only the calls it names
         leaf = stored_leaf(stored, pos, ev)
         conv = cache.get(id(leaf))
@@ -367,10 +368,7 @@ def patch(
             assert dim is not None  # events carry selected positions only under positions=
             new = _at_absolute(be, new, ev, ev.selected, dim)
         if be.shape(new) != be.shape(t):
-            raise ValueError(
-                f"patch: the stored value for layer {ev.name!r} (call {ev.call}) has shape {shape_str(be.shape(new))}; "
-                f"the layer's output has shape {shape_str(be.shape(t))}"
-            )
+            fail("patch", "values", f"shaped like the outputs: layer {ev.name!r} (call {ev.call}) outputs {shape_str(be.shape(t))}", new)
         return new
 
     dim = token_dim_of(model, token_dim, fn="patch") if positions is not None else None
@@ -380,10 +378,7 @@ def patch(
 
 
 def _sequence_of(cap: Any, name: str) -> Any:
-    if name not in cap.names:
-        raise ValueError(f"patch: layer {name!r} is not in the capture; captured: {', '.join(cap.names[:8])}")
-    if name not in cap:
-        raise ValueError(f"patch: the capture has no record of layer {name!r}: run the clean forward inside the capture first")
+    _check_captured(cap, name, "patch")
     return cap.sequence(name)
 
 
@@ -391,11 +386,11 @@ def _at_absolute(be: Backend, value: Any, ev: Event, want: Sequence[int], dim: i
     """The entries of a patch value at the absolute positions ``want`` (``ev.selected``) along the token axis."""
     have = token_length(be, value, dim, "patch", ev.name)
     if want[-1] >= have:
-        raise ValueError(
-            f"patch: the value for layer {ev.name!r} has {have} positions along the token axis (0..{have - 1}); "
-            f"position {want[-1]} is patched at generation step {ev.gen_step}: give a value covering every position patched "
-            "(e.g. a clean run's capture.sequence(name))"
+        valid = (
+            f"covering every position patched (e.g. a clean run's capture.sequence(name)): the value for layer {ev.name!r} "
+            f"has {have} positions along the token axis (0..{have - 1}); position {want[-1]} is patched at generation step {ev.gen_step}"
         )
+        fail("patch", "values", valid, value)
     index = slice(want.start, want.stop) if isinstance(want, range) else list(want)
     return be.family("tokens").take(value, dim, index)
 
@@ -445,7 +440,7 @@ def ablate(
     if mean is not None:
         means = {
             n: Converted(check_tensor_like(v, be, fn="ablate", arg="mean" if v is mean else f"mean[{n!r}]"))
-            for n, v in per_layer(mean, names, "ablate mean=", be.is_tensor).items()
+            for n, v in per_layer(mean, names, be.is_tensor, fn="ablate", arg="mean").items()
         }
 
     def zero(t: Any, pos: int, ev: Event) -> Any:
@@ -457,10 +452,8 @@ def ablate(
         m = means[ev.name].like(be, t)
         want = be.shape(t)[1:]
         if not broadcasts_into(be.shape(m), want):
-            raise ValueError(
-                f"ablate: the mean for layer {ev.name!r} has shape {shape_str(be.shape(m))}; expected {shape_str(want)} "
-                f"(the output's shape {shape_str(be.shape(t))} without the batch dim)"
-            )
+            valid = f"shaped like the output without the batch dim: {shape_str(want)} for layer {ev.name!r} (output {shape_str(be.shape(t))})"
+            fail("ablate", "mean", valid, m)
         return be.zeros_like(t) + m
 
     if mode == "zero":
@@ -525,17 +518,15 @@ def steer(
     names = [n for n, _ in select(model, layers)]
     vectors = {
         n: Converted(check_tensor_like(v, be, fn="steer", arg="vector" if v is vector else f"vector[{n!r}]"))
-        for n, v in per_layer(vector, names, "steer vector", be.is_tensor).items()
+        for n, v in per_layer(vector, names, be.is_tensor, fn="steer", arg="vector").items()
     }
     scale = check_number(scale, fn="steer", arg="scale")
 
     def add(t: Any, pos: int, ev: Event) -> Any:
         v = vectors[ev.name].like(be, t)
         if not broadcasts_into(be.shape(v), be.shape(t)):
-            raise ValueError(
-                f"steer: the vector for layer {ev.name!r} has shape {shape_str(be.shape(v))}; expected [{be.shape(t)[-1]}] "
-                f"(the last dim of the output, shape {shape_str(be.shape(t))})"
-            )
+            valid = f"of shape [{be.shape(t)[-1]}] for layer {ev.name!r} (the last dim of its output, {shape_str(be.shape(t))})"
+            fail("steer", "vector", valid, v)
         return t + v * scale if scale != 1.0 else t + v
 
     return edit_outputs(

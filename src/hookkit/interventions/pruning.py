@@ -68,7 +68,7 @@ def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, w
         mask.reshape(-1)[order] = 0.0
         return mask
     if not -w.ndim <= dim < w.ndim:
-        raise ValueError(f"prune: dim={dim} is out of range for {where} of shape {list(w.shape)}")
+        fail("prune", "dim", f"a dim of {where} (shape {list(w.shape)}): in [{-w.ndim}, {w.ndim - 1}]", dim)
     rows = np.moveaxis(np.abs(w), dim, 0).reshape(w.shape[dim], -1)
     norms = np.linalg.norm(rows, ord=n, axis=1) if rows.shape[1] else np.zeros(len(rows))
     k = _count(amount, len(norms), f"dim {dim} of {where}")
@@ -179,9 +179,8 @@ def prune(
         if p is not None:
             targets.append((name, layer, p))
     if not targets:
-        raise ValueError(
-            f"prune: none of the selected layers ({', '.join(shown_name(n) for n, _ in named[:8])}) has its own parameter {param!r}"
-        )
+        selected = ", ".join(shown_name(n) for n, _ in named[:8])
+        fail("prune", "param", f"the name of a parameter one of the selected layers ({selected}) has as its own", param)
     pruning = Pruning(be)
     # compute every mask first: a bad amount or dim leaves nothing changed
     masks = {}

@@ -88,7 +88,7 @@ def channel_dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGr
 
     def op(t: Any) -> Any:
         if len(backend.shape(t)) < 2:
-            raise ValueError(f"channel_dropout needs an (N, C, ...) output; got shape {list(backend.shape(t))}")
+            fail("channel_dropout", "layers", "layers whose outputs are (N, C, ...)", t)
         return backend.channel_dropout(t, p)
 
     return _train_only(model, layers, op, "channel_dropout")
@@ -174,7 +174,7 @@ def drop_block_2d(x: Any, noise: Any, p: float, block_size: int | tuple[int, int
     """
     backend = backend_for(x)
     if len(backend.shape(x)) != 4:
-        raise ValueError(f"drop_block needs an (N, C, H, W) output; got shape {list(backend.shape(x))}")
+        fail("drop_block_2d", "x", "an (N, C, H, W) tensor (drop_block acts on layers with such outputs)", x)
     n, c, h, w = backend.shape(x)
     bh, bw = _block_hw(block_size, h, w)
     gamma = gamma_scale * p * h * w / (bh * bw) / ((h - bh + 1) * (w - bw + 1))

@@ -17,7 +17,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
 from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.types import Layer
-from hookkit.core.validate import InvalidArgument, check_int, check_model
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_int, check_model, fail
 
 if TYPE_CHECKING:
     from hookkit.observers.capture import capture as Capture
@@ -67,7 +67,7 @@ class Stop(HandleGroup):
 
                 self.capture = self.add(Capture(model, capture, **capture_kwargs))
             elif capture_kwargs:
-                raise TypeError(f"stop: {', '.join(capture_kwargs)} only apply with capture=[layers]")
+                fail(_fn, "capture", f"a layer spec when capture options are given ({', '.join(capture_kwargs)})", capture, kind=ArgumentTypeError)
             self.add(attach(model, named, "forward", self._on_forward, STOP))
         except BaseException:
             self.remove()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
-from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.sequences import select_output, stitch
 from hookkit.core.tree import leaves, map_tensors
@@ -213,17 +213,19 @@ class capture(HandleGroup):
         index: int = 0,
     ):
         super().__init__()
-        self._limit = _keep_limit(keep)
+        self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
         self._positions = None if positions is None else Positions(positions, "capture")
-        self._gen_steps = check_steps(steps, "capture")
+        self._gen_steps = None if steps is None else check_steps(steps, "capture")
         self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
-        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        if type(index) is not int or index < 0:  # bool and numpy ints refused as before
             fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
         self._index = index
         self._steps: deque[int] = deque()
         self._backend = check_model(model, fn="capture")
-        for arg, value in (("inputs", inputs), ("outputs", outputs), ("grads", grads), ("detach", detach), ("clone", clone)):
-            check_bool(value, fn="capture", arg=arg)
+        flags = (inputs, outputs, grads, detach, clone)
+        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
+            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
+                check_bool(value, fn="capture", arg=arg)
         if to is not None:
             problem = self._backend.device_problem(to)
             if problem:
@@ -233,6 +235,11 @@ class capture(HandleGroup):
             self._token_dim = token_dim_of(model, fn="capture")
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
+        # outputs only, detached, kept where they are: each layer's consumer is a closure without lookups
+        self._plain_records = (
+            outputs and not (inputs or grads or clone) and detach and to is None and self._limit is None
+            and self._positions is None and self._gen_steps is None
+        )  # fmt: skip
         self._records: dict[str, list[Record]] = {}
         self._seq = count()  # numbers records in the order the calls happened, across layers
         self.grads = _Grads(self)
@@ -240,15 +247,13 @@ class capture(HandleGroup):
             self._heads(model, layers, heads, head_layout)
             return
         named = select(model, layers)
-        self.names: list[str] = [n for n, _ in named]
+        self.names: list[str] = named.names
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
-        for name in self.names:
-            self._records[name] = []
+        self._records = {name: [] for name in self.names}
         try:
-            for name, layer in named:
-                self.add(attach(model, [(name, layer)], "forward", self._forward_consumer(name), OBSERVER))
-                if grads:
-                    self.add(attach(model, [(name, layer)], "grad", partial(self._on_grad, name), OBSERVER))
+            self.add(attach_each(model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER))
+            if grads:
+                self.add(attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER))
         except BaseException:
             self.remove()
             raise
@@ -277,17 +282,7 @@ class capture(HandleGroup):
     def _forward_consumer(self, name: str) -> Any:
         """The forward consumer of layer ``name``: for the default settings (outputs only, detached,
         kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
-        if (
-            not self._outputs
-            or self._inputs
-            or self._grads
-            or not self._detach
-            or self._clone
-            or self._to is not None
-            or self._limit is not None
-            or self._positions is not None
-            or self._gen_steps is not None
-        ):
+        if not self._plain_records:
             return partial(self._on_forward, name)
         # bound once: the layer's list is never replaced (clear() empties it in place)
         append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep

@@ -150,21 +150,29 @@ def hook_outputs(modules: Iterable[Any], detach: bool = True, cpu: bool = False,
     return Hooks(modules, _hook_storage, detach=detach, cpu=cpu, is_forward=not grad)
 
 
-def _first_param(m: Any) -> Any:
+def _first_param(m: Any, fn: str) -> Any:
     params = backend_for(m).parameters(m)
     if not params:
-        raise ValueError(f"{type(m).__name__} has no parameters: hookkit cannot tell its input channels or device")
+        fail(fn, "m", "a model with parameters (their device is the dummy batch's)", m)
     return params[0]
 
 
 def in_channels(m: Any) -> int:
-    """The input channels of the first convolution-like layer (a weight of 4 dimensions) in ``m``."""
+    """The input channels of the first convolution-like layer (a weight of 4 dimensions) in ``m``.
+
+    >>> in_channels(cnn)   # doctest: +SKIP
+    3
+    """
+    return _in_channels(m, "in_channels")
+
+
+def _in_channels(m: Any, fn: str) -> int:
     backend = backend_for(m)
     for _, layer in backend.named_layers(m):
         w = getattr(layer, "weight", None)
         if w is not None and len(backend.shape(w)) == 4:
             return backend.shape(w)[1]
-    raise ValueError(f"no layer of {type(m).__name__} has a 4-dimensional weight: cannot tell its input channels")
+    fail(fn, "m", "a model with a layer whose weight has 4 dimensions (a 2-d convolution: its input channels)", m)
 
 
 def _check_size(size: Any, fn: str) -> None:
@@ -183,8 +191,8 @@ def dummy_eval(m: Any, size: tuple[int, int] = (64, 64)) -> Any:
 
     backend = check_model(m, fn="dummy_eval", arg="m")
     _check_size(size, "dummy_eval")
-    ch = in_channels(m)
-    like = _first_param(m)
+    ch = _in_channels(m, "dummy_eval")
+    like = _first_param(m, "dummy_eval")
     x = backend.from_numpy(np.random.uniform(-1.0, 1.0, (1, ch, *size)).astype("float32"), like)
     was = backend.is_training(m)
     backend.set_training(m, False)
@@ -217,7 +225,13 @@ def num_features_model(m: Any) -> int:
         except Exception as exc:  # too small for the model's strides: try larger
             last_error = exc
             sz *= 2
-    raise ValueError(f"could not run {type(m).__name__} on any input from 32x32 to 2048x2048: {last_error}") from last_error
+    fail(
+        "num_features_model",
+        "m",
+        f"a model that runs on an image from 32x32 to 2048x2048 (the last try raised: {last_error})",
+        m,
+        cause=last_error,
+    )
 
 
 def has_params(m: Any) -> bool:

@@ -8,33 +8,33 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.validate import ArgumentTypeError, check_choice, check_length, fail
 from hookkit.viz.figures import new_figure
 
 
-def _as_array(capture_or_tensor: Any, layer: str | None) -> tuple[np.ndarray, str]:
+def _as_array(capture_or_tensor: Any, layer: str | None, fn: str, arg: str = "capture_or_tensor") -> tuple[np.ndarray, str]:
     """The [N, C, H, W] (or [C, H, W]) array of one layer, and a title for it."""
     obj = capture_or_tensor
     if hasattr(obj, "calls") and hasattr(obj, "names"):  # a hookkit.capture
         names = [n for n in obj.names if n in obj]
         if layer is None:
             if len(names) != 1:
-                raise ValueError(f"feature_maps: the capture holds {len(names)} layers; pass layer= one of {', '.join(names[:8])}")
+                fail(fn, "layer", f"one of the captured layers {', '.join(names[:8])} (the capture holds {len(names)})", layer)
             layer = names[0]
         obj = obj[layer]
     if not isinstance(obj, np.ndarray):
         from hookkit.backends import backend_for
         from hookkit.core.tree import first_tensor
 
-        be = backend_for(obj) if not isinstance(obj, (tuple, list, dict)) else None
+        be = None
+        for item in obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else [obj]:
+            try:
+                be = backend_for(item)
+                break
+            except Exception:
+                continue
         if be is None:
-            for item in obj.values() if isinstance(obj, dict) else obj:
-                try:
-                    be = backend_for(item)
-                    break
-                except Exception:
-                    continue
-        if be is None:
-            raise TypeError(f"feature_maps: expected a capture, a tensor or an array; got {type(capture_or_tensor).__name__}")
+            fail(fn, arg, "a capture, a tensor or an array", capture_or_tensor, kind=ArgumentTypeError)
         obj = be.to_numpy(first_tensor(obj, be.is_tensor))
     return np.asarray(obj, dtype=np.float32), layer or "feature maps"
 
@@ -62,15 +62,14 @@ def feature_maps(
     ...     model(x)
     >>> hookkit.viz.feature_maps(cap, "conv1", sample=0).savefig("conv1.png")
     """
-    if scale not in ("channel", "shared"):
-        raise ValueError(f"feature_maps: scale must be 'channel' or 'shared'; got {scale!r}")
-    arr, name = _as_array(capture_or_tensor, layer)
+    check_choice(scale, ("channel", "shared"), fn="feature_maps", arg="scale")
+    arr, name = _as_array(capture_or_tensor, layer, "feature_maps")
     if arr.ndim == 4:
         if not 0 <= sample < arr.shape[0]:
             raise IndexError(f"feature_maps: sample {sample} out of range for a batch of {arr.shape[0]}")
         arr = arr[sample]
     if arr.ndim != 3:
-        raise ValueError(f"feature_maps: layer {name!r} gave shape {arr.shape}; expected [N, C, H, W] or [C, H, W]")
+        fail("feature_maps", "capture_or_tensor", f"feature maps [N, C, H, W] or [C, H, W] (of {name!r})", arr)
     total = arr.shape[0]
     shown = arr[:max_channels].astype(np.float32)
     n, h, w = shown.shape
@@ -128,13 +127,12 @@ def feature_maps_by_layer(
     """
     layers = list(layers)
     if not layers:
-        raise ValueError("feature_maps_by_layer: layers is empty; name at least one captured layer")
+        fail("feature_maps_by_layer", "layers", "the names of one or more captured layers", layers)
     cols = [ncols] * len(layers) if isinstance(ncols, int) else list(ncols)
-    if len(cols) != len(layers):
-        raise ValueError(f"feature_maps_by_layer: {len(layers)} layers but {len(cols)} ncols values")
+    check_length(cols, len(layers), fn="feature_maps_by_layer", arg="ncols", what="an int, or one per layer")
     shapes = []
     for layer, c in zip(layers, cols):
-        arr, _ = _as_array(capture, layer)
+        arr, _ = _as_array(capture, layer, "feature_maps_by_layer", "capture")
         n = min(max_channels, arr.shape[1] if arr.ndim == 4 else arr.shape[0])
         shapes.append((max(1, min(c, n)), math.ceil(n / max(1, min(c, n)))))
     widths = [c * tile * 1.2 + 0.3 for c, _ in shapes]  # inches: tiles, gaps, a margin
@@ -145,7 +143,11 @@ def feature_maps_by_layer(
     fig = new_figure(figsize=(sum(widths), height))
     subs = list(np.ravel(fig.subfigures(1, len(widths), width_ratios=widths, wspace=0.02)))
     if image is not None:
-        img, _ = _as_array(image, None) if not isinstance(image, np.ndarray) else (np.asarray(image, np.float32), "")
+        img, _ = (
+            _as_array(image, None, "feature_maps_by_layer", "image")
+            if not isinstance(image, np.ndarray)
+            else (np.asarray(image, np.float32), "")
+        )
         img = np.squeeze(img)
         if img.ndim == 3:  # [C, H, W] -> [H, W, C]
             img = img.transpose(1, 2, 0)
@@ -155,7 +157,7 @@ def feature_maps_by_layer(
         ax.axis("off")
         subs = subs[1:]
     for i, (layer, sub, (c, _)) in enumerate(zip(layers, subs, shapes)):
-        arr, _ = _as_array(capture, layer)
+        arr, _ = _as_array(capture, layer, "feature_maps_by_layer", "capture")
         total = arr.shape[1] if arr.ndim == 4 else arr.shape[0]
         feature_maps(
             capture,
@@ -172,9 +174,9 @@ def feature_maps_by_layer(
     return fig
 
 
-def _images(images: Any) -> np.ndarray:
+def _images(images: Any, fn: str) -> np.ndarray:
     """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]`` / ``[N, 1 or 3, H, W]`` arrays or tensors."""
-    imgs, _ = _as_array(images, None) if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
+    imgs, _ = _as_array(images, None, fn, "images") if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
     if imgs.ndim == 4:
         imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
     return imgs
@@ -220,10 +222,9 @@ def gradcam_overlay(
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    imgs = _images(images)
+    imgs = _images(images, "gradcam_overlay")
     cams = np.asarray(cams)
-    if len(imgs) != len(cams):
-        raise ValueError(f"gradcam_overlay: {len(imgs)} images but {len(cams)} heatmaps")
+    check_length(cams, len(imgs), fn="gradcam_overlay", arg="cams", what="one heatmap per image")
     n = len(cams)
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
@@ -273,11 +274,10 @@ def cam_grid(
     """
     from matplotlib import colormaps
 
-    imgs = _images(images)
+    imgs = _images(images, "cam_grid")
     names = list(maps)
     for name in names:
-        if len(maps[name]) != len(imgs):
-            raise ValueError(f"cam_grid: {len(imgs)} images but {len(maps[name])} maps for {name!r}")
+        check_length(maps[name], len(imgs), fn="cam_grid", arg=f"maps[{name!r}]", what="one heatmap per image")
     n, ncols = len(imgs), len(names) + 1
     height = tile * n + 0.35 + (0.35 if title else 0)
     if fig is None:  # a fixed layout: constrained layout costs seconds on a grid of this many axes

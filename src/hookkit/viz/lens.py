@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hookkit.core.validate import ArgumentTypeError, fail
+
 
 def _token_text(tokens: Any) -> Callable[[int], str]:
     if tokens is None:
@@ -14,7 +16,7 @@ def _token_text(tokens: Any) -> Callable[[int], str]:
         return lambda i: str(tokens(i))
     if isinstance(tokens, Sequence):
         return lambda i: str(tokens[i]) if 0 <= i < len(tokens) else str(i)
-    raise TypeError(f"plot: tokens must be None, a list of strings indexed by token id, or a callable; got {type(tokens).__name__}")
+    fail("LensResult.plot", "tokens", "None, a list of strings indexed by token id, or a callable", tokens, kind=ArgumentTypeError)
 
 
 def plot_lens(lens: Any, row: int = 0, tokens: Any = None, ax: Any = None) -> Any:

@@ -15,6 +15,7 @@ import numpy as np
 
 from hookkit.core.errors import HookkitError, LayerNotFound
 from hookkit.core.suggest import close_matches
+from hookkit.core.validate import check_choice, check_range_pair, fail
 from hookkit.viz.figures import subplots
 
 GRAD_KINDS = ("norm", "mean", "std", "max_abs")
@@ -182,7 +183,7 @@ def plot_layer_stats(
     elif isinstance(ax, (Sequence, np.ndarray)):
         axes = list(np.ravel(np.asarray(ax, dtype=object)))
         if len(axes) != 3:
-            raise ValueError(f"ax: expected 3 Axes (mean, std, near zero) or one Axes, got {len(axes)}")
+            fail("plot_layer_stats", "ax", "one Axes or 3 (mean, std, near zero)", ax)
         fig = axes[0].figure
     else:
         fig, axes = ax.figure, [ax] * 3
@@ -270,14 +271,13 @@ def color_dim(
     name = _layer_name(stats, name_or_index)
     hist = _hist_array(stats, name)  # [steps, bins]
     edges = _hist_edges(stats, hist.shape[1])
+    auto = isinstance(extent, str) and extent == "auto"
     if isinstance(extent, str):
         if extent not in ("auto", "recorded"):
-            raise ValueError(f"color_dim: extent must be 'auto', 'recorded' or (low, high); got {extent!r}")
-        lo, hi = data_extent(stats, name) if extent == "auto" else (float(edges[0]), float(edges[-1]))
+            fail("color_dim", "extent", "'auto', 'recorded' or (low, high)", extent)
+        lo, hi = data_extent(stats, name) if auto else (float(edges[0]), float(edges[-1]))
     else:
-        lo, hi = (float(v) for v in extent)
-        if not lo < hi:
-            raise ValueError(f"color_dim: extent must be (low, high) with low < high; got {extent!r}")
+        lo, hi = check_range_pair(extent, fn="color_dim", arg="extent")
     fig, ax = _axes(ax, figsize)
     image = np.log1p(hist.T)  # [bins, steps], as fastai's ActivationStats.hist
     im = ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest", extent=(-0.5, hist.shape[0] - 0.5, edges[0], edges[-1]))
@@ -285,7 +285,7 @@ def color_dim(
     if lo < 0 < hi:
         ax.axhline(0, color="white", lw=0.6, ls=(0, (4, 4)), alpha=0.6)
     title = f"{label or name}: activation histogram per step"
-    notes = [n for n in (range_note(stats, name), trimmed_note(stats, name, lo, hi) if extent == "auto" else "") if n]
+    notes = [n for n in (range_note(stats, name), trimmed_note(stats, name, lo, hi) if auto else "") if n]
     ax.set_title(title + "".join("\n" + textwrap.fill(n, 84) for n in notes), fontsize=9 if notes else None)
     _step_ticks(ax, np.asarray(stats.layer_stats(name)["step"]))
     ax.set_ylabel("activation")
@@ -310,7 +310,7 @@ def hist(stats: Any, name_or_index: str | int = 0, *, at: int | str = -1, ax: An
             raise IndexError(f"at={at}: only {len(hists)} steps recorded for layer {name!r}")
         counts, label = hists[at], f"step {int(np.asarray(stats.layer_stats(name)['step'])[at])}"
     else:
-        raise ValueError(f"at: expected a recorded-step index or 'mean', got {at!r}")
+        fail("hist", "at", "a recorded-step index or 'mean'", at)
     edges = _hist_edges(stats, hists.shape[1])
     fig, ax = _axes(ax, figsize)
     ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge")
@@ -348,12 +348,9 @@ def gradient_flow(
     A layer called several times in one forward is shown once per step (norms combined as the
     root of the sum of squares, as ``GradientStats.gradient_flow()``).
     """
-    if kind not in GRAD_KINDS:
-        raise ValueError(f"kind: expected one of {', '.join(GRAD_KINDS)}, got {kind!r}")
-    if source not in ("output", "params"):
-        raise ValueError(f"source: expected 'output' or 'params', got {source!r}")
-    if style not in ("lines", "heatmap"):
-        raise ValueError(f"style: expected 'lines' or 'heatmap', got {style!r}")
+    check_choice(kind, GRAD_KINDS, fn="gradient_flow", arg="kind")
+    check_choice(source, ("output", "params"), fn="gradient_flow", arg="source")
+    check_choice(style, ("lines", "heatmap"), fn="gradient_flow", arg="style")
     log = kind != "mean" if log is None else log
     read = grad_stats.layer_stats if source == "output" else grad_stats.param_stats
     names = [_layer_name(grad_stats, n) for n in (layers if layers is not None else grad_stats.names)]
@@ -406,7 +403,7 @@ def _window(smooth: int | str | None, n: int) -> int:
         return n // 25 | 1 if n >= 50 else 1  # odd: centered
     if isinstance(smooth, (int, np.integer)) and not isinstance(smooth, bool) and smooth >= 1:
         return int(smooth)
-    raise ValueError(f"gradient_flow: smooth must be 'auto', None or a window of steps >= 1; got {smooth!r}")
+    fail("gradient_flow", "smooth", "'auto', None or a window of steps >= 1", smooth)
 
 
 def _moving_average(values: np.ndarray, window: int, log: bool) -> np.ndarray:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hookkit.core.files import InvalidFile
+
 
 class Checkpoints:
     """The interface; each framework's ``checkpoints`` module subclasses it as ``OPS``."""
@@ -12,8 +14,8 @@ class Checkpoints:
     suffixes: tuple[str, ...] = (".safetensors",)  # the files ``load`` reads
 
     def load(self, model: Any, path: str) -> None:
-        """Load the weights in ``path`` into ``model`` in place, strictly; a ``ValueError`` names the
-        missing, unexpected or misshaped keys."""
+        """Load the weights in ``path`` into ``model`` in place, strictly; an ``InvalidFile`` (a
+        ``ValueError``) names the missing, unexpected or misshaped keys."""
         raise NotImplementedError(f"checkpoints.load is not implemented for this framework ({path})")
 
 
@@ -32,4 +34,4 @@ def check_keys(model_shapes: dict[str, tuple[int, ...]], file_shapes: dict[str, 
             more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
             problems.append(f"{len(keys)} {what}: {', '.join(keys[:4])}{more}")
     if problems:
-        raise ValueError(f"{path}: its weights do not fit the model ({'; '.join(problems)})")
+        raise InvalidFile(f"{path}: its weights do not fit the model ({'; '.join(problems)})")

@@ -80,3 +80,12 @@ class Training:
         for t in ts:
             seen.setdefault(id(t), t)
         return list(seen.values())
+
+    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
+        """``(in its forward, in its backward)``: the most bytes one call of ``layer`` holds at once
+        beyond what autograd saved (and, in the backward, beyond the parameters' gradients), where
+        the framework runs a kernel of its own for it (recurrent layers); None where the generic
+        rule holds (in the backward, the gradients of the call's outputs and inputs, alive
+        together). ``input_shapes``: the call's input tensors' shapes, as the summary recorded
+        them; ``output_bytes``: the bytes of its outputs (the size of their gradients)."""
+        return None

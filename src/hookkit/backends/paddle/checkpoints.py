@@ -8,7 +8,7 @@ from typing import Any
 
 import paddle
 
-from hookkit.backends.families.checkpoints import Checkpoints, check_keys
+from hookkit.backends.families.checkpoints import Checkpoints, InvalidFile, check_keys
 
 
 class PaddleCheckpoints(Checkpoints):
@@ -22,7 +22,7 @@ class PaddleCheckpoints(Checkpoints):
         else:
             state = paddle.load(path)
             if not isinstance(state, dict):
-                raise ValueError(f"{path}: not a state dict (a dict of tensors); got {type(state).__name__}")
+                raise InvalidFile(f"{path}: not a state dict (a dict of tensors); got {type(state).__name__}")
         own = model.state_dict()
         check_keys({k: tuple(v.shape) for k, v in own.items()}, {k: tuple(v.shape) for k, v in state.items()}, path)
         model.set_state_dict(state)

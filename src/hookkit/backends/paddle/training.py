@@ -70,6 +70,32 @@ class _Handle:
                     del opt.__dict__[name]
 
 
+_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
+    """The transient of one call of ``paddle.nn.LSTM`` / ``GRU`` / ``SimpleRNN`` on the CPU through
+    the fused ``rnn`` kernel (see ``PaddleTraining.layer_transient``); None otherwise."""
+    gates = _GATES.get(str(getattr(layer, "mode", ""))) if isinstance(layer, paddle.nn.layer.rnn.RNNBase) else None
+    params = layer.parameters() if gates and getattr(layer, "could_use_cudnn", False) else []
+    if gates is None or not params or not params[0].place.is_cpu_place() or not input_shapes or len(input_shapes[0]) != 3:
+        return None
+    x = list(input_shapes[0])
+    steps, batch = (x[0], x[1]) if layer.time_major else (x[1], x[0])
+    h, dirs, layers = layer.hidden_size, layer.num_directions, layer.num_layers
+    states = layer.state_components
+    size = params[0].element_size()
+    between = (1 if layers == 1 else min(layers + 1, 4)) + 2 * (dirs - 1)  # buffers of D.T.N.H
+    kernel = (
+        dirs * gates * steps * batch * h  # one layer's gate gradients, both directions
+        + steps * batch * x[2]  # the input's gradient
+        + between * dirs * steps * batch * h  # the output gradient's copy and the gradients between layers
+        + (states * layers * dirs + states + 2) * batch * h  # the states' gradients
+        + (0 if layer.time_major else dirs * steps * batch * h)  # the output gradient, made time-major
+    )
+    return 0, output_bytes + size * kernel
+
+
 class PaddleTraining(Training):
     @contextlib.contextmanager
     def saving(self, on_save: Callable[[Any], None]) -> Iterator[None]:
@@ -172,6 +198,20 @@ class PaddleTraining(Training):
         with paddle.no_grad():
             for d, s in zip(dsts, srcs):
                 paddle.assign(s.detach(), output=d)
+
+    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
+        """Recurrent layers on the CPU (``paddle.nn.LSTM``, ``GRU``, ``SimpleRNN`` through the fused
+        ``rnn`` kernel; T steps, batch N, input size I, hidden H, G gates: LSTM 4, GRU 3, RNN 1;
+        D directions, L layers, S states: LSTM 2, else 1; item size s), measured with Paddle's host
+        allocator statistics: one kernel runs the backward of every layer and allocates, beyond the
+        weights' gradients, s x [D.G.T.N.H (one layer's gate gradients) + T.N.I (the input's
+        gradient) + k.D.T.N.H (the output gradient's copy and the gradients passed between layers:
+        k = 1 for one layer, min(L + 1, 4) for more, plus 2 when bidirectional) + (S.L.D + S + 2).N.H
+        (the states' gradients) + D.T.N.H where the input is batch-major (the output gradient,
+        transposed to time-major)]; the backward's transient is the call's output gradients plus
+        that (the forward's: 0, what it keeps is saved).
+        None elsewhere (other layers, the step-by-step path, GPU)."""
+        return rnn_transient(layer, input_shapes, output_bytes)
 
 
 OPS = PaddleTraining()

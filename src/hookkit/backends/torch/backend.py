@@ -11,6 +11,7 @@ import torch
 from hookkit.backends.base import Backend, drop_hook_entries
 from hookkit.backends.torch import compiled, distributed
 from hookkit.backends.torch import stats as torch_stats
+from hookkit.backends.torch import tree_watch as torch_tree
 from hookkit.backends.torch.ops import TorchOps
 from hookkit.core.errors import HookkitError
 
@@ -88,10 +89,14 @@ class TorchBackend(TorchOps, Backend):
     def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
         compiled.forget_stale_code()
 
+    def tree_watch(self, root: Any, named: Sequence[tuple[str, Any]]) -> Callable[[], list[Any] | None]:
+        return torch_tree.tree_watch(root, named)
+
     def check_hookable(self, model: Any, named: Sequence[tuple[str, Any]]) -> None:
         # PyTorch refuses hooks on ScriptModules with a bare RuntimeError; say which layer and why
-        scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, torch.jit.ScriptModule)]
-        if scripted:
+        script = torch.jit.ScriptModule
+        if isinstance(model, script) or any([isinstance(m, script) for _, m in named]):
+            scripted = [(n, m) for n, m in [("", model), *named] if isinstance(m, script)]
             name, layer = scripted[0]
             what = "the model" if name == "" else f"layer {name!r}"
             raise HookkitError(

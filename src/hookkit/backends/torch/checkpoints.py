@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from hookkit.backends.families.checkpoints import Checkpoints, check_keys
+from hookkit.backends.families.checkpoints import Checkpoints, InvalidFile, check_keys
 
 
 class TorchCheckpoints(Checkpoints):
@@ -24,7 +24,7 @@ class TorchCheckpoints(Checkpoints):
             if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):  # a Lightning checkpoint
                 state = state["state_dict"]
             if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-                raise ValueError(f"{path}: not a state_dict (a dict of tensors); got {type(state).__name__}")
+                raise InvalidFile(f"{path}: not a state_dict (a dict of tensors); got {type(state).__name__}")
         own = model.state_dict()
         check_keys({k: tuple(v.shape) for k, v in own.items()}, {k: tuple(v.shape) for k, v in state.items()}, path)
         model.load_state_dict(state, strict=True)

@@ -23,6 +23,62 @@ def _inner(optimizer: Any) -> Any:
     return optimizer
 
 
+_GATES = {"LSTM": 4, "GRU": 3, "RNN_TANH": 1, "RNN_RELU": 1}
+
+
+def _copies(d: int) -> int:
+    """How many reordered copies of a weight matrix with ``d`` inputs oneDNN's LSTM backward makes
+    (measured on torch 2.13): a second, padded one where ``d`` is a multiple of 256 or not of 16."""
+    return 2 if d % 256 == 0 or d % 16 else 1
+
+
+def _onednn_lstm(layer: Any, dtype: torch.dtype, packed: bool) -> bool:
+    """Whether torch runs this LSTM call through oneDNN's fused kernel (CPU, float32 or bfloat16,
+    oneDNN on, no ``proj_size``, no packed sequence), as ``torch.lstm`` decides."""
+    if layer.mode != "LSTM" or layer.proj_size or packed or not torch.backends.mkldnn.is_available():
+        return False
+    if not torch._C._get_mkldnn_enabled():
+        return False
+    if dtype == torch.bfloat16:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    return dtype == torch.float32
+
+
+def rnn_transient(layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
+    """The transient of one call of ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` on the CPU (see
+    ``TorchTraining.layer_transient``); None for other layers and devices."""
+    gates = _GATES.get(str(getattr(layer, "mode", ""))) if isinstance(layer, torch.nn.RNNBase) else None
+    weight = next(layer.parameters(), None) if gates else None
+    if gates is None or weight is None or weight.device.type != "cpu" or not input_shapes or len(input_shapes[0]) not in (2, 3):
+        return None
+    x = list(input_shapes[0])
+    packed = len(input_shapes) > 1 and len(input_shapes[1]) == 1  # PackedSequence: data [S, I], batch_sizes [T]
+    if len(x) == 3:
+        steps, batch = (x[1], x[0]) if layer.batch_first else (x[0], x[1])
+    else:  # unbatched [T, I], or a packed sequence's data [sum of lengths, I]
+        steps, batch = x[0], 1
+    h, s, dirs = layer.hidden_size, weight.element_size(), 2 if layer.bidirectional else 1
+    if not _onednn_lstm(layer, weight.dtype, packed):
+        # the recurrence runs step by step: the input projections of all steps of one layer and
+        # direction are computed at once and held until the steps end; bidirectional: the two
+        # directions' outputs are stacked apart before they are concatenated
+        forward = s * steps * batch * h * (gates + (2 if dirs == 2 else 0))
+        # the backward: the output gradients and one step's recurrent-weight gradient before it is summed
+        return forward, output_bytes + s * gates * h * h
+    most = 0
+    for lay in range(layer.num_layers):
+        d_in = layer.input_size if lay == 0 else dirs * h
+        kernel = (
+            steps * batch * d_in  # the gradient of the layer's input
+            + gates * steps * batch * h  # the gates' scratch
+            + 4 * batch * h  # the gradients of the initial and final states
+            + gates * h * (_copies(d_in) * d_in + _copies(h) * h)  # the weights, reordered for the kernel
+            + (steps * batch * h if lay == layer.num_layers - 1 or dirs == 2 else 0)  # the output gradient, copied
+        )
+        most = max(most, s * kernel)
+    return 0, output_bytes + most
+
+
 class TorchTraining(Training):
     @contextlib.contextmanager
     def saving(self, on_save: Callable[[Any], None]) -> Iterator[None]:
@@ -120,6 +176,28 @@ class TorchTraining(Training):
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         with torch.no_grad():
             torch._foreach_copy_(list(dsts), [s.detach() for s in srcs])
+
+    def layer_transient(self, layer: Any, input_shapes: Sequence[Sequence[int]], output_bytes: int) -> tuple[int, int] | None:
+        """Recurrent layers on the CPU (``nn.LSTM``, ``nn.GRU``, ``nn.RNN``; T steps, batch N, hidden H,
+        G gates: LSTM 4, GRU 3, RNN 1; item size s), measured under ``torch.profiler(profile_memory=True)``:
+
+        - an LSTM through oneDNN (float32/bfloat16, no ``proj_size``, no packed sequence): its backward
+          runs one kernel per layer and direction, which allocates, beyond the weights' gradients,
+          s x [T.N.I (the layer input's gradient; I = the input size, D.H above the first layer)
+          + G.T.N.H (the gates' scratch) + 4.N.H (the states' gradients) + c(I).I.G.H + c(H).H.G.H
+          (the weights reordered for the kernel; c(d) = 2 where d is a multiple of 256 or not of 16,
+          else 1) + T.N.H (the output gradient, copied by the top layer and by bidirectional ones)];
+          the backward's transient is the call's output gradients plus the largest of these (the
+          forward's: 0, its workspace is saved);
+        - otherwise (GRU, RNN, LSTM off oneDNN) the recurrence runs step by step: the forward
+          computes the input projections of all steps of one layer and direction at once,
+          s x G.T.N.H, and holds them until the steps end, + s x 2.T.N.H when bidirectional (the
+          two directions' outputs, stacked apart before they are concatenated); the backward
+          holds the output gradients and one step's recurrent-weight gradient, s x G.H.H, before
+          it is summed (it gathers the projections' gradients while it frees the steps' saved
+          tensors, no more);
+        - None elsewhere (other layers; CUDA, where cuDNN's workspace is not modelled)."""
+        return rnn_transient(layer, input_shapes, output_bytes)
 
 
 OPS = TorchTraining()

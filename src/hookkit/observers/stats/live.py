@@ -2,11 +2,11 @@
 
 The hot path (one consumer call per hooked layer call) reduces the detached output to one row on
 the model's device (``Backend.activation_sums``: ``[mean, m2, count <= near_zero]``;
-``Backend.param_sums``: ``[sum, norm, max |x|]``) and appends it to a list with its step, call and
-element count: no ``.item()``, no copy to the host. Every 1024 records a layer's rows are stacked
-into one device tensor, so a long run keeps a few tensors per layer, not millions. Tensors in host
-memory take the C kernel instead, which writes each record into a preallocated row
-(``backends.host_stats.HostRows``).
+``Backend.param_sums``: ``[sum, norm, max |x|]``) and adds it to the series' ``slots.Pending`` with
+its step, call and element count: no ``.item()``, no copy to the host. Every 1024 records a series'
+rows are stacked into one device tensor, so a long run keeps a few tensors per layer, not millions.
+Tensors in host memory take the C kernel instead, which writes each record into a preallocated row
+(``backends.host_stats.HostRows``). Each series is one ``slots.Slot``, found by its layer's name.
 
 Under data parallelism (a process group of more than one rank when ``GradientStats`` is created)
 parameter rows are read from ``.grad`` once the backward is complete (``Backend.after_backward``:
@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.backends.host_stats import HostRows
 from hookkit.core.guards import real_values
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
@@ -37,102 +36,23 @@ from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair
 from hookkit.observers.stats.backwards import BackwardCounter
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
-from hookkit.observers.stats.reduce import Block, gather_blocks, merge_block
-from hookkit.observers.stats.series import ACTIVATION, BACKWARD, GRADIENT, Kind, Rows
+from hookkit.observers.stats.reduce import gather_blocks, merge_block
+from hookkit.observers.stats.series import ACTIVATION, BACKWARD, GRADIENT, Block, Rows
+from hookkit.observers.stats.slots import Pending, Slot, extend
 
 __all__ = ["ActivationStats", "GradientStats"]
 
-CHUNK = 1024  # records per layer before they are stacked into one device tensor
-
-
-class Pending:
-    """Rows recorded since the last read (one layer, one kind). The hot path appends to the lists
-    directly; ``stack`` empties them in place (the consumers hold the same lists). Records of
-    tensors in host memory are written by the C kernel into ``host`` instead (preallocated rows,
-    no tensor per call: ``Backend.activation_sums_into``, ``tensor_sums_into``)."""
-
-    __slots__ = ("backend", "rows", "hists", "steps", "calls", "numels", "chunks", "hist_chunks", "host", "width")
-
-    def __init__(self, backend: Any, bins: int = 0, width: int = 3):
-        self.backend = backend
-        self.width = width  # values per device row (a 2-d row block holds several rows)
-        self.host = HostRows(bins)
-        self.rows: list[Any] = []
-        self.hists: list[Any] = []
-        self.steps: list[int] = []
-        self.calls: list[int] = []
-        self.numels: list[int] = []
-        self.chunks: list[Any] = []
-        self.hist_chunks: list[Any] = []
-
-    def __len__(self) -> int:
-        return len(self.steps) + len(self.host)
-
-    def stack(self) -> None:
-        if self.rows:
-            self.chunks.append(self.backend.stack(self.rows))
-            del self.rows[:]
-        if self.hists:
-            self.hist_chunks.append(self.backend.stack(self.hists))
-            del self.hists[:]
-
-    def drain(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(steps, calls, numels, rows [k, width] float64, hists [k, bins] or None)``; empties the lists."""
-        self.stack()
-        to_numpy, w = self.backend.to_numpy, self.width
-        rows = (
-            np.concatenate([np.asarray(to_numpy(c), np.float64).reshape(-1, w) for c in self.chunks]) if self.chunks else np.zeros((0, w))
-        )
-        hists = None
-        if self.hist_chunks:
-            parts = [np.asarray(to_numpy(c), np.float64) for c in self.hist_chunks]
-            hists = np.concatenate([h.reshape(-1, h.shape[-1]) for h in parts])
-        out = (np.array(self.steps, np.int64), np.array(self.calls, np.int64), np.array(self.numels, np.float64), rows, hists)
-        self.chunks, self.hist_chunks = [], []
-        del self.steps[:], self.calls[:], self.numels[:]
-        if self.host.n:  # [step, call, n, the backend's row]: the order of records does not matter (merge_block sorts)
-            host, host_hists = self.host.take()
-            steps, calls, numels, rows, hists = out
-            if host_hists is not None and hists is not None:
-                host_hists = np.concatenate((hists, host_hists))
-            out = (
-                np.concatenate((steps, host[:, 0].astype(np.int64))),
-                np.concatenate((calls, host[:, 1].astype(np.int64))),
-                np.concatenate((numels, host[:, 2])),
-                np.concatenate((rows, host[:, 3:])),
-                hists if host_hists is None else host_hists,
-            )
-        return out
-
-
-def _empty(kind: Kind, bins: int = 0) -> Block:
-    z = np.zeros(0, np.int64)
-    return z, z, z, np.zeros((0, kind.width)), np.zeros((0, bins)) if bins else None
-
-
-def _extend(rows: Rows, block: Block) -> None:
-    """Append a block sorted by (step, call) to ``rows``; rows of keys already there are merged in."""
-    step, call, records, state, hist = block
-    if not len(step):
-        return
-    if rows.n:
-        last_step, last_call = rows.step[rows.n - 1], rows.call[rows.n - 1]
-        if (step[0], call[0]) <= (last_step, last_call):  # overlaps what is stored: merge the tail again
-            start = int(np.searchsorted(rows.step[: rows.n], step[0], side="left"))
-            old = rows.block(start)
-            step, call, records, state, hist = merge_block(rows.kind, _concat(old, block))
-            rows._grow(len(rows.step))  # fresh buffers: arrays handed out earlier stay as they were
-            rows.n, rows.done = start, min(rows.done, start)
-    rows.append(step, call, state, hist, records)
+Tables = dict[str, dict[str, np.ndarray]]
 
 
 class _Recorder(HandleGroup):
     """Attaches at construction (rolled back if that fails half-way); ``remove()`` / ``with`` detach.
 
     Holds no layer, parameter or model strongly: keeping the statistics keeps no weights alive.
-    Subclasses set ``_local`` (one ``Rows`` per slot) and say how to drain their pending records."""
+    Subclasses set ``_slots`` (every series they record, in one order on every rank), say how to
+    drain their pending records and how to build the tables from their slots."""
 
-    _local: list[Rows]
+    _slots: list[Slot]
 
     def _setup(self, model: Any, layers: LayerSpec, every: int, sync: bool) -> list[tuple[str, Any]]:
         HandleGroup.__init__(self)
@@ -142,10 +62,9 @@ class _Recorder(HandleGroup):
         self._backend = check_model(model, fn=fn)
         self._model = weakref.ref(model)
         self._sync = bool(sync)
-        self._reduced: list[Rows] | None = None  # all ranks' rows, merged (distributed training)
-        self._waiting: list[Block] | None = None  # this rank's rows not yet merged with the others'
-        self._cache: dict[str, dict[str, np.ndarray]] | None = None
-        self._local_cache: dict[str, dict[str, np.ndarray]] | None = None
+        self._merged = False  # distributed training: read all ranks' rows (each slot's ``merged``)
+        self._cache: Tables | None = None
+        self._local_cache: Tables | None = None
         return select(model, WITH_PARAMS if layers is None else layers)
 
     def _attach_all(self, attach_fn: Callable[[], object]) -> None:
@@ -163,17 +82,18 @@ class _Recorder(HandleGroup):
     def _recording(self, every: int, train_only: bool) -> Callable[[int], bool]:
         """``record(step) -> bool``, evaluated once per step (model.training read once, a Python attribute)."""
         model_ref, backend = self._model, self._backend
-        state: list[Any] = [None, False]
+        last_step: int | None = None
+        ok = False
 
         def record(step: int) -> bool:
-            if step != state[0]:
-                state[0] = step
+            nonlocal last_step, ok
+            if step != last_step:
+                last_step = step
                 ok = step % every == 0
                 if ok and train_only:
                     model = model_ref()
                     ok = model is not None and backend.is_training(model)
-                state[1] = ok
-            return state[1]
+            return ok
 
         return record
 
@@ -185,7 +105,8 @@ class _Recorder(HandleGroup):
         """``(local blocks, this rank's contributions to the cross-rank merge)``, one per slot."""
         raise NotImplementedError
 
-    def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
+    def _build(self, merged: bool) -> Tables:
+        """The tables of every series from the slots' rows (all ranks' with ``merged``)."""
         raise NotImplementedError
 
     # -- reading ---------------------------------------------------------------------------------
@@ -200,53 +121,46 @@ class _Recorder(HandleGroup):
     def _update(self, collective: bool) -> None:
         rank, world = self._backend.world()
         syncing = self._sync and world > 1
+        slots = self._slots
         if self._has_pending():
             local, contributions = self._drain(world if syncing else 1, rank)
-            for rows, block in zip(self._local, local):
-                _extend(rows, block)
+            for slot, block, mine in zip(slots, local, contributions):
+                extend(slot.local, block)
+                if syncing:
+                    slot.waiting = mine if slot.waiting is None else slot.waiting.concat(mine)
             self._local_cache = None
-            if syncing:
-                waiting = self._waiting
-                self._waiting = contributions if waiting is None else [_concat(a, b) for a, b in zip(waiting, contributions)]
-        if collective and syncing and self._waiting is not None:
-            kinds = [r.kind for r in self._local]
-            merged = gather_blocks(self._backend, kinds, self._waiting, max(r.bins for r in self._local))
-            self._waiting = None
-            if self._reduced is None:
-                self._reduced = [Rows(r.kind, r.bins) for r in self._local]
-            for rows, block in zip(self._reduced, merged):
-                _extend(rows, block)
+        if collective and syncing and any(slot.waiting is not None for slot in slots):
+            kinds = [slot.local.kind for slot in slots]
+            gathered = gather_blocks(self._backend, kinds, [slot.waiting for slot in slots], max(slot.local.bins for slot in slots))
+            for slot, block in zip(slots, gathered):
+                slot.waiting = None
+                if slot.merged is None:
+                    slot.merged = Rows(slot.local.kind, slot.local.bins)
+                extend(slot.merged, block)
+            self._merged = True
             self._cache = None
 
-    def _tables(self) -> dict[str, dict[str, np.ndarray]]:
+    def _tables(self) -> Tables:
         """All ranks' tables: in distributed training a collective, when records are new."""
         self._update(collective=True)
-        if self._reduced is None:
+        if not self._merged:
             return self._local_tables()
         if self._cache is None:
-            self._cache = self._build(self._reduced)
+            self._cache = self._build(merged=True)
         return self._cache
 
-    def _local_tables(self) -> dict[str, dict[str, np.ndarray]]:
+    def _local_tables(self) -> Tables:
         self._update(collective=False)
         if self._local_cache is None:
-            self._local_cache = self._build(self._local)
+            self._local_cache = self._build(merged=False)
         return self._local_cache
 
     def clear(self) -> None:
         """Forget what was recorded (on this rank); keep recording."""
         self._drain(1, 0)
-        for rows in (*self._local, *(self._reduced or ())):
-            rows.clear()
-        self._waiting = None
+        for slot in self._slots:
+            slot.clear()
         self._cache = self._local_cache = None
-
-
-def _concat(a: Block, b: Block) -> Block:
-    """``a`` then ``b``, array by array (the histograms when both have them)."""
-    hist = None if a[4] is None or b[4] is None else np.concatenate((a[4], b[4]))
-    step, call, records, state = (np.concatenate((x, y)) for x, y in zip(a[:4], b[:4]))
-    return step, call, records, state, hist
 
 
 class ActivationStats(_Recorder, ActivationData):
@@ -294,20 +208,18 @@ class ActivationStats(_Recorder, ActivationData):
         }
         named = self._setup(model, layers, every, sync)
         ActivationData.__init__(self, [n for n, _ in named], self._backend.name, settings)
-        self._local = [Rows(ACTIVATION, bins if self.hist else 0) for _ in named]
-        self._pending = [Pending(self._backend, bins if self.hist else 0) for _ in named]
+        bins = self.bins if self.hist else 0
+        self._layers = {name: Slot(ACTIVATION, bins, Pending(self._backend, bins)) for name, _ in named}
+        self._slots = list(self._layers.values())
         record = self._recording(every, self.train_only)
-        self._attach_all(
-            lambda: [self.add(attach(model, [nl], "forward", self._consumer(i, record), OBSERVER)) for i, nl in enumerate(named)]
-        )
+        self._attach_all(lambda: [self.add(attach(model, [nl], "forward", self._consumer(nl[0], record), OBSERVER)) for nl in named])
 
-    def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
+    def _consumer(self, name: str, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
         is_tensor, sums, sums_hist, numel, detach = be.is_tensor, be.activation_sums, be.activation_sums_hist, be.numel, be.detach
         into = be.activation_sums_into
-        pending = self._pending[slot]
-        host = pending.host
-        rows, hists, steps, calls, numels, stack = pending.rows, pending.hists, pending.steps, pending.calls, pending.numels, pending.stack
+        pending = self._layers[name].pending
+        host, add = pending.host, pending.add
         want_hist = self.hist
         near_zero, bins, (lo, hi) = self.near_zero, self.bins, self.hist_range
         hist_range = (lo, hi) if want_hist else None
@@ -329,31 +241,22 @@ class ActivationStats(_Recorder, ActivationData):
                 return
             if want_hist:
                 row, hist = sums_hist(o, near_zero, bins, lo, hi)
-                rows.append(row)
-                hists.append(hist)
+                add(row, ev.step, ev.call, numel(o), hist)
             else:
-                rows.append(sums(o, near_zero))
-            steps.append(ev.step)
-            calls.append(ev.call)
-            numels.append(numel(o))
-            if len(rows) >= CHUNK:
-                stack()
+                add(sums(o, near_zero), ev.step, ev.call, numel(o))
 
         return on_forward
 
     def _has_pending(self) -> bool:
-        return any(len(p) for p in self._pending)
+        return any(len(slot.pending) for slot in self._slots)
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
-        blocks = []
-        for pending in self._pending:
-            steps, calls, n, r, hists = pending.drain()
-            state = np.column_stack((n, r[:, 0], r[:, 1], r[:, 2]))  # [n, mean, m2, count]
-            blocks.append(merge_block(ACTIVATION, (steps, calls, np.ones(len(steps), np.int64), state, hists)))
+        # a pending record's state [numel, mean, m2, count] is ACTIVATION's [n, mean, m2, count]
+        blocks = [merge_block(ACTIVATION, slot.pending.drain()) for slot in self._slots]
         return blocks, blocks
 
-    def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
-        return {name: dict(rows.columns()) for name, rows in zip(self.names, slots)}
+    def _build(self, merged: bool) -> Tables:
+        return {name: dict(slot.rows(merged).columns()) for name, slot in self._layers.items()}
 
     @staticmethod
     def load(directory: Any) -> ActivationData:
@@ -399,46 +302,35 @@ class GradientStats(_Recorder, GradientData):
         named = self._setup(model, layers, every, sync)
         GradientData.__init__(self, [n for n, _ in named], self._backend.name, {"every": every})
         be = self._backend
-        n = len(named)
-        self._local = [Rows(GRADIENT) for _ in range(2 * n)]  # slots: outputs 0..n-1, parameters n..2n-1
-        self._pending = [Pending(be) for _ in range(n)]
-        # per layer: one Pending for all its parameters ("calls" holds the parameter's index)
-        self._param_pending = [Pending(be) for _ in range(n)]
-        # a parameter shared by several layers (tied embeddings) is reduced once per backward:
-        # (weak ref to the gradient, host row or None, device row or None) of the last one reduced
-        self._last_param_row: list[Any] = [None, None, None]
-        self._param_index: list[dict[str, int]] = []
-        self._param_refs: list[list[Any]] = []  # weak: keeping the statistics keeps no weights alive
-        self._param_sharded: list[np.ndarray] = []
-        for _, layer in named:
-            params = [(pn, p) for pn, p in be.named_parameters(layer, recurse=False) if be.requires_grad(p)]
-            self._param_index.append({pn: i for i, (pn, _) in enumerate(params)})
-            self._param_refs.append([weakref.ref(p) for _, p in params])
-            self._param_sharded.append(np.array([be.is_sharded(p) for _, p in params], dtype=bool))
+        self._layers = {name: _GradientLayer(be, layer) for name, layer in named}
+        outputs, params = [g.output for g in self._layers.values()], [g.params for g in self._layers.values()]
+        self._slots = outputs + params  # the order of the cross-rank merge: outputs, then parameters
+        # a parameter shared by several layers (tied embeddings) is reduced once per backward
+        self._last_param = _LastParamGrad()
         # Under data parallelism the gradient is final only after the backward (DDP all-reduces
         # it then): read .grad at the end of each recorded backward instead of at the hook.
         self._after_backward = be.world()[1] > 1
-        self._due: list[Any] = [None]  # (step, backward) whose parameter gradients are to be read
+        self._due: tuple[int, int] | None = None  # (step, backward) whose parameter gradients are to be read
         self._backwards = BackwardCounter(be)  # several backwards of one forward: one row each
         self._warned_local = False
         record = self._recording(every, False)
 
         def attach_all() -> None:
-            for i, nl in enumerate(named):
-                self.add(attach(model, [nl], "grad", self._consumer(i, record), OBSERVER))
-                if self._param_refs[i] and not self._after_backward:
-                    self.add(attach(model, [nl], "param_grad", self._param_consumer(i, record), OBSERVER))
+            for name, layer in named:
+                self.add(attach(model, [(name, layer)], "grad", self._consumer(name, record), OBSERVER))
+                if self._layers[name].param_refs and not self._after_backward:
+                    self.add(attach(model, [(name, layer)], "param_grad", self._param_consumer(name, record), OBSERVER))
 
         self._attach_all(attach_all)
 
-    def _consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
+    def _consumer(self, name: str, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
         sums, numel, detach, into = be.grad_sums, be.numel, be.detach, be.tensor_sums_into
         real = real_values(be, "GradientStats")  # complex gradients: skipped, one warning
         real_dtypes = real.real
-        pending = self._pending[slot]
-        rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
-        due, after, backward = self._due, self._after_backward, self._backwards.index
+        pending = self._layers[name].output.pending
+        host, add = pending.host, pending.add
+        after, backward = self._after_backward, self._backwards.index
 
         def on_grad(ev: Event) -> None:
             step = ev.step
@@ -450,26 +342,20 @@ class GradientStats(_Recorder, GradientData):
                 g = detach(ev.grad)
                 if id(g.dtype) not in real_dtypes and not real(g, ev.name):
                     return
-                rows.append(sums(g))
-                steps.append(step)
-                calls.append(key)
-                numels.append(numel(g))
-                if len(rows) >= CHUNK:
-                    stack()
-            if after and due[0] is None:
-                due[0] = (step, b)
+                add(sums(g), step, key, numel(g))
+            if after and self._due is None:
+                self._due = (step, b)
                 be.after_backward(self._read_param_grads)
 
         return on_grad
 
-    def _param_consumer(self, slot: int, record: Callable[[int], bool]) -> Callable[[Event], None]:
+    def _param_consumer(self, name: str, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
         sums, numel, detach, into = be.param_sums, be.numel, be.detach, be.tensor_sums_into
-        index = self._param_index[slot]
-        pending = self._param_pending[slot]
-        rows, steps, calls, numels, stack, host = pending.rows, pending.steps, pending.calls, pending.numels, pending.stack, pending.host
-
-        last = self._last_param_row
+        index = self._layers[name].param_index
+        pending = self._layers[name].params.pending
+        host, add = pending.host, pending.add
+        last = self._last_param
         backward = self._backwards.index
 
         def on_param_grad(ev: Event) -> None:
@@ -478,52 +364,44 @@ class GradientStats(_Recorder, GradientData):
                 return
             # the parameter's index, and which backward (param_grad events always carry param_name)
             i = index[ev.param_name] + BACKWARD * backward(step)  # type: ignore[index]
-            seen = last[0] is not None and last[0]() is grad  # the same gradient, seen by another layer
-            if seen and last[1] is not None:
+            seen = last.grad is not None and last.grad() is grad  # the same gradient, seen by another layer
+            if seen and last.host_row is not None:
                 k = host.slot()
-                host.rows[k] = last[1]
+                host.rows[k] = last.host_row
                 host.rows[k, 1] = i  # the row's "call" holds the parameter's index in this layer
                 host.n = k + 1
                 return
             if not seen and into(host, grad, step, i):
-                last[:] = _weak(grad), host.rows[host.n - 1].copy(), None
+                last.grad, last.host_row, last.device_row = _weak(grad), host.rows[host.n - 1].copy(), None
                 return
             g = detach(grad)
-            row = last[2] if seen else sums(g)
-            if not seen:
-                last[:] = _weak(grad), None, row
-            rows.append(row)
-            steps.append(step)
-            calls.append(i)
-            numels.append(numel(g))
-            if len(rows) >= CHUNK:
-                stack()
+            if seen:
+                row = last.device_row
+            else:
+                row = sums(g)
+                last.grad, last.host_row, last.device_row = _weak(grad), None, row
+            add(row, step, i, numel(g))
 
         return on_param_grad
 
     def _read_param_grads(self) -> None:
         """End of a recorded backward (data-parallel training): each parameter's synchronized ``.grad``."""
-        (step, b), self._due[0] = self._due[0], None
+        (step, b), self._due = self._due, None  # type: ignore[misc]
         be = self._backend
         sums, numel, grad_of = be.param_sums, be.numel, be.grad_of
-        for refs, pending in zip(self._param_refs, self._param_pending):
-            for i, ref in enumerate(refs):
+        for layer in self._layers.values():
+            pending = layer.params.pending
+            for i, ref in enumerate(layer.param_refs):
                 p = ref()
                 g = None if p is None else grad_of(p)
                 if g is None or not numel(g):  # no gradient in this backward, or an empty shard
                     continue
                 key = b * BACKWARD + i
-                if be.tensor_sums_into(pending.host, g, step, key):
-                    continue
-                pending.rows.append(sums(be.detach(g)))
-                pending.steps.append(step)
-                pending.calls.append(key)
-                pending.numels.append(numel(g))
-                if len(pending.rows) >= CHUNK:
-                    pending.stack()
+                if not be.tensor_sums_into(pending.host, g, step, key):
+                    pending.add(sums(be.detach(g)), step, key, numel(g))
 
     def _has_pending(self) -> bool:
-        return any(len(p) for p in self._pending) or any(len(p) for p in self._param_pending)
+        return any(len(slot.pending) for slot in self._slots)
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
         if world > 1 and not self._after_backward and not self._warned_local:
@@ -536,36 +414,32 @@ class GradientStats(_Recorder, GradientData):
             )
         local: list[Block] = []
         contributions: list[Block] = []
-        for pending in self._pending:
-            steps, calls, n, r, _ = pending.drain()
-            state = np.column_stack((n, r[:, 0], r[:, 1] ** 2, r[:, 2]))  # [n, sum, sum of squares, max]
-            block = merge_block(GRADIENT, (steps, calls, np.ones(len(steps), np.int64), state, None))
+        for layer in self._layers.values():
+            block = merge_block(GRADIENT, _gradient_state(layer.output.pending.drain()))
             local.append(block)
             if world > 1:  # the gradient of the loss averaged over ranks (DDP's convention)
-                s = block[3].copy()
+                s = block.state.copy()
                 s[:, 1] /= world
                 s[:, 2] /= world * world
                 s[:, 3] /= world
-                block = (*block[:3], s, None)
+                block = block._replace(state=s)
             contributions.append(block)
-        for pending, sharded in zip(self._param_pending, self._param_sharded):
-            steps, index, n, r, _ = pending.drain()
-            state = np.column_stack((n, r[:, 0], r[:, 1] ** 2, r[:, 2]))
-            backwards, index = index // BACKWARD, index % BACKWARD
-            local.append(_per_step(steps, backwards, state))
+        for layer in self._layers.values():
+            block = _gradient_state(layer.params.pending.drain())
+            backwards, index = block.call // BACKWARD, block.call % BACKWARD
+            local.append(_per_step(block.step, backwards, block.state))
             if world > 1 and rank != 0:
                 # equal copies on every rank (DDP) count once, from rank 0; shards (FSDP) from every rank
-                keep = sharded[index]
-                steps, backwards, state = steps[keep], backwards[keep], state[keep]
-            contributions.append(_per_step(steps, backwards, state))
+                keep = layer.param_sharded[index]
+                block, backwards = block.subset(keep), backwards[keep]
+            contributions.append(_per_step(block.step, backwards, block.state))
         return local, contributions
 
-    def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
-        n = len(self.names)
+    def _build(self, merged: bool) -> Tables:
         out = {}
-        for i, name in enumerate(self.names):
-            table = dict(slots[i].columns())
-            params = slots[n + i].columns()
+        for name, layer in self._layers.items():
+            table = dict(layer.output.rows(merged).columns())
+            params = layer.params.rows(merged).columns()
             for key in ("mean", "std", "norm", "max_abs", "step", "backward", "records"):
                 table[f"param_{key}"] = params[key]
             out[name] = table
@@ -577,12 +451,47 @@ class GradientStats(_Recorder, GradientData):
         return read_files(directory, "gradient_stats")  # type: ignore[return-value]
 
 
+class _GradientLayer:
+    """One layer watched by ``GradientStats``: the slot of its output gradients, the slot of its
+    direct parameters' gradients taken together (a record's call is the parameter's index), and
+    those parameters: their index by name, weak references, which of them are shards (FSDP)."""
+
+    __slots__ = ("output", "params", "param_index", "param_refs", "param_sharded")
+
+    def __init__(self, backend: Any, layer: Any):
+        self.output = Slot(GRADIENT, pending=Pending(backend))
+        self.params = Slot(GRADIENT, pending=Pending(backend))
+        params = [(pn, p) for pn, p in backend.named_parameters(layer, recurse=False) if backend.requires_grad(p)]
+        self.param_index = {pn: i for i, (pn, _) in enumerate(params)}
+        self.param_refs = [weakref.ref(p) for _, p in params]  # weak: the statistics keep no weights alive
+        self.param_sharded = np.array([backend.is_sharded(p) for _, p in params], dtype=bool)
+
+
+class _LastParamGrad:
+    """The parameter gradient reduced last (a weak reference) and its row, on the host or the
+    device: a parameter shared by several layers (tied embeddings) is reduced once per backward."""
+
+    __slots__ = ("grad", "host_row", "device_row")
+
+    def __init__(self) -> None:
+        self.grad: Callable[[], Any] | None = None
+        self.host_row: np.ndarray | None = None
+        self.device_row: Any = None
+
+
+def _gradient_state(block: Block) -> Block:
+    """A drained gradient block, its state ``[n, sum, norm, max]`` turned into GRADIENT's ``[n, sum,
+    sum of squares, max]`` (in place: a drained block's arrays are its own)."""
+    block.state[:, 2] **= 2
+    return block
+
+
 def _per_step(steps: np.ndarray, backwards: np.ndarray, state: np.ndarray) -> Block:
     """A layer's parameter rows of each (step, backward) merged into one row (its key's call is the
     backward). A backward delivers a step's parameters together: rows of one backward are
     contiguous, merged without sorting."""
     if not len(steps):
-        return _empty(GRADIENT)
+        return Block.empty(GRADIENT.width)
     key = backwards * BACKWARD
     ds, db = np.diff(steps), np.diff(backwards)
     if bool(((ds > 0) | ((ds == 0) & (db >= 0))).all()):
@@ -595,4 +504,4 @@ def _per_step(steps: np.ndarray, backwards: np.ndarray, state: np.ndarray) -> Bl
     else:
         ones = np.ones(len(steps), np.int64)
         step, key, _, merged, _ = merge_block(GRADIENT, (steps, key, ones, state, None))
-    return step, key, np.ones(len(step), np.int64), merged, None
+    return Block(step, key, np.ones(len(step), np.int64), merged, None)

@@ -17,43 +17,41 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.observers.stats.series import Kind, merge_keys
+from hookkit.observers.stats.series import Block, Kind, merge_keys
 
 __all__ = ["Block", "gather_blocks", "merge_block"]
-
-Block = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, "np.ndarray | None"]  # step, call, records, state, hist
 
 
 def merge_block(kind: Kind, block: Block) -> Block:
     """Rows with equal (step, call) merged into one, sorted by (step, call)."""
-    step, call, records, state, hist = block
-    plan = merge_keys(step, call)
+    plan = merge_keys(block.step, block.call)
     if plan is None:
         return block
     order, starts = plan
-    merged = kind.merge(state[order], starts)
-    out_hist = None if hist is None else np.add.reduceat(hist[order], starts, axis=0)
-    return step[order][starts], call[order][starts], np.maximum.reduceat(records[order], starts), merged, out_hist
+    merged = kind.merge(block.state[order], starts)
+    hist = None if block.hist is None else np.add.reduceat(block.hist[order], starts, axis=0)
+    records = np.maximum.reduceat(block.records[order], starts)
+    return Block(block.step[order][starts], block.call[order][starts], records, merged, hist)
 
 
 def gather_blocks(backend: Any, kinds: list[Kind], blocks: list[Block], bins: int) -> list[Block]:
     """Every rank's ``blocks`` (one per slot, same slots on every rank) merged slot by slot. A collective."""
     width = 4 + max(k.width for k in kinds) + bins
     parts = []
-    for slot, (step, call, records, state, hist) in enumerate(blocks):
-        m = np.zeros((len(step), width))
-        m[:, 0], m[:, 1], m[:, 2], m[:, 3] = slot, step, call, records
-        m[:, 4 : 4 + state.shape[1]] = state
-        if hist is not None and bins:
-            m[:, width - bins :] = hist
+    for slot, block in enumerate(blocks):
+        m = np.zeros((len(block.step), width))
+        m[:, 0], m[:, 1], m[:, 2], m[:, 3] = slot, block.step, block.call, block.records
+        m[:, 4 : 4 + block.state.shape[1]] = block.state
+        if block.hist is not None and bins:
+            m[:, width - bins :] = block.hist
         parts.append(m)
     mine = np.concatenate(parts) if parts else np.zeros((0, width))
     everyone = np.concatenate(backend.all_gather_rows(mine))
     out = []
     for slot, kind in enumerate(kinds):
         rows = everyone[everyone[:, 0] == slot]
-        hist = rows[:, width - bins :] if bins and blocks[slot][4] is not None else None
-        block = (
+        hist = rows[:, width - bins :] if bins and blocks[slot].hist is not None else None
+        block = Block(
             rows[:, 1].astype(np.int64),
             rows[:, 2].astype(np.int64),
             rows[:, 3].astype(np.int64),

@@ -22,11 +22,11 @@ the recent window keeps one row per record; older history gets coarser, step by 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["ACTIVATION", "BACKWARD", "GRADIENT", "LIMIT", "Kind", "Rows"]
+__all__ = ["ACTIVATION", "BACKWARD", "GRADIENT", "LIMIT", "Block", "Kind", "Rows"]
 
 LIMIT = 8192  # rows kept per layer before the oldest are merged pairwise (documented policy)
 
@@ -114,6 +114,41 @@ def merge_keys(steps: np.ndarray, calls: np.ndarray) -> tuple[np.ndarray, np.nda
     new[0] = True
     np.logical_or(s[1:] != s[:-1], c[1:] != c[:-1], out=new[1:])
     return order, np.flatnonzero(new)
+
+
+class Block(NamedTuple):
+    """Rows of one series as arrays, one entry per row: ``step`` and ``call`` (int64, the row's
+    key), ``records`` (how many records the row holds), ``state`` (float64 [k, the kind's width])
+    and ``hist`` (float64 [k, bins], or None without histograms)."""
+
+    step: np.ndarray
+    call: np.ndarray
+    records: np.ndarray
+    state: np.ndarray
+    hist: np.ndarray | None
+
+    @classmethod
+    def empty(cls, width: int, bins: int = 0) -> Block:
+        z = np.zeros(0, np.int64)
+        return cls(z, z, z, np.zeros((0, width)), np.zeros((0, bins)) if bins else None)
+
+    def subset(self, index: Any) -> Block:
+        """The rows ``index`` selects (a boolean mask, a slice or indices)."""
+        return Block(
+            self.step[index], self.call[index], self.records[index], self.state[index], None if self.hist is None else self.hist[index]
+        )
+
+    def concat(self, other: Block) -> Block:
+        """These rows, then ``other``'s (histograms where both have them)."""
+        hist = None if self.hist is None or other.hist is None else np.concatenate((self.hist, other.hist))
+        cat = np.concatenate
+        return Block(
+            cat((self.step, other.step)),
+            cat((self.call, other.call)),
+            cat((self.records, other.records)),
+            cat((self.state, other.state)),
+            hist,
+        )
 
 
 class Rows:
@@ -211,8 +246,8 @@ class Rows:
         self._view = view
         return view
 
-    def block(self, start: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(step, call, records, state, hist)`` of rows ``start:``."""
+    def block(self, start: int = 0) -> Block:
+        """Rows ``start:`` as a block."""
         end = self.n
         hist = None if self.hist is None else self.hist[start:end]
-        return self.step[start:end], self.call[start:end], self.records[start:end], self.state[start:end], hist
+        return Block(self.step[start:end], self.call[start:end], self.records[start:end], self.state[start:end], hist)

@@ -3,7 +3,7 @@ and update-to-weight ratio ``||w_t - w_{t-1}|| / ||w_{t-1}||``, kept on the devi
 
 At each recorded step one call of the backend's ``training`` family computes every watched
 parameter's row ``[mean, m2, max |w|, ||w - prev||^2, ||prev||^2]`` as one device tensor (and,
-with ``hist=True``, their histograms); the rows wait in a ``live.Pending`` like the activation
+with ``hist=True``, their histograms); the rows wait in a ``slots.Pending`` like the activation
 rows, and a read moves them to the host, merges them into ``series.Rows`` and, in distributed
 training, merges them with the other ranks' (one collective per read, none per step). The
 previous weights are one copy per watched parameter on its device, refreshed only before a
@@ -29,10 +29,11 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_int, check_range_pair, fail
-from hookkit.observers.stats.live import Pending, _Recorder
+from hookkit.observers.stats.live import Tables, _Recorder
 from hookkit.observers.stats.loaded import StatsData, read_files, register_kind
-from hookkit.observers.stats.reduce import Block, merge_block
-from hookkit.observers.stats.series import ACTIVATION, Kind, Rows
+from hookkit.observers.stats.reduce import merge_block
+from hookkit.observers.stats.series import ACTIVATION, Block, Kind
+from hookkit.observers.stats.slots import Pending, Slot
 
 __all__ = ["WEIGHT", "WeightData", "WeightStats"]
 
@@ -171,7 +172,10 @@ class WeightStats(_Recorder, WeightData):
         self._prev: list[Any] = [None] * len(params)
         self._prev_step = -2  # the step whose weights ``_prev`` holds (after it)
         self._count = 0
-        self._local = [Rows(WEIGHT, bins if hist else 0) for _ in params]
+        # one slot per parameter, by name; their records wait together in one Pending (one row
+        # block per step for all parameters: its "call" is the parameter's index)
+        self._params = {name: Slot(WEIGHT, bins if hist else 0) for name, _ in params}
+        self._slots = list(self._params.values())
         self._pending = Pending(be, bins if hist else 0, width=5)
         # the CPU route: the C kernel reads each parameter once for [n, mean, m2] (+ histogram) and
         # once for max |w|; the framework's ops add the update norms
@@ -227,14 +231,12 @@ class WeightStats(_Recorder, WeightData):
             self._record_host(step, ws, live)
         elif record:
             prevs = [self._prev[i] if self._prev_step == step - 1 else None for i in live]
-            pending = self._pending
-            pending.rows.append(self._ops.weight_rows([ws[i] for i in live], prevs))
+            hists = None
             if self.hist:
                 histc, detach = self._backend.histc, self._backend.detach
-                pending.hists.append(self._backend.stack([histc(detach(ws[i]), self.bins, *self.hist_ranges[self.names[i]]) for i in live]))
-            pending.steps.extend([step] * len(live))
-            pending.calls.extend(live)
-            pending.numels.extend(self._numels[i] for i in live)
+                hists = self._backend.stack([histc(detach(ws[i]), self.bins, *self.hist_ranges[self.names[i]]) for i in live])
+            keys = [(step, i, self._numels[i]) for i in live]
+            self._pending.add_block(self._ops.weight_rows([ws[i] for i in live], prevs), keys, hists)
         if keep:
             be = self._backend
             for i in live:
@@ -252,11 +254,8 @@ class WeightStats(_Recorder, WeightData):
             be.activation_sums_into(moments, w, 0.0, step, i, ranges[names[i]] if self.hist else None)
             be.tensor_sums_into(sums, w, step, i)
         if self._prev_step == step - 1:
-            u = self._updates
-            u.rows.append(self._ops.update_norms([ws[i] for i in live], [self._prev[i] for i in live]))
-            u.steps.extend([step] * len(live))
-            u.calls.extend(live)
-            u.numels.extend([0] * len(live))
+            norms = self._ops.update_norms([ws[i] for i in live], [self._prev[i] for i in live])
+            self._updates.add_block(norms, [(step, i, 0) for i in live])
 
     # -- reading --------------------------------------------------------------------------------
     def _has_pending(self) -> bool:
@@ -270,16 +269,15 @@ class WeightStats(_Recorder, WeightData):
         state = np.full((len(moments), 6), np.nan)
         state[:, :3] = moments[:, 2:5]  # n, mean, m2
         state[:, 3] = sums[:, 5]  # max |w|
-        u_steps, u_index, _, u_rows, _ = self._updates.drain()
-        if len(u_steps):
+        updates = self._updates.drain()  # state [0, ||w - prev||^2, ||prev||^2]
+        if len(updates.step):
             key = steps * (1 << 24) + index
-            at = np.searchsorted(key, u_steps * (1 << 24) + u_index)  # records are in (step, index) order
-            state[at, 4:6] = u_rows
+            at = np.searchsorted(key, updates.step * (1 << 24) + updates.call)  # records are in (step, index) order
+            state[at, 4:6] = updates.state[:, 1:]
         return steps, index, state, hists
 
     def _drain(self, world: int, rank: int) -> tuple[list[Block], list[Block]]:
-        steps, index, n, r, hists = self._pending.drain()
-        state = np.column_stack((n, r))
+        steps, index, _, state, hists = self._pending.drain()  # state [numel, WEIGHT's row]: WEIGHT's state
         if len(self._host_moments):
             h_steps, h_index, h_state, h_hists = self._drain_host()
             steps, index, state = np.concatenate((steps, h_steps)), np.concatenate((index, h_index)), np.concatenate((state, h_state))
@@ -290,18 +288,18 @@ class WeightStats(_Recorder, WeightData):
         for i in range(len(self.names)):
             mine = index == i
             zeros = np.zeros(int(mine.sum()), np.int64)
-            block = merge_block(WEIGHT, (steps[mine], zeros, ones[mine], state[mine], None if hists is None else hists[mine]))
+            block = merge_block(WEIGHT, Block(steps[mine], zeros, ones[mine], state[mine], None if hists is None else hists[mine]))
             local.append(block)
             if world > 1 and rank != 0 and not self._sharded[i]:
                 # replicated parameters (DDP) count once, from rank 0; FSDP shards from every rank
-                block = (block[0][:0], block[1][:0], block[2][:0], block[3][:0], None if block[4] is None else block[4][:0])
+                block = block.subset(slice(0, 0))
             contributions.append(block)
         return local, contributions
 
-    def _build(self, slots: list[Rows]) -> dict[str, dict[str, np.ndarray]]:
+    def _build(self, merged: bool) -> Tables:
         out = {}
-        for name, rows in zip(self.names, slots):
-            table = dict(rows.columns())
+        for name, slot in self._params.items():
+            table = dict(slot.rows(merged).columns())
             table.pop("call", None)
             out[name] = table
         return out
@@ -320,5 +318,5 @@ class WeightStats(_Recorder, WeightData):
         self._prev = [None] * len(self._prev)
 
     def __repr__(self) -> str:
-        n = sum(len(r) for r in self._local) + len(self._pending) + len(self._host_moments)
+        n = sum(len(slot.local) for slot in self._slots) + len(self._pending) + len(self._host_moments)
         return f"<hookkit.WeightStats {len(self.names)} parameters, {n} records, {'removed' if self.removed else 'active'}>"

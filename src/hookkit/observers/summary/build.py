@@ -11,7 +11,7 @@ from hookkit.backends import Backend
 from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_model, fail
+from hookkit.core.validate import check_choice, check_int, check_model, fail
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
@@ -88,8 +88,7 @@ def summarize(
 ) -> tuple[Summary, BaseException | None]:
     """The summary and the forward's exception (None when it ran), without printing or raising it."""
     be = check_model(model, fn="summary")
-    if mode not in MODES:
-        raise ValueError(f"summary(): mode must be one of {', '.join(map(repr, MODES))}; got {mode!r}")
+    check_choice(mode, MODES, fn="summary", arg="mode")
     if optimizer is not None and mode != "train":
         fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
     if loss_fn is not None and not callable(loss_fn):
@@ -99,9 +98,8 @@ def summarize(
         columns += ("saved",)
     bad = [c for c in columns if c not in COLUMNS]
     if bad:
-        raise ValueError(f"summary(): columns: unknown {', '.join(map(repr, bad))}; valid: {', '.join(COLUMNS)}")
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
-        raise ValueError(f"summary(): depth must be an int >= 0; got {depth!r}")
+        fail("summary", "columns", f"column names among {', '.join(COLUMNS)}", bad if len(bad) > 1 else bad[0])
+    check_int(depth, fn="summary", arg="depth", low=0)
 
     named = list(be.named_layers(model))
     opaque = be.opaque_layers(model)

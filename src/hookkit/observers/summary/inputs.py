@@ -14,12 +14,12 @@ DTYPE_ALIASES = {"long": "int64", "int": "int64", "float": "float32", "double": 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
-def dtype_name(dtype: Any) -> str:
+def dtype_name(dtype: Any, fn: str = "summary") -> str:
     """``"long"``, ``torch.int64``, ``paddle.int64`` or ``"int64"`` -> ``"int64"``."""
     name = str(dtype).rpartition(".")[2].lower()
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
-        raise ValueError(f"dtypes: unknown dtype {dtype!r}; valid: {', '.join(DTYPES)} (or long, int, float, double, half)")
+        fail(fn, "dtypes", f"dtype names among {', '.join(DTYPES)} (or long, int, float, double, half)", dtype)
     return name
 
 
@@ -33,7 +33,7 @@ def is_float(name: str) -> bool:
 
 def _make_tensor(be: Backend, shape: Sequence[int], dtype: str, device: Any, seed: int) -> Any:
     if any(s <= 0 for s in shape):
-        raise ValueError(f"input_size: every dimension must be positive; got {tuple(shape)}")
+        fail("summary", "input_size", "a shape whose every dimension is positive", tuple(shape))
     if is_float(dtype):
         array = np.random.default_rng(seed).standard_normal(tuple(shape)).astype("float32")
     else:  # index-like inputs (token ids, masks): zeros are valid for every vocabulary
@@ -44,7 +44,7 @@ def _make_tensor(be: Backend, shape: Sequence[int], dtype: str, device: Any, see
     return be.to(t, device) if device is not None else t
 
 
-def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any) -> list[str]:
+def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any, fn: str = "summary") -> list[str]:
     """One dtype name per input: ``dtypes`` is one for all or one per input (default float32)."""
     if dtypes is None:
         return ["float32"] * len(shapes)
@@ -52,14 +52,14 @@ def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any) -> list[str]:
     if len(seq) == 1:
         seq = seq * len(shapes)
     if len(seq) != len(shapes):
-        raise ValueError(f"dtypes: got {len(seq)} dtypes for {len(shapes)} inputs; give one for all or one per input")
-    return [dtype_name(d) for d in seq]
+        fail(fn, "dtypes", f"one dtype for all inputs or one per input ({len(shapes)})", dtypes)
+    return [dtype_name(d, fn) for d in seq]
 
 
 def build_inputs(model: Any, be: Backend, input_size: Any, input_data: Any, dtypes: Any, device: Any) -> tuple[tuple, dict, list[str]]:
     """``(args, kwargs, dtype names of the made inputs)`` for one forward of ``model``."""
     if input_size is not None and input_data is not None:
-        raise ValueError("summary(): give input_size or input_data, not both")
+        fail("summary", "input_data", "None when input_size is given: give input_size or input_data, not both", input_data)
     if input_data is not None:
         items = (
             input_data.values() if isinstance(input_data, dict) else input_data if isinstance(input_data, (list, tuple)) else [input_data]
@@ -82,9 +82,7 @@ def build_inputs(model: Any, be: Backend, input_size: Any, input_data: Any, dtyp
             return (), {k: move(v) if be.is_tensor(v) else v for k, v in input_data.items()}, []
         if isinstance(input_data, (list, tuple)):
             return tuple(move(v) if be.is_tensor(v) else v for v in input_data), {}, []
-        raise TypeError(
-            f"input_data: expected a tensor, a list/tuple of tensors or a dict of keyword tensors; got {type(input_data).__name__}"
-        )
+        fail("summary", "input_data", "a tensor, a list/tuple of tensors or a dict of keyword tensors", input_data, kind=ArgumentTypeError)
 
     if is_shape(input_size):
         keys, shapes = None, [tuple(input_size)]
@@ -93,7 +91,13 @@ def build_inputs(model: Any, be: Backend, input_size: Any, input_data: Any, dtyp
     elif isinstance(input_size, (list, tuple)) and input_size and all(is_shape(s) for s in input_size):
         keys, shapes = None, [tuple(s) for s in input_size]
     else:
-        raise TypeError(f"input_size: expected a shape like (1, 3, 224, 224), a list of shapes or a dict of shapes; got {input_size!r}")
+        fail(
+            "summary",
+            "input_size",
+            "a shape like (1, 3, 224, 224), a list of shapes or a dict of shapes",
+            input_size,
+            kind=ArgumentTypeError,
+        )
     names = input_dtypes(shapes, dtypes)
     if device is None:
         params = be.parameters(model)

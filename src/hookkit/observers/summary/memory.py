@@ -209,6 +209,25 @@ def measure_step(
     return {"peak_delta": int(peak), "how": how, "optimizer_state_bytes": int(state_bytes)}
 
 
+def largest_transient(be: Backend, named: list[tuple[str, Any]], rows: list[Any], gradients: int) -> int:
+    """The most one layer call holds at once beyond the saved activations and the gradients: in its
+    backward, for most layers the gradients of its outputs and inputs (alive together; leaf calls
+    only), for layers the framework runs a kernel of its own for (recurrent layers) that kernel's
+    rule (``training.layer_transient``); in its forward, before any gradient exists, what the
+    rule says less ``gradients`` (the estimate counts them all)."""
+    ops, layers = be.family("training"), dict(named)
+    most = 0
+    for r in rows:
+        if not r.finished:
+            continue
+        rule = ops.layer_transient(layers[r.name], r.input_shapes, r.output_bytes) if r.name in layers else None
+        if rule is not None:
+            most = max(most, rule[1], rule[0] - gradients)
+        elif r.leaf:
+            most = max(most, r.input_bytes + r.output_bytes)
+    return most
+
+
 def training_estimate(
     be: Backend,
     model: Any,
@@ -236,9 +255,8 @@ def training_estimate(
         "gradients": sum(be.numel(p) * be.itemsize(p) for p in params if be.requires_grad(p)),
         # the loss's saves too (``saved.outside``); the inputs are counted once, above
         "saved": sum(n for key, n in saved.sizes.items() if key not in input_keys),
-        # during a layer's backward the gradients w.r.t. its output and its input are alive at once
-        "transient": max((r.input_bytes + r.output_bytes for r in result.all_rows if r.leaf and r.finished), default=0),
     }
+    parts["transient"] = largest_transient(be, named, result.all_rows, parts["gradients"])
     measured = measure_step(be, model, [m for _, m in named], optimizer, args, kwargs, loss_fn)
     parts["optimizer_state"] = measured["optimizer_state_bytes"]
     estimate = sum(parts.values())

@@ -305,8 +305,10 @@ def training_lines(t: dict[str, Any]) -> list[str]:
         f"+ inputs {mb(t.get('inputs', 0))} + gradients {mb(t.get('gradients', 0))} + optimizer state {mb(t.get('optimizer_state', 0))} "
         f"+ saved activations {mb(t.get('saved', 0))} + largest transient {mb(t.get('transient', 0))}",
         f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})",
-        "  (the estimate adds every part as if all were alive at once; in the step, saved activations are freed as the "
-        "backward reaches them while gradients appear, and the allocator's temporaries come and go)",
+        "  (largest transient: what one layer call holds at once beyond those, the gradients of its input and output, or "
+        "for recurrent layers what the kernel the framework runs for them allocates; the estimate adds every part as "
+        "if all were alive at once, while in the step saved activations are freed as the backward reaches them and "
+        "the allocator's temporaries come and go)",
     ]
 
 
