@@ -247,3 +247,27 @@ def test_ablation_on_transformers_vit_and_swin_blocks(torch_fw):
         np.testing.assert_allclose(maps, one_by_one, atol=1e-6)
         assert maps.std() > 0.05 and set(seen[embeddings]) == {2}
         assert hookkit.remove_all(model) == 0
+
+
+def test_ablated_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torch_fw):
+    """Once the level is known, a channels-first layer's ablated rows go on channels-last (pools and
+    convolutions after the layer run on oneDNN's layout); a model that refuses them gets them as they are."""
+    fw = torch_fw
+    model, x, classes = relu_cnn(fw, False), DEAD_INPUTS, [0, 2, 1, 2]
+    expected = reference(fw, model, "ablationcam", x, classes)  # the ReLU's output ablated by hand
+    layouts = []
+
+    def head(a, refuses):
+        layouts.append(a.is_contiguous(memory_format=fw.lib.channels_last))
+        if refuses:  # a view of the features as rows needs them channels-first
+            a = a.view(len(a), -1).reshape(len(a), 6, -1)
+        return model.fc(a.flatten(2).mean(-1))
+
+    for refuses in (False, True):
+        layouts.clear()
+        model.head = lambda a, refuses=refuses: head(a, refuses)
+        maps = hookkit.cam(model, "act", fw.tensor(x), "ablationcam", target=classes, batch_size=8)
+        np.testing.assert_allclose(maps, expected, atol=TOL)
+        # the first forward and the first 2 channels as they are; then channels-last (once, when refused)
+        assert layouts == ([False, False, True, False, False] if refuses else [False, False, True, True])
+    assert hookkit.remove_all(model) == 0

@@ -209,9 +209,9 @@ class _Layer:
             where = self.candidates[self.level]
             if where is None:
                 self.settled = True
-                return self.row_scores(self.m.tile_rows(self.x, k), k, replace=ablated)
+                return self.replaced_scores(self.m.tile_rows(self.x, k), ablated, k)
             try:
-                scores = self.row_scores(self.x, k, replace=ablated, check=True, tile=where if self.level else None)
+                scores = self.replaced_scores(self.x, ablated, k, check=True, tile=where if self.level else None)
                 self.settled = True
                 self.run.found[self.name] = self.level
                 return scores
@@ -219,6 +219,27 @@ class _Layer:
                 if self.settled:
                     raise
                 self.level += 1
+
+    def replaced_scores(self, rows: Any, ablated: Any, k: int, check: bool = False, tile: tuple[str, Any] | None = None) -> Any:
+        """``row_scores`` with this layer's output replaced by ``ablated``. Once the level is known, a
+        channels-first output is handed on in the layout the framework's convolutions and pools run fastest
+        on (``conv_layout``: the same values), unless the rest of the model refuses it (then as it is)."""
+        run = self.run
+        fast = ablated
+        if self.settled and run.fast_ablated is not False and self.layout.kind == "channels_first":
+            fast = self.m.conv_layout(ablated)
+        if fast is not ablated:
+            try:
+                scores = self.row_scores(rows, k, replace=fast, check=check, tile=tile)
+                run.fast_ablated = True
+                return scores
+            except Exception:  # noqa: BLE001 - run again as it is below, where a real error (or a wrong level) shows
+                if run.fast_ablated:
+                    raise
+            scores = self.row_scores(rows, k, replace=ablated, check=check, tile=tile)
+            run.fast_ablated = False
+            return scores
+        return self.row_scores(rows, k, replace=ablated, check=check, tile=tile)
 
     def masked_scores(self, masks: Any) -> Any:
         """ScoreCAM's scores ``[N, C]`` with class targets: the model on each input times each of its masks
@@ -252,12 +273,15 @@ class _Layer:
             offset += len(picks)
         return m.reshape(m.index_select(m.cat(picked, 0), 0, be.from_numpy(at, like=x)), [n, c])
 
-    def onehot(self, start: int, k: int, n: int, shape: list[int]) -> Any:
-        c = max(shape)
-        hot = np.zeros((k, c), np.float32)
-        hot[np.arange(k), start + np.arange(k)] = 1
-        rows = np.repeat(hot, n, axis=0).reshape([k * n, *shape[1:]])
-        return self.be.cast(self.be.from_numpy(rows, like=self.raw), self.be.dtype_name(self.raw))
+    def onehot(self, start: int, k: int, axis: int) -> Any:
+        """Booleans ``[k, 1, ...]`` shaped like this layer's output with a group axis in front: group ``j``
+        true at channel ``start + j`` of the channel ``axis``."""
+        r, c = len(self.raw.shape), self.acts.shape[1]
+        hot = np.zeros((k, c), bool)
+        hot[np.arange(k), start + np.arange(k)] = True
+        shape = [k, 1] + [1] * (r - 1)
+        shape[1 + axis] = c
+        return self.be.from_numpy(hot.reshape(shape), like=self.raw)
 
 
 class _Run:
@@ -276,6 +300,7 @@ class _Run:
         self.n = 0
         self.classes: list[int] | None = None
         self.fast_layout: bool | None = None  # ScoreCAM: does the model take its rows in ``conv_layout``?
+        self.fast_ablated: bool | None = None  # AblationCAM: does the rest of the model take them so at the layer?
         self.found: dict[str, int] = {}  # AblationCAM: where each layer's rows multiplied (kept over batches)
 
     def forward_masked(self, rows: Any) -> Any:
