@@ -5,7 +5,8 @@
 1. ScoreCAM: the share of (image, channel) rows whose mask is all zero (they share one forward) on
    bench_cam's models with random weights, and on the ResNet-style and VGG-style CNNs trained on
    scikit-learn's digits (8 x 8 -> 32 x 32, 3 channels); the time with each of hookkit's two savings
-   switched off (every row run; rows channels-first) against pytorch-grad-cam's; one forward with
+   switched off (every row run; rows channels-first) against pytorch-grad-cam's, and the N x C forwards
+   alone (16 rows per forward, channels-first, no mask: what both tools cannot avoid); one forward with
    channels-last vs channels-first inputs, also on 224 x 224 images and wider convolutions.
 2. AblationCAM on ViTs of 2, 4 and 8 blocks (layer: the last block's ``norm1``): the rows multiply at
    that block, so the blocks before it run once on the inputs; pytorch-grad-cam runs the whole model
@@ -51,6 +52,16 @@ def dead_share(model, layer, reshape, x) -> float:
     return float((((up - lo) / (hi - lo + 1e-8)).amax(-1) == 0).float().mean())
 
 
+def channels(model, layer, reshape, x) -> int:
+    """The layer's number of channels."""
+    kept = {}
+    h = layer.register_forward_hook(lambda m, i, o: kept.__setitem__("a", o))
+    with torch.no_grad():
+        model(x[:1])
+    h.remove()
+    return (reshape(kept["a"]) if reshape else kept["a"]).shape[1]
+
+
 def every_row(self, masks):
     """``_Layer.masked_scores`` without the shared zero input: every row runs."""
     m, run, x = self.m, self.run, self.x
@@ -82,8 +93,19 @@ VARIANTS = {"hookkit": (True, True), "no dead sharing": (False, True), "no chann
 
 
 def scorecam_row(gc, label, model, ln, layer, reshape, vit, x, repeats) -> None:
-    times = {v: [] for v in VARIANTS} | {"theirs": []}
+    times = {v: [] for v in VARIANTS} | {"theirs": [], "forwards": []}
+    n, c = len(x), channels(model, layer, reshape, x)
+    rows = x.repeat(c, 1, 1, 1)  # N x C inputs, as many as ScoreCAM masks
+
+    def forwards():  # the model alone on N x C rows, 16 per forward, as pytorch-grad-cam runs them
+        with torch.no_grad():
+            for lo in range(0, n * c, 16):
+                model(rows[lo : lo + 16])
+
     for _ in range(repeats):  # interleaved
+        t0 = time.process_time()
+        forwards()
+        times["forwards"].append(time.process_time() - t0)
         for v, flags in VARIANTS.items():
             with variant(*flags):
                 t0 = time.process_time()
@@ -95,7 +117,8 @@ def scorecam_row(gc, label, model, ln, layer, reshape, vit, x, repeats) -> None:
     t = median_ms(times["theirs"])
     cells = " | ".join(f"{median_ms(times[v]) / t:.2f}x" for v in VARIANTS)
     diff = float(np.abs(ours - theirs).max())
-    print(f"| {label} | {dead_share(model, layer, reshape, x):.0%} | {cells} | {t:.0f} ms | {diff:.1e} |", flush=True)
+    alone = median_ms(times["forwards"]) / t
+    print(f"| {label} | {dead_share(model, layer, reshape, x):.0%} | {cells} | {t:.0f} ms | {alone:.2f}x | {diff:.1e} |", flush=True)
 
 
 def digits(n_train: int = 1500):
@@ -124,8 +147,8 @@ def train(model, x, y, steps: int):
 
 def scorecam_section(gc, repeats: int, steps: int) -> None:
     print("\nScoreCAM, batch of 8: share of all-zero masks, hookkit / pytorch-grad-cam with each saving switched off")
-    print("\n| model | all-zero masks | " + " | ".join(VARIANTS) + " | pytorch-grad-cam | max abs diff |")
-    print("|---|---|" + "---|" * len(VARIANTS) + "---|---|")
+    print("\n| model | all-zero masks | " + " | ".join(VARIANTS) + " | pytorch-grad-cam | the forwards alone | max abs diff |")
+    print("|---|---|" + "---|" * len(VARIANTS) + "---|---|---|")
     x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(5))
     for name, (model, ln, layer, reshape, vit) in B.models().items():
         scorecam_row(gc, f"{name}, random weights", model, ln, layer, reshape, vit, x, repeats)

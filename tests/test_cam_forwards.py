@@ -82,9 +82,13 @@ def unet_model(fw):
 
 
 def rows_seen(model, names):
-    """Record the number of rows each named layer's output has at each call."""
+    """Record the number of rows each named layer's output (its first, when a tuple) has at each call."""
     seen = {n: [] for n in names}
-    handles = [hookkit.on_forward(model, n, lambda layer, args, out, n=n: seen[n].append(out.shape[0])) for n in names]
+
+    def record(name):
+        return lambda layer, args, out: seen[name].append((out[0] if isinstance(out, tuple) else out).shape[0])
+
+    handles = [hookkit.on_forward(model, n, record(n)) for n in names]
     return seen, handles
 
 
@@ -214,4 +218,56 @@ def test_scorecam_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torc
         np.testing.assert_allclose(maps, expected, atol=TOL)
         # the first forward as given; the masked rows channels-last (once, when refused, then as given)
         assert layouts == ([False, True, False, False] if refuses else [False, True, True])
+    assert hookkit.remove_all(model) == 0
+
+
+def test_ablation_on_transformers_vit_and_swin_blocks(torch_fw):
+    """Hugging Face's ViT and Swin (random weights, from configs): the rows multiply at the block holding the
+    layer, the embeddings run once on the inputs, the maps are those of one channel per forward."""
+    import torch
+    from transformers import SwinConfig, SwinForImageClassification, ViTConfig, ViTForImageClassification
+
+    torch.manual_seed(0)
+    vit = ViTForImageClassification(
+        ViTConfig(
+            image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, num_labels=3
+        )
+    ).eval()
+    swin = SwinForImageClassification(
+        SwinConfig(image_size=16, patch_size=2, embed_dim=8, depths=[2], num_heads=[2], window_size=4, num_labels=3)
+    ).eval()
+    x = torch.randn(2, 3, 16, 16)
+    for model, layer, embeddings in ((vit, "vit.layers.1.layernorm_before", "vit.embeddings"),
+                                     (swin, "swin.encoder.layers.0.blocks.1.layernorm_after", "swin.embeddings")):  # fmt: skip
+        one_by_one = hookkit.cam(model, layer, x, "ablationcam", target=[0, 2], batch_size=2)
+        seen, handles = rows_seen(model, [embeddings])
+        maps = hookkit.cam(model, layer, x, "ablationcam", target=[0, 2])
+        for h in handles:
+            h.remove()
+        np.testing.assert_allclose(maps, one_by_one, atol=1e-6)
+        assert maps.std() > 0.05 and set(seen[embeddings]) == {2}
+        assert hookkit.remove_all(model) == 0
+
+
+def test_ablated_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torch_fw):
+    """Once the level is known, a channels-first layer's ablated rows go on channels-last (pools and
+    convolutions after the layer run on oneDNN's layout); a model that refuses them gets them as they are."""
+    fw = torch_fw
+    model, x, classes = relu_cnn(fw, False), DEAD_INPUTS, [0, 2, 1, 2]
+    expected = reference(fw, model, "ablationcam", x, classes)  # the ReLU's output ablated by hand
+    layouts = []
+
+    def head(a, refuses):
+        layouts.append(a.is_contiguous(memory_format=fw.lib.channels_last))
+        if refuses:  # a view of the features as rows needs them channels-first
+            a = a.view(len(a), -1).reshape(len(a), 6, -1)
+        return model.fc(a.flatten(2).mean(-1))
+
+    for refuses in (False, True):
+        layouts.clear()
+        model.head = lambda a, refuses=refuses: head(a, refuses)
+        maps = hookkit.cam(model, "act", fw.tensor(x), "ablationcam", target=classes, batch_size=8)
+        np.testing.assert_allclose(maps, expected, atol=TOL)
+        # the first forward and the first 2 channels as they are; then channels-last (once, when refused)
+        assert layouts == ([False, False, True, False, False] if refuses else [False, False, True, True])
     assert hookkit.remove_all(model) == 0

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
+from hookkit.analyses.cam_forwards import LayerForwards, RunForwards, replace_first
 from hookkit.analyses.cam_layouts import NAMES, Layout, check_mapped, plan_layout
 from hookkit.analyses.cam_methods import METHODS, Method, project
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.tree import first_tensor, map_tensors
+from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
 from hookkit.core.validate import (
     ArgumentTypeError,
@@ -44,28 +45,11 @@ if TYPE_CHECKING:
 #: and AblationCAM (its rows multiply at the target layer or an enclosing one: the more per forward, the fewer
 #: runs of the layers before; 128 rather than 64 rows took 0.7-0.95x the time on small CNNs, a ViT and a Swin)
 DEFAULT_BATCH = {"scorecam": 16, "ablationcam": 128}
-#: AblationCAM tries where its rows may multiply on this many channels (the fewest that multiply the rows)
-PROBE = 2
 AUGMENTATIONS = [(flip, factor) for flip in (False, True) for factor in (0.9, 1.0, 1.1)]  # aug_smooth
 
 
 def _modes(n_spatial: int) -> str:
     return ("linear", "bilinear", "trilinear")[n_spatial - 1]
-
-
-def replace_first(obj: Any, new: Any, is_tensor: Callable[[Any], bool]) -> Any:
-    """``obj`` with its first tensor replaced by ``new`` (the layer's output when it is a tuple, a dict...)."""
-    if is_tensor(obj):
-        return new
-    done = [False]
-
-    def swap(t: Any) -> Any:
-        if done[0]:
-            return t
-        done[0] = True
-        return new
-
-    return map_tensors(obj, swap, is_tensor)
 
 
 def rows_of(obj: Any, lo: int, hi: int, total: int, is_tensor: Callable[[Any], bool]) -> Any:
@@ -89,10 +73,6 @@ def replace_items(obj: Any, items: dict) -> Any:
         new = type(obj)()
         new.update(items)
         return new
-
-
-class _RowMismatch(Exception):
-    """The model's output does not have one row per row fed at the layer."""
 
 
 class _Recorder:
@@ -129,7 +109,7 @@ class _Recorder:
         return on_forward
 
 
-class _Layer:
+class _Layer(LayerForwards):
     """What a method's weight function sees for one layer: ``acts``, ``grads`` (channels-first, float32),
     the layer's own output ``raw`` and ``layout``, and for methods that run the model again: ``x``,
     ``size``, ``scores`` (the targets' scores on ``x``), ``chunk`` and ``row_scores``."""
@@ -144,123 +124,8 @@ class _Layer:
         self.candidates: list[tuple[str, Any] | None] = []
         self.settled = False
 
-    def row_scores(self, rows: Any, k: int, replace: Any = None, check: bool = False, tile: tuple[str, Any] | None = None) -> Any:
-        """Run the model on ``rows`` (``replace``: this layer's output instead of its own; ``tile``: a
-        ``(name, layer)`` whose inputs of N rows are repeated k times) and return the targets' scores
-        ``[k, N]`` of the ``k * N`` channel-major rows that come out."""
-        run, be = self.run, self.be
-        handles = []
-        fired: list[bool] = []
-        try:
-            if tile is not None:
-                handles.append(attach(run.model, [tile], "forward_pre", self._tiler(k, fired)))
-            if replace is not None:
-                handles.append(
-                    attach(run.model, [(self.name, self.layer)], "forward", lambda ev: replace_first(ev.output, replace, be.is_tensor))
-                )
-            output = run.model(rows) if handles else run.forward_masked(rows)
-        finally:
-            for h in handles:
-                h.remove()
-        if check:
-            first = first_tensor(output, be.is_tensor)
-            if (tile is not None and not fired) or first is None or not first.shape or first.shape[0] != k * self.acts.shape[0]:
-                raise _RowMismatch
-        return run.split_scores(output, k)
 
-    def _tiler(self, k: int, fired: list[bool]) -> Callable[[Any], Any]:
-        """A forward_pre consumer: every input tensor of N rows repeated k times (``[x; x; ...]``)."""
-        m, be, n = self.m, self.be, self.acts.shape[0]
-
-        def tile(t: Any) -> Any:
-            return m.tile_rows(t, k) if len(t.shape) and t.shape[0] == n else t
-
-        def on_pre(ev: Any) -> Any:
-            fired.append(True)
-            return map_tensors(tuple(ev.args), tile, be.is_tensor), map_tensors(dict(ev.kwargs), tile, be.is_tensor)
-
-        return on_pre
-
-    def levels(self) -> list[tuple[str, Any] | None]:
-        """Where AblationCAM's rows may multiply, latest first: this layer's output, the inputs of each
-        enclosing layer (parent first), and None: k copies of the model's inputs."""
-        layers = dict(self.be.named_layers(self.run.model))
-        out: list[tuple[str, Any] | None] = [(self.name, self.layer)]
-        name = self.name
-        while name:
-            name = name.rpartition(".")[0]
-            if name and name in layers:
-                out.append((name, layers[name]))
-        return [*out, None]
-
-    def ablated_scores(self, ablated: Any, k: int) -> Any:
-        """Scores ``[k, N]`` with this layer's output replaced by ``ablated`` (``k * N`` rows), the rows
-        multiplying as late as the model allows: at this layer (the layers before run once on the N
-        inputs), else at the inputs of the smallest enclosing layer that passes the k x N rows on (a block
-        whose skip connection starts before the layer), else on k copies of the inputs. A level that
-        raises, or does not give k x N rows out, is not used; the first that works is kept for the rest."""
-        if self.level is None:  # from where it worked on an earlier batch: the levels below failed there
-            self.level, self.candidates = self.run.found.get(self.name, 0), self.levels()
-        n = self.acts.shape[0]
-        if not self.settled and k > PROBE:  # levels are tried on the first PROBE channels only: a failure costs little
-            probe = self.ablated_scores(ablated[: PROBE * n], PROBE)
-            return self.m.cat([probe, self.ablated_scores(ablated[PROBE * n :], k - PROBE)], 0)
-        while True:
-            where = self.candidates[self.level]
-            if where is None:
-                self.settled = True
-                return self.row_scores(self.m.tile_rows(self.x, k), k, replace=ablated)
-            try:
-                scores = self.row_scores(self.x, k, replace=ablated, check=True, tile=where if self.level else None)
-                self.settled = True
-                self.run.found[self.name] = self.level
-                return scores
-            except Exception:  # noqa: BLE001 - the next level is tried; on copies of the inputs a real error shows
-                if self.settled:
-                    raise
-                self.level += 1
-
-    def masked_scores(self, masks: Any) -> Any:
-        """ScoreCAM's scores ``[N, C]`` with class targets: the model on each input times each of its masks
-        ``[N, C, *S]``, ``batch_size`` rows per forward. The rows whose mask is all zero are all the zero
-        input: the first of them runs, and every sample's class is read from its output."""
-        be, m, run, x = self.be, self.m, self.run, self.x
-        n, c = masks.shape[0], masks.shape[1]
-        flat = m.reshape(masks, [n * c, 1, *self.size])
-        live = be.to_numpy(m.amax(m.reshape(masks, [n * c, -1]), [1])) > 0  # one host read per layer
-        todo = np.flatnonzero(live)
-        dead = np.flatnonzero(~live)
-        if dead.size:
-            todo = np.append(todo, dead[0])
-        classes = np.asarray(run.classes, np.int64)
-        at = np.empty(n * c, np.int64)  # where each row's score lands among the picked logits
-        picked, offset = [], 0
-        for lo in range(0, len(todo), run.rows):
-            rows = todo[lo : lo + run.rows]
-            inputs = m.index_select(x, 0, be.from_numpy(rows // c, like=x)) * m.index_select(flat, 0, be.from_numpy(rows, like=x))
-            logits = logits_of(be, run.forward_masked(inputs))
-            logits = m.reshape(logits, [len(rows), -1])
-            width = logits.shape[1]
-            here = live[rows]
-            at[rows[here]] = offset + np.arange(here.sum())
-            parts = [np.flatnonzero(here) * width + classes[rows[here] // c]]
-            if not here.all():  # the zero input, the last row: every sample's class
-                at[dead] = offset + here.sum() + dead // c
-                parts.append((len(rows) - 1) * width + classes)
-            picks = np.concatenate(parts)
-            picked.append(m.index_select(m.reshape(logits, [-1]), 0, be.from_numpy(picks, like=x)))
-            offset += len(picks)
-        return m.reshape(m.index_select(m.cat(picked, 0), 0, be.from_numpy(at, like=x)), [n, c])
-
-    def onehot(self, start: int, k: int, n: int, shape: list[int]) -> Any:
-        c = max(shape)
-        hot = np.zeros((k, c), np.float32)
-        hot[np.arange(k), start + np.arange(k)] = 1
-        rows = np.repeat(hot, n, axis=0).reshape([k * n, *shape[1:]])
-        return self.be.cast(self.be.from_numpy(rows, like=self.raw), self.be.dtype_name(self.raw))
-
-
-class _Run:
+class _Run(RunForwards):
     """One call of ``cam``: the settings, and the template applied to a batch."""
 
     def __init__(self, model: Any, be: Any, named: list[tuple[str, Any]], method: str, target: Target, opts: dict[str, Any]):
@@ -276,23 +141,8 @@ class _Run:
         self.n = 0
         self.classes: list[int] | None = None
         self.fast_layout: bool | None = None  # ScoreCAM: does the model take its rows in ``conv_layout``?
+        self.fast_ablated: bool | None = None  # AblationCAM: does the rest of the model take them so at the layer?
         self.found: dict[str, int] = {}  # AblationCAM: where each layer's rows multiplied (kept over batches)
-
-    def forward_masked(self, rows: Any) -> Any:
-        """The model on ScoreCAM's masked inputs, in the layout the framework's convolutions run fastest on
-        (``conv_layout``: the same values); a model that refuses it gets them as they are from then on."""
-        if self.fast_layout is not False:
-            fast = self.m.conv_layout(rows)
-            if fast is not rows:
-                try:
-                    output = self.model(fast)
-                    self.fast_layout = True
-                    return output
-                except Exception:  # noqa: BLE001 - run again as given below, where a real error shows
-                    if self.fast_layout:
-                        raise
-                    self.fast_layout = False
-        return self.model(rows)
 
     # -- the template ----------------------------------------------------------------------------
     def __call__(self, x: Any) -> Any:

@@ -123,14 +123,12 @@ def _ablationcam(p: Any) -> Any:
     axis = p.layout.channel_axis(raw.shape, c)
     low = m.amin(raw, list(range(1, r)), keepdim=True)  # [N, 1, ...]
     value = be.where(low == 0, be.zeros_like(low), low - ABLATION_OFFSET)
-    onehot_shape = [1] * r
-    onehot_shape[axis] = c
+    rows, fill = m.reshape(raw, [1, *raw.shape]), m.reshape(value, [1, *value.shape])  # [1, N, ...]
     new = []
     for start in range(0, c, p.chunk):
         k = min(p.chunk, c - start)
-        hot = p.onehot(start, k, n, onehot_shape)  # [k*N, ..., C at axis, ...]
-        rep = m.cat([raw] * k, 0)
-        ablated = rep * (1 - hot) + hot * m.cat([value] * k, 0)
+        hot = p.onehot(start, k, axis)  # [k, 1, ..., C at 1 + axis, ...]: channel start + j in group j
+        ablated = m.reshape(be.where(hot, fill, rows), [k * n, *raw.shape[1:]])  # one pass, channel-major rows
         new.append(p.ablated_scores(ablated, k))
     new = m.permute(m.cat(new, 0), [1, 0])  # [N, C]
     orig = m.reshape(p.scores, [n, 1])
