@@ -446,3 +446,30 @@ def test_capture_to_accepts_the_frameworks_own_device_objects(fw):
     with hookkit.capture(model, "0", to=device) as cap:
         model(fw.randn(2, 5))
     assert fw.numpy(cap["0"]).shape == (2, 10)
+
+
+@pytest.mark.parametrize("where", ["WeightStats", "summary"])
+def test_an_object_that_is_no_optimizer_is_refused_by_name(fw, where):
+    model = fw.mlp()
+    with pytest.raises(TypeError, match=rf"{where}\(\): optimizer must be None or an optimizer of the model's framework \({fw.name}\)"):
+        if where == "WeightStats":
+            hookkit.WeightStats(model, optimizer="adam")
+        else:
+            hookkit.summary(model, (2, 5), mode="train", optimizer="adam")
+    assert hooks_left(model) == []
+
+
+def test_a_training_summary_of_a_model_without_tensor_output_asks_for_loss_fn(fw):
+    class Labels(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = fw.linear(5, 3)
+
+        def forward(self, x):
+            self.fc(x)
+            return {"label": "no tensor here"}
+
+    model = Labels()
+    with pytest.raises(ValueError, match=r"summary\(\): loss_fn must be a function of the model's output giving a scalar loss"):
+        hookkit.summary(model, (2, 5), mode="train", optimizer=fw.adam(model))
+    assert hooks_left(model) == []

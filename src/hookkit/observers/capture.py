@@ -447,7 +447,12 @@ class capture(HandleGroup):
         if dim is None:
             model = self._model()
             if model is None:
-                raise ValueError("capture.sequence: the captured model no longer exists (its token axis is unknown)")
+                fail(
+                    "capture.sequence",
+                    "name",
+                    "a layer of a model that still exists (the captured model is gone: its token axis is unknown)",
+                    name,
+                )
             dim = self._token_dim = token_dim_of(model, fn="capture.sequence")
         return stitch(self._backend, name, self._records[name], dim, self._index, call, self._positions is not None)
 

@@ -89,3 +89,7 @@ class Training:
         together). ``input_shapes``: the call's input tensors' shapes, as the summary recorded
         them; ``output_bytes``: the bytes of its outputs (the size of their gradients)."""
         return None
+
+    def is_optimizer(self, obj: Any) -> bool:
+        """Whether ``obj`` is one of the framework's optimizers (or a library's wrapper holding one)."""
+        raise _missing("is_optimizer")

@@ -17,6 +17,7 @@ from typing import Any
 import paddle
 
 from hookkit.backends.families.training import Training
+from hookkit.core.validate import ArgumentTypeError, fail
 
 _WRAPPED = ("step", "minimize")
 
@@ -114,7 +115,7 @@ class PaddleTraining(Training):
 
     def on_step(self, optimizer: Any, fn: Callable[[], None]) -> Any:
         if not isinstance(optimizer, paddle.optimizer.Optimizer):
-            raise TypeError(f"expected a paddle.optimizer.Optimizer; got {type(optimizer).__name__}")
+            fail("WeightStats", "optimizer", "a paddle.optimizer.Optimizer", optimizer, kind=ArgumentTypeError)
         hooks = _hooks.get(optimizer)
         if hooks is None:
             hooks = _hooks[optimizer] = _StepHooks(optimizer)
@@ -212,6 +213,9 @@ class PaddleTraining(Training):
         that (the forward's: 0, what it keeps is saved).
         None elsewhere (other layers, the step-by-step path, GPU)."""
         return rnn_transient(layer, input_shapes, output_bytes)
+
+    def is_optimizer(self, obj: Any) -> bool:
+        return isinstance(obj, paddle.optimizer.Optimizer)
 
 
 OPS = PaddleTraining()

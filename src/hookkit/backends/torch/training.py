@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from hookkit.backends.families.training import Training
+from hookkit.core.validate import ArgumentTypeError, fail
 
 
 def _inner(optimizer: Any) -> Any:
@@ -99,7 +100,13 @@ class TorchTraining(Training):
     def on_step(self, optimizer: Any, fn: Callable[[], None]) -> Any:
         opt = _inner(optimizer)
         if not isinstance(opt, torch.optim.Optimizer):
-            raise TypeError(f"expected a torch.optim.Optimizer; got {type(optimizer).__name__}")
+            fail(
+                "WeightStats",
+                "optimizer",
+                "a torch.optim.Optimizer (or a wrapper holding one as .optimizer)",
+                optimizer,
+                kind=ArgumentTypeError,
+            )
         return opt.register_step_post_hook(lambda *_: fn())
 
     def optimizer_parameters(self, optimizer: Any) -> list[Any]:
@@ -198,6 +205,9 @@ class TorchTraining(Training):
           tensors, no more);
         - None elsewhere (other layers; CUDA, where cuDNN's workspace is not modelled)."""
         return rnn_transient(layer, input_shapes, output_bytes)
+
+    def is_optimizer(self, obj: Any) -> bool:
+        return isinstance(_inner(obj), torch.optim.Optimizer)
 
 
 OPS = TorchTraining()

@@ -28,7 +28,7 @@ from hookkit.core.handles import Handle
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_int, check_range_pair, fail
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_int, check_range_pair, fail
 from hookkit.observers.stats.live import Tables, _Recorder
 from hookkit.observers.stats.loaded import StatsData, read_files, register_kind
 from hookkit.observers.stats.reduce import merge_block
@@ -183,6 +183,8 @@ class WeightStats(_Recorder, WeightData):
         self._host_moments, self._host_sums = HostRows(bins if hist else 0), HostRows()
         self._updates = Pending(be, 0, width=2)
         if optimizer is not None:
+            if not self._ops.is_optimizer(optimizer):
+                fail(fn, "optimizer", f"None or an optimizer of the model's framework ({be.name})", optimizer, kind=ArgumentTypeError)
             mine = {id(p) for p in self._ops.optimizer_parameters(optimizer)}
             if not any(id(p) in mine for _, p in params):
                 fail(fn, "optimizer", "an optimizer updating some of the watched parameters", optimizer)

@@ -11,7 +11,7 @@ from hookkit.backends import Backend
 from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_choice, check_int, check_model, fail
+from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, fail
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
@@ -91,6 +91,8 @@ def summarize(
     check_choice(mode, MODES, fn="summary", arg="mode")
     if optimizer is not None and mode != "train":
         fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
+    if optimizer is not None and not be.family("training").is_optimizer(optimizer):
+        fail("summary", "optimizer", f"None or an optimizer of the model's framework ({be.name})", optimizer, kind=ArgumentTypeError)
     if loss_fn is not None and not callable(loss_fn):
         fail("summary", "loss_fn", "None or a callable taking the model's output and returning a scalar loss", loss_fn)
     columns = tuple(columns)

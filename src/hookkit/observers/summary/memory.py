@@ -23,6 +23,7 @@ from typing import Any
 
 from hookkit.backends import Backend
 from hookkit.core.tree import first_tensor
+from hookkit.core.validate import fail
 
 
 class SavedCounter:
@@ -76,7 +77,7 @@ def default_loss(be: Backend) -> Callable[[Any], Any]:
     def loss(output: Any) -> Any:
         t = output if be.is_tensor(output) else first_tensor(output, be.is_tensor)
         if t is None:
-            raise ValueError("summary(mode='train', optimizer=...): the model's output holds no tensor; pass loss_fn=")
+            fail("summary", "loss_fn", "a function of the model's output giving a scalar loss (the output holds no tensor to sum)", None)
         return t.sum()
 
     return loss
