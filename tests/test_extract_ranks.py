@@ -84,15 +84,20 @@ def _torch_rank(rank: int, world: int, port: int, out: str, kill_at: int) -> Non
         model = torch_model()
 
         def forward(batch, seen=[0]):  # noqa: B006 - a counter across calls
-            if rank == 1 and seen[0] == kill_at:
+            if rank == 1 and seen[0] == kill_at % 100:
                 import json
                 import time
 
-                index = os.path.join(out, "index-rank00001.json")
+                def written(r: int, key: str) -> bool:
+                    try:
+                        return bool(json.load(open(os.path.join(out, f"index-rank{r:05d}.json"))).get(key))
+                    except (OSError, ValueError):
+                        return False
+
                 deadline = time.monotonic() + 120  # the writer thread has written a shard (a loaded machine lags)
-                while time.monotonic() < deadline and not json.load(open(index))["shards"]:
+                while time.monotonic() < deadline and not (written(1, "shards") and (kill_at < 100 or written(0, "complete"))):
                     time.sleep(0.05)
-                os.kill(os.getpid(), 9)  # kill -9 mid-run, after some shards were written
+                os.kill(os.getpid(), 9)  # kill -9 mid-run, after some shards were written (kill_at >= 100: and rank 0 finished)
             seen[0] += 1
             return model(batch[0])
 
@@ -190,6 +195,21 @@ def test_a_killed_rank_resumes_and_another_world_size_is_refused(tmp_path):
         one_process(model, lambda x: model(torch.from_numpy(np.asarray(x))), tmp_path / "run")
     run_scenario("torch", str(tmp_path / "run"))  # resume
     assert {f: os.path.getmtime(tmp_path / "run" / f) for f in written} == written  # rank 1's shards kept, not redone
+    run_scenario("torch", str(tmp_path / "clean"))
+    got, clean = hookkit.load_features(tmp_path / "run"), hookkit.load_features(tmp_path / "clean")
+    assert got.count == clean.count == N
+    for key in ("0", "2"):
+        np.testing.assert_array_equal(np.asarray(got[key]), np.asarray(clean[key]))
+
+
+@pytest.mark.slow
+def test_a_rank_whose_share_was_done_waits_for_the_resuming_one(tmp_path):
+    import hookkit
+
+    killed = run_scenario("torch", str(tmp_path / "run"), "103", ok=False)  # rank 1 dies after rank 0 finished its share
+    assert killed.returncode != 0 and not (tmp_path / "run" / "index.json").exists()
+    assert hookkit.observers.features.read_rank_index(str(tmp_path / "run"), 0)["complete"]
+    run_scenario("torch", str(tmp_path / "run"))  # rank 0 has nothing to do: it meets rank 1 at the end
     run_scenario("torch", str(tmp_path / "clean"))
     got, clean = hookkit.load_features(tmp_path / "run"), hookkit.load_features(tmp_path / "clean")
     assert got.count == clean.count == N

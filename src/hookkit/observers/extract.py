@@ -500,17 +500,20 @@ def extract(
     shard_bytes = _check_args(data, forward, dtype, progress, shard_size)
     run = _open_run(model, data, layers, out, inputs, reduce, dtype, sampler)
     if run.index.get("complete"):
-        return load_features(out)
-    collector = _Collector(run, inputs, dtype)
-    finished = False
-    try:
-        collector.attach(model)
-        _run_batches(run, collector, data, forward if forward is not None else _default_forward(model, run.be), shard_bytes, progress)
-        finished = True
-    finally:
-        collector.remove()
-        if not finished and run.fresh:
-            _forget(out, run.existed, run.plan.index_name)
+        if not run.plan.ranked or os.path.exists(os.path.join(out, fmt.INDEX)):
+            return load_features(out)
+        # this rank's share was written by an interrupted run; the others may still be resuming: meet them at the end
+    else:
+        collector = _Collector(run, inputs, dtype)
+        finished = False
+        try:
+            collector.attach(model)
+            _run_batches(run, collector, data, forward if forward is not None else _default_forward(model, run.be), shard_bytes, progress)
+            finished = True
+        finally:
+            collector.remove()
+            if not finished and run.fresh:
+                _forget(out, run.existed, run.plan.index_name)
     if run.plan.ranked:
         ranks.finish(out, run.plan, run.be, run.fingerprint, run.meta)
     return load_features(out)
