@@ -230,8 +230,20 @@ def test_error_in_user_hook_names_the_layer(fw):
     "layers, funcs, types, exc, words",
     [
         (["0"], [None], ["forward_hook"], ValueError, ["hook_types[0]", "'forward_hook'", "'forward_pre_hook'", "'forward_post_hook'"]),
-        (["0", "2"], [lambda *a: None], ["forward_post_hook"] * 2, ValueError, ["DropHookModel(): hook_funcs must be one function per layer of hook_layers (2)"]),
-        (["0"], [lambda *a: None, lambda *a: None], ["forward_post_hook"], ValueError, ["hook_funcs must be one function per layer of hook_layers (1)"]),
+        (
+            ["0", "2"],
+            [lambda *a: None],
+            ["forward_post_hook"] * 2,
+            ValueError,
+            ["DropHookModel(): hook_funcs must be one function per layer of hook_layers (2)"],
+        ),
+        (
+            ["0"],
+            [lambda *a: None, lambda *a: None],
+            ["forward_post_hook"],
+            ValueError,
+            ["hook_funcs must be one function per layer of hook_layers (1)"],
+        ),
         ("0", [lambda *a: None], ["forward_post_hook"], TypeError, ["hook_layers", "list"]),
         (["0"], ["notfn"], ["forward_post_hook"], TypeError, ["hook_funcs[0]", "callable"]),
         (["0", "nope"], [lambda *a: None] * 2, ["forward_post_hook"] * 2, hookkit.LayerNotFound, ["nope"]),

@@ -90,7 +90,9 @@ def test_mask_errors(fw):
         hookkit.mask_activations(model, "0", threshold=0.1, top_k=2)
     with pytest.raises(ValueError, match="top_k must be an int >= 1"):
         hookkit.mask_activations(model, "0", top_k=0)
-    with pytest.raises(ValueError, match=r"mask_activations\(\): channels must be a mask of shape \[10\]: layer '0' has 10 channels .*; got .*shape \[3\]"):
+    with pytest.raises(
+        ValueError, match=r"mask_activations\(\): channels must be a mask of shape \[10\]: layer '0' has 10 channels .*; got .*shape \[3\]"
+    ):
         with hookkit.mask_activations(model, "0", channels=[1, 0, 1]):
             model(x)
     with pytest.raises(ValueError, match=r"mask_activations\(\): top_k must be at most the 10 values per sample of layer '0' .*; got 11"):
@@ -197,7 +199,10 @@ def test_prune_errors(fw):
         hookkit.prune(model, "fc", method="l3")
     with pytest.raises(ValueError, match=r"prune\(\): amount must be a finite number in \[0, 1\]; got 1.5"):
         hookkit.prune(model, "fc", amount=1.5)
-    with pytest.raises(ValueError, match=r"prune\(\): param must be the name of a parameter one of the selected layers \(relu1\) has as its own; got 'weight'"):
+    with pytest.raises(
+        ValueError,
+        match=r"prune\(\): param must be the name of a parameter one of the selected layers \(relu1\) has as its own; got 'weight'",
+    ):
         hookkit.prune(model, "relu1")
     with pytest.raises(ValueError, match=r"prune\(\): dim must be a dim of conv1.weight \(shape \[8, 1, 3, 3\]\): in \[-4, 3\]; got 4"):
         hookkit.prune(model, "conv1", method="ln_structured", dim=4)

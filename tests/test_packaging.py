@@ -53,7 +53,10 @@ def test_renamed_argument_maps_the_old_keyword():
     def fn(model: object, layers: object = None) -> object:
         return layers
 
-    with pytest.warns(HookkitDeprecationWarning, match=r"fn\(layer=\.\.\.\) is deprecated since hookkit 0.2 and will be removed in 0.4; use fn\(layers=\.\.\.\)"):
+    with pytest.warns(
+        HookkitDeprecationWarning,
+        match=r"fn\(layer=\.\.\.\) is deprecated since hookkit 0.2 and will be removed in 0.4; use fn\(layers=\.\.\.\)",
+    ):
         assert fn(None, layer="a") == "a"
     assert fn(None, layers="b") == "b"
     with pytest.raises(TypeError, match=r"fn\(\): layer must be left out when layers= is given \(layer= is its former name\); got 'a'"):

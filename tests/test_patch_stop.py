@@ -68,7 +68,10 @@ def test_patching_tuple_and_model_outputs_gpt2(gpt2):
         with pytest.raises(IndexError, match=r"layer 'transformer.h.0.attn' returns 1 tensors .*index=3 is out of range"):
             with hookkit.edit(model, "transformer.h.0.attn", lambda t, ev: t, index=3):
                 model(corrupt)
-        with pytest.raises(ValueError, match=r"patch\(\): values must be shaped like the outputs: layer 'transformer.h.0' \(call 0\) outputs \[2, 7, 64\]; got .*shape \[1, 7, 64\]"):
+        with pytest.raises(
+            ValueError,
+            match=r"patch\(\): values must be shaped like the outputs: layer 'transformer.h.0' \(call 0\) outputs \[2, 7, 64\]; got .*shape \[1, 7, 64\]",
+        ):
             with hookkit.patch(model, "transformer.h.0", torch.zeros(1, 7, 64)):
                 model(corrupt)
     assert not hooks_left(model)
@@ -122,7 +125,10 @@ def test_ablate_zero_and_mean(fw):
         np.testing.assert_allclose(fw.numpy(model(x)), tail(np.broadcast_to(given, h.shape)), rtol=1e-6)
     with pytest.raises(ValueError, match=r"ablate\(\): mode must be one of 'zero', 'mean'; got 'one'"):
         hookkit.ablate(model, "0", mode="one")
-    with pytest.raises(ValueError, match=r"ablate\(\): mean must be shaped like the output without the batch dim: \[10\] for layer '0'.*; got .*shape \[3\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"ablate\(\): mean must be shaped like the output without the batch dim: \[10\] for layer '0'.*; got .*shape \[3\]",
+    ):
         with hookkit.ablate(model, "0", mode="mean", mean=np.zeros(3)):
             model(x)
     assert not hooks_left(model)
@@ -163,7 +169,9 @@ def test_steer_and_edit(fw):
 
 def test_patch_argument_errors(fw):
     model = _mlp(fw)
-    with pytest.raises(ValueError, match=r"steer\(\): vector must be one value for every layer, or a dict .*\(selected: 0, 2; missing: 2\)"):
+    with pytest.raises(
+        ValueError, match=r"steer\(\): vector must be one value for every layer, or a dict .*\(selected: 0, 2; missing: 2\)"
+    ):
         hookkit.steer(model, ["0", "2"], {"0": np.zeros(10)})
     with pytest.raises(ValueError, match=r"ablate\(\): mean must be .*\(selected: 0; not selected: 2\)"):
         hookkit.ablate(model, "0", mode="mean", mean={"0": np.zeros(10), "2": np.zeros(3)})
@@ -178,13 +186,18 @@ def test_patch_argument_errors(fw):
         hookkit.patch(model, "0", no_outputs)
     with hookkit.capture(model, ["0", "2"]) as cap:
         model(x)
-    with pytest.raises(ValueError, match=r"patch\(\): values must be a capture of every selected layer; '1' is not captured \(captured: 0, 2\)"):
+    with pytest.raises(
+        ValueError, match=r"patch\(\): values must be a capture of every selected layer; '1' is not captured \(captured: 0, 2\)"
+    ):
         hookkit.patch(model, "1", cap)
     with hookkit.capture(model, ["0", "2"]) as empty:
         pass
     with pytest.raises(ValueError, match=r"patch\(\): values must be a capture holding records of '0': run the clean forward"):
         hookkit.patch(model, "0", empty)
-    with pytest.raises(ValueError, match=r"patch\(\): values must be shaped like the outputs: layer '0' \(call 0\) outputs \[2, 10\]; got .*shape \[3, 10\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"patch\(\): values must be shaped like the outputs: layer '0' \(call 0\) outputs \[2, 10\]; got .*shape \[3, 10\]",
+    ):
         with hookkit.patch(model, "0", fw.randn(3, 10)):
             model(x)
     with pytest.raises(ValueError, match="values for layers that are not selected: 1"):

@@ -213,7 +213,12 @@ def steer_heads(model: Any, layers: LayerSpec, vector: Any, scale: float, calls:
         elif vs == (h, d):
             v = m.reshape(v, [1, h, *([1] * (len(be.shape(rec)) - 3)), d])
         else:
-            fail("steer", "vector", f"of shape [{d}] (one for every selected head) or [{h}, {d}] (one per selected head) for layer {t.name!r}", v)
+            fail(
+                "steer",
+                "vector",
+                f"of shape [{d}] (one for every selected head) or [{h}, {d}] (one per selected head) for layer {t.name!r}",
+                v,
+            )
         return rec + v * scale if scale != 1.0 else rec + v
 
     return edit_heads(model, targets, add, calls=calls, name="steer")

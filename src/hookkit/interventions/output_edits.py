@@ -269,7 +269,12 @@ def _stored_from_dict(values: Mapping, names: list[str], fn: str = "patch") -> t
     unknown = sorted(({k[0] for k in per_call} | set(every)) - set(names))
     if unknown:
         selected = ", ".join(map(shown_name, names))
-        fail(fn, "values", f"keyed by selected layers only ({selected}): values for layers that are not selected: {', '.join(unknown)}", list(values))
+        fail(
+            fn,
+            "values",
+            f"keyed by selected layers only ({selected}): values for layers that are not selected: {', '.join(unknown)}",
+            list(values),
+        )
     missing = [n for n in names if n not in every and not any(k[0] == n for k in per_call)]
     if missing:
         fail(fn, "values", f"a value for every selected layer; none for {', '.join(missing)}", list(values))
@@ -346,7 +351,12 @@ def patch(
                 fail("patch", "index", f"given: the stored value for layer {ev.name!r} is one tensor and the output has several", index)
             return stored
         if pos >= len(found):
-            fail("patch", "values", f"a stored output with a tensor at position {pos}, as layer {ev.name!r} outputs ({len(found)} here)", stored)
+            fail(
+                "patch",
+                "values",
+                f"a stored output with a tensor at position {pos}, as layer {ev.name!r} outputs ({len(found)} here)",
+                stored,
+            )
         return found[pos]
 
     def replace(t: Any, pos: int, ev: Event) -> Any:
@@ -356,7 +366,9 @@ def patch(
         if stored is None:
             if isinstance(values, Capture):
                 have = sorted(c for n, c in per_call if n == ev.name)
-                valid = f"given: no stored output for layer {ev.name!r} call {ev.call}; the captured run has calls {have} (patch only those)"
+                valid = (
+                    f"given: no stored output for layer {ev.name!r} call {ev.call}; the captured run has calls {have} (patch only those)"
+                )
                 fail("patch", "calls", valid, calls)
             return t  # a dict keyed by (name, call) patches only the calls it names
         leaf = stored_leaf(stored, pos, ev)
@@ -452,7 +464,9 @@ def ablate(
         m = means[ev.name].like(be, t)
         want = be.shape(t)[1:]
         if not broadcasts_into(be.shape(m), want):
-            valid = f"shaped like the output without the batch dim: {shape_str(want)} for layer {ev.name!r} (output {shape_str(be.shape(t))})"
+            valid = (
+                f"shaped like the output without the batch dim: {shape_str(want)} for layer {ev.name!r} (output {shape_str(be.shape(t))})"
+            )
             fail("ablate", "mean", valid, m)
         return be.zeros_like(t) + m
 

@@ -67,7 +67,13 @@ class Stop(HandleGroup):
 
                 self.capture = self.add(Capture(model, capture, **capture_kwargs))
             elif capture_kwargs:
-                fail(_fn, "capture", f"a layer spec when capture options are given ({', '.join(capture_kwargs)})", capture, kind=ArgumentTypeError)
+                fail(
+                    _fn,
+                    "capture",
+                    f"a layer spec when capture options are given ({', '.join(capture_kwargs)})",
+                    capture,
+                    kind=ArgumentTypeError,
+                )
             self.add(attach(model, named, "forward", self._on_forward, STOP))
         except BaseException:
             self.remove()
