@@ -197,6 +197,7 @@ def _torch_rank(rank: int, world: int, port: int, out: str) -> None:
     try:
         _ddp_part(rank, world, os.path.join(out, "ddp"), model, early)
         _fsdp_part(rank, world, os.path.join(out, "fsdp"))
+        dist.barrier()  # no rank closes the group while another still finishes a collective
     finally:
         dist.destroy_process_group()
 

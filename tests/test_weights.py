@@ -248,7 +248,8 @@ def _weight_rank(rank: int, world: int, port: int, out: str) -> None:
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+
+    def run() -> None:  # its models go when it returns, before the process group does
         ddp = torch.nn.parallel.DistributedDataParallel(torch_model())
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         w = hookkit.WeightStats(ddp, optimizer=opt, hist=True, bins=12)  # ranges agreed across ranks
@@ -263,6 +264,13 @@ def _weight_rank(rank: int, world: int, port: int, out: str) -> None:
         w = hookkit.WeightStats(model, optimizer=opt, hist=True, bins=12)
         torch_train(model, torch_batches(), rank, world, opt)
         np.savez(os.path.join(out, f"fsdp{rank}.npz"), **flat(w.to_numpy()))
+
+    try:
+        run()
+        import gc
+
+        gc.collect()
+        dist.barrier()  # a DDP reducer or FSDP state torn down after the group aborts the process under load
     finally:
         dist.destroy_process_group()
 
