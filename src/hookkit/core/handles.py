@@ -52,7 +52,7 @@ class HandleGroup(Handle):
     __slots__ = ("handles",)
 
     def __init__(self, handles: Iterable[Handle] = ()):
-        super().__init__(_active)  # not the bound method: a group holding itself would wait for the GC
+        super().__init__(held)  # not the bound method: a group holding itself would wait for the GC
         self.handles: list[Handle] = list(handles)
 
     def remove(self) -> None:
@@ -86,5 +86,6 @@ class HandleGroup(Handle):
         return self.handles[i]
 
 
-def _active() -> None:
-    """What a ``HandleGroup`` holds until removed (its ``remove`` does the work)."""
+def held() -> None:
+    """What a handle that overrides ``remove`` holds until removed (``HandleGroup``, ``placing.Placed``):
+    not a bound method of its own, which would make it a cycle only the GC frees."""

@@ -8,7 +8,7 @@ from typing import Any
 
 from hookkit.core import clock as clocks
 from hookkit.core.events import Consumer
-from hookkit.core.handles import Handle
+from hookkit.core.handles import Handle, held
 
 
 class Placed(Handle):
@@ -18,7 +18,7 @@ class Placed(Handle):
     __slots__ = ("_discard", "_target", "_args", "_consumer", "_root")
 
     def __init__(self, discard: Callable, target: Any, args: tuple, consumer: Consumer, root: tuple):
-        self._remove, self._discard, self._target, self._args, self._consumer, self._root = _held, discard, target, args, consumer, root
+        self._remove, self._discard, self._target, self._args, self._consumer, self._root = held, discard, target, args, consumer, root
 
     def remove(self) -> None:
         if self._remove is None:
@@ -42,7 +42,3 @@ class Placed(Handle):
             root_hooks._sync_native(model)
             if clocks.clock_of(model) is clock:  # the last feature on this root is gone: the next one counts from step 0
                 clocks.forget(model)
-
-
-def _held() -> None:
-    """What a ``Placed`` holds until removed (its ``remove`` does the work)."""

@@ -15,11 +15,11 @@ output are selected.
 from __future__ import annotations
 
 import numbers
-import weakref
 from collections.abc import Iterable
 from typing import Any
 
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
+from hookkit.core.weakmap import IdentityWeakMap
 
 KEYWORDS = ("all", "last", "prompt", "generated")
 
@@ -80,7 +80,7 @@ class Sequences:
 # -- the token axis ---------------------------------------------------------------------------------
 # A root's clock (and its Sequences) starts afresh with each context opened on an idle model: its
 # token axis is kept per model while the backend's watch says the model's tree is unchanged.
-_token_dims: weakref.WeakKeyDictionary[Any, tuple[Any, int | None]] = weakref.WeakKeyDictionary()
+_token_dims: IdentityWeakMap[tuple[Any, int | None]] = IdentityWeakMap()
 
 
 def _kept_token_dim(backend: Any, root: Any, ops: Any) -> int | None:
