@@ -418,12 +418,13 @@ def test_targets_int_per_sample_callable_and_predicted(fw, method):
     model = dict_model(fw)
     x = fw.tensor(images(n=4))
     by_int = hookkit.cam(model, "net.conv2", x, method, target=2)
-    np.testing.assert_allclose(hookkit.cam(model, "net.conv2", x, method, target=[2, 2, 2, 2]), by_int, atol=1e-7)
+    # 1e-6: a later call batches AblationCAM's rows differently (it starts where the first found them multiply)
+    np.testing.assert_allclose(hookkit.cam(model, "net.conv2", x, method, target=[2, 2, 2, 2]), by_int, atol=1e-6)
     # a callable gets the whole output (a dict here) and returns one score per sample
     np.testing.assert_allclose(hookkit.cam(model, "net.conv2", x, method, target=lambda out: out["logits"][:, 2]), by_int, atol=1e-6)
     predicted = fw.numpy(model(x)["logits"]).argmax(1).tolist()
     np.testing.assert_allclose(
-        hookkit.cam(model, "net.conv2", x, method), hookkit.cam(model, "net.conv2", x, method, target=predicted), atol=1e-7
+        hookkit.cam(model, "net.conv2", x, method), hookkit.cam(model, "net.conv2", x, method, target=predicted), atol=1e-6
     )
 
 

@@ -45,12 +45,14 @@ def vit_model(fw):
             self.cls = fw.linear(1, 8)  # the class token: cls(1)
             self.blocks = fw.sequential(Block(), Block())
             self.head = fw.linear(8, 3)
+            self.skip = False  # True: the class token also skips past the blocks (no enclosing layer passes rows on)
 
         def forward(self, x):
             t = transpose(fw, self.embed(x).flatten(2), (0, 2, 1))  # [N, 16, 8]
             one = x[:, :1, :1, :1].flatten(1) * 0 + 1  # [N, 1]
             t = concat(fw, [self.cls(one).unsqueeze(1), t], 1)  # [N, 17, 8]
-            return self.head(self.blocks(t)[:, 0])
+            out = self.blocks(t)[:, 0]
+            return self.head(out + t[:, 0] if self.skip else out)
 
     fw.seed(11)
     model = ViT()
@@ -98,14 +100,39 @@ def test_ablation_rows_multiply_at_the_enclosing_block(fw, n):
     the block's inputs, the patch embedding and the first block run on the N inputs only; the maps are
     those of one channel per forward (nothing multiplies)."""
     model, x = vit_model(fw), fw.tensor(images(n=n, seed=4))
-    one_by_one = hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=2, batch_size=n)
+    one_by_one = hookkit.cam(vit_model(fw), "blocks.1.norm1", x, "ablationcam", target=2, batch_size=n)  # same weights
     seen, handles = rows_seen(model, ["embed", "blocks.0", "blocks.1"])
     maps = hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=2, batch_size=8 * n)
-    for h in handles:
-        h.remove()
     np.testing.assert_allclose(maps, one_by_one, atol=1e-6)
     assert set(seen["embed"]) == set(seen["blocks.0"]) == {n}
     assert seen["blocks.1"] == [n, 2 * n, 6 * n]  # the first forward, 2 channels (trying levels), the 6 others
+    # a second call starts where the first found the rows multiply: no level tried, all 8 channels in one forward
+    seen["blocks.1"].clear()
+    again = hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=2, batch_size=8 * n)
+    for h in handles:
+        h.remove()
+    np.testing.assert_allclose(again, one_by_one, atol=1e-6)
+    assert seen["blocks.1"] == [n, 8 * n]
+    assert hookkit.remove_all(model) == 0
+
+
+def test_ablation_level_learned_on_a_model_that_changed_since_moves_up(fw):
+    """The level an earlier call found is a hint: when the model no longer passes the rows on from there (a
+    skip connection now crosses the block), the next level is tried and the maps are still right."""
+    model, x = vit_model(fw), fw.tensor(images(n=2, seed=6))
+    hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=1)  # learns: at blocks.1's inputs
+    model.skip = fresh_skip = True
+    expected_model = vit_model(fw)
+    expected_model.skip = fresh_skip
+    expected = hookkit.cam(expected_model, "blocks.1.norm1", x, "ablationcam", target=1, batch_size=2)
+    seen, handles = rows_seen(model, ["embed"])
+    maps = hookkit.cam(model, "blocks.1.norm1", x, "ablationcam", target=1, batch_size=16)
+    for h in handles:
+        h.remove()
+    np.testing.assert_allclose(maps, expected, atol=1e-6)
+    # the first forward; the hinted level (blocks.1's inputs) on all 8 channels, refused; the levels above as
+    # untried ones, on 2 channels (blocks' inputs: refused; copies of the inputs); copies for the 6 others
+    assert seen["embed"] == [2, 2, 2, 4, 12]
     assert hookkit.remove_all(model) == 0
 
 
@@ -218,6 +245,13 @@ def test_scorecam_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torc
         np.testing.assert_allclose(maps, expected, atol=TOL)
         # the first forward as given; the masked rows channels-last (once, when refused, then as given)
         assert layouts == ([False, True, False, False] if refuses else [False, True, True])
+    layouts = []
+    h = hookkit.on_forward_pre(
+        model, "conv1", lambda layer, args: layouts.append(args[0].is_contiguous(memory_format=fw.lib.channels_last))
+    )
+    np.testing.assert_allclose(hookkit.cam(model, "act", fw.tensor(x), "scorecam", target=classes, batch_size=8), expected, atol=TOL)
+    h.remove()
+    assert layouts == [False, False, False]  # a later call remembers the refusal: no forward wasted on trying again
     assert hookkit.remove_all(model) == 0
 
 
@@ -270,4 +304,7 @@ def test_ablated_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torch
         np.testing.assert_allclose(maps, expected, atol=TOL)
         # the first forward and the first 2 channels as they are; then channels-last (once, when refused)
         assert layouts == ([False, False, True, False, False] if refuses else [False, False, True, True])
+    layouts.clear()
+    np.testing.assert_allclose(hookkit.cam(model, "act", fw.tensor(x), "ablationcam", target=classes, batch_size=8), expected, atol=TOL)
+    assert layouts == [False, False, False, False]  # a later call remembers the refusal: no forward wasted on trying again
     assert hookkit.remove_all(model) == 0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from hookkit.analyses.cam_forwards import LayerForwards, RunForwards, replace_first
+from hookkit.analyses.cam_forwards import LayerForwards, RunForwards, learned, replace_first
 from hookkit.analyses.cam_layouts import NAMES, Layout, check_mapped, plan_layout
 from hookkit.analyses.cam_methods import METHODS, Method, project
 from hookkit.analyses.passes import analysis_pass
@@ -122,7 +122,7 @@ class _Layer(LayerForwards):
         self.chunk = max(1, run.rows // max(1, acts.shape[0]))
         self.level: int | None = None  # AblationCAM: where the rows multiply, an index into ``levels()``
         self.candidates: list[tuple[str, Any] | None] = []
-        self.settled = False
+        self.settled = self.hinted = False
 
 
 class _Run(RunForwards):
@@ -140,8 +140,11 @@ class _Run(RunForwards):
         self.size: tuple[int, ...] = ()
         self.n = 0
         self.classes: list[int] | None = None
-        self.fast_layout: bool | None = None  # ScoreCAM: does the model take its rows in ``conv_layout``?
-        self.fast_ablated: bool | None = None  # AblationCAM: does the rest of the model take them so at the layer?
+        self.learned = learned(model)
+        # ScoreCAM: does the model take its rows in ``conv_layout``? AblationCAM: does the rest of the model take
+        # them so at the layer? None: to be tried (not where an earlier call saw the model refuse it)
+        self.fast_layout: bool | None = False if self.learned.layout_refused else None
+        self.fast_ablated: bool | None = False if self.learned.ablated_refused else None
         self.found: dict[str, int] = {}  # AblationCAM: where each layer's rows multiplied (kept over batches)
 
     # -- the template ----------------------------------------------------------------------------

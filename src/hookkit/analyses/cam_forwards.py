@@ -14,9 +14,33 @@ from hookkit.analyses.cam_layouts import Layout
 from hookkit.analyses.targets import logits_of
 from hookkit.core.router import attach
 from hookkit.core.tree import first_tensor, map_tensors
+from hookkit.core.weakmap import IdentityWeakMap
 
 #: AblationCAM tries where its rows may multiply on this many channels (the fewest that multiply the rows)
 PROBE = 2
+
+
+class Learned:
+    """What earlier calls learned of one model: where each layer's ablated rows multiplied (the name of the
+    layer whose inputs were repeated, ``""`` at the layer itself, None on copies of the inputs) and whether
+    the model refused ``conv_layout`` rows. Only hints: a call starts from them and still checks (a level
+    that fails moves up to the next; a layout is skipped only once refused), so a model changed in between
+    costs time, never a wrong map."""
+
+    __slots__ = ("levels", "layout_refused", "ablated_refused")
+
+    def __init__(self) -> None:
+        self.levels: dict[str, str | None] = {}
+        self.layout_refused = False
+        self.ablated_refused = False
+
+
+_learned: IdentityWeakMap[Learned] = IdentityWeakMap()
+
+
+def learned(model: Any) -> Learned:
+    """The hints kept for ``model`` while it lives (made empty on first use)."""
+    return _learned.setdefault(model, Learned())
 
 
 def replace_first(obj: Any, new: Any, is_tensor: Callable[[Any], bool]) -> Any:
@@ -41,7 +65,8 @@ class RowMismatch(Exception):
 class LayerForwards:
     """One layer's forwards: what ``_Layer`` holds (the run, the backend and its ``tensor_math`` ops, the
     layer, its output ``raw`` and ``layout``, its channels-first ``acts``, the inputs ``x``, their ``size``)
-    and where AblationCAM's rows multiply (``level`` into ``candidates``, ``settled`` once found)."""
+    and where AblationCAM's rows multiply (``level`` into ``candidates``, ``settled`` once found, ``hinted`` while
+    that is only what an earlier batch or call found)."""
 
     run: Any
     be: Any
@@ -56,6 +81,7 @@ class LayerForwards:
     level: int | None
     candidates: list[tuple[str, Any] | None]
     settled: bool
+    hinted: bool
 
     def row_scores(self, rows: Any, k: int, replace: Any = None, check: bool = False, tile: tuple[str, Any] | None = None) -> Any:
         """Run the model on ``rows`` (``replace``: this layer's output instead of its own; ``tile``: a
@@ -112,26 +138,51 @@ class LayerForwards:
         inputs), else at the inputs of the smallest enclosing layer that passes the k x N rows on (a block
         whose skip connection starts before the layer), else on k copies of the inputs. A level that
         raises, or does not give k x N rows out, is not used; the first that works is kept for the rest."""
-        if self.level is None:  # from where it worked on an earlier batch: the levels below failed there
-            self.level, self.candidates = self.run.found.get(self.name, 0), self.levels()
+        if self.level is None:  # from where it worked on an earlier batch or call: the levels below failed there
+            self.candidates = self.levels()
+            self.level, self.hinted = self.start_level()
         n = self.acts.shape[0]
-        if not self.settled and k > PROBE:  # levels are tried on the first PROBE channels only: a failure costs little
+        if not self.settled and not self.hinted and k > PROBE:  # untried levels get PROBE channels: a failure costs little
             probe = self.ablated_scores(ablated[: PROBE * n], PROBE)
             return self.m.cat([probe, self.ablated_scores(ablated[PROBE * n :], k - PROBE)], 0)
         while True:
             where = self.candidates[self.level]
             if where is None:
                 self.settled = True
+                self.learn(k)
                 return self.replaced_scores(self.m.tile_rows(self.x, k), ablated, k)
             try:
                 scores = self.replaced_scores(self.x, ablated, k, check=True, tile=where if self.level else None)
                 self.settled = True
-                self.run.found[self.name] = self.level
+                self.learn(k)
                 return scores
             except Exception:  # noqa: BLE001 - the next level is tried; on copies of the inputs a real error shows
                 if self.settled:
                     raise
                 self.level += 1
+                if self.hinted:  # the model changed since the hint: the levels above are tried as untried ones
+                    self.hinted = False
+                    return self.ablated_scores(ablated, k)
+
+    def learn(self, k: int) -> None:
+        """Keep the level that worked, for the next batches and calls; k = 1 rows multiply nowhere: no proof."""
+        level = self.level
+        if k > 1 and level is not None:
+            where = self.candidates[level]
+            self.run.found[self.name] = level
+            self.run.learned.levels[self.name] = None if where is None else (where[0] if level else "")
+
+    def start_level(self) -> tuple[int, bool]:
+        """The level to try first, and whether it worked before: where this layer's rows multiplied on an
+        earlier batch of this call, else on an earlier call (found by name: the model may have changed since,
+        and a level that fails now moves up as usual), else the layer itself, untried."""
+        if self.name in self.run.found:
+            return self.run.found[self.name], True
+        levels = self.run.learned.levels
+        names = [None if c is None else (c[0] if i else "") for i, c in enumerate(self.candidates)]
+        if self.name in levels and levels[self.name] in names:
+            return names.index(levels[self.name]), True
+        return 0, False
 
     def replaced_scores(self, rows: Any, ablated: Any, k: int, check: bool = False, tile: tuple[str, Any] | None = None) -> Any:
         """``row_scores`` with this layer's output replaced by ``ablated``. Once the level is known, a
@@ -151,6 +202,7 @@ class LayerForwards:
                     raise
             scores = self.row_scores(rows, k, replace=ablated, check=check, tile=tile)
             run.fast_ablated = False
+            run.learned.ablated_refused = True
             return scores
         return self.row_scores(rows, k, replace=ablated, check=check, tile=tile)
 
@@ -199,13 +251,15 @@ class LayerForwards:
 
 class RunForwards:
     """The call's side: the model, whether it takes masked rows in ``conv_layout`` (``fast_layout``) and
-    ablated outputs so (``fast_ablated``), where each layer's rows multiplied (``found``)."""
+    ablated outputs so (``fast_ablated``), where each layer's rows multiplied (``found``), and what earlier
+    calls learned of the model (``learned``)."""
 
     model: Any
     m: Any
     fast_layout: bool | None
     fast_ablated: bool | None
     found: dict[str, int]
+    learned: Learned
 
     def forward_masked(self, rows: Any) -> Any:
         """The model on ScoreCAM's masked inputs, in the layout the framework's convolutions run fastest on
@@ -221,4 +275,5 @@ class RunForwards:
                     if self.fast_layout:
                         raise
                     self.fast_layout = False
+                    self.learned.layout_refused = True
         return self.model(rows)
