@@ -5,8 +5,8 @@ Run in the benchmark environment (pytorch-grad-cam is not a hookkit dependency):
     PYTHONPATH=$PWD/src /work/bench-venv/bin/python benchmarks/bench_cam.py [--quick] [--no-time]
 
 Models (random weights): a ResNet-style CNN (BasicBlocks, in-place ReLU and ``out += identity``), a
-VGG-style CNN, a ViT (class token + 8 x 8 patch tokens; pytorch-grad-cam gets the usual
-``reshape_transform``) and a Swin-style model whose layers output channels-last ``[N, h, w, C]``
+VGG-style CNN, a ViT (class token + 8 x 8 patch tokens, 2 blocks, and the same with 12 blocks;
+pytorch-grad-cam gets the usual ``reshape_transform``) and a Swin-style model whose layers output channels-last ``[N, h, w, C]``
 (pytorch-grad-cam gets a permuting ``reshape_transform``). Their side is adjusted in three documented
 ways, each making it compute what it means to: (1) the activation is copied when it is kept, as
 ``.cpu()`` does on a GPU (on a CPU it is the layer's own storage, which a later in-place op
@@ -260,6 +260,8 @@ def models():
         "VGG-style": (v := vgg().eval(), "0.7", v[0][7], None, False),
         "ViT (tokens)": (t := ViT().eval(), "blocks.1.norm1", t.blocks[1].norm1, vit_reshape, True),
         "Swin-style (NHWC)": (s := Swinish().eval(), "stage2.norm2", s.stage2.norm2, nhwc_reshape, True),
+        # the depth of ViT-B or DeiT-Tiny (12 blocks), the layer in the last block as pytorch-grad-cam's tutorial
+        "ViT-12 (tokens)": (t12 := ViT(depth=12).eval(), "blocks.11.norm1", t12.blocks[11].norm1, vit_reshape, True),
     }
 
 
@@ -307,7 +309,7 @@ def agreement(gc, quick: bool) -> float:
 
 
 def models_names():
-    return ["ResNet-style", "VGG-style", "ViT (tokens)", "Swin-style (NHWC)"]
+    return list(models())
 
 
 def timing(gc, repeats: int, methods: list[str]) -> None:
