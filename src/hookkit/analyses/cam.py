@@ -150,14 +150,19 @@ class _Run(RunForwards):
     # -- the template ----------------------------------------------------------------------------
     def __call__(self, x: Any) -> Any:
         if not self.aug:
-            return self.one(x)
+            return self.float32(self.one(x))
         m, axis = self.m, len(x.shape) - 1
         maps = []
         for flip, factor in AUGMENTATIONS:
             xa = (m.flip(x, [axis]) if flip else x) * factor
             c = self.one(xa)
             maps.append(m.flip(c, [len(c.shape) - 1]) if flip else c)
-        return m.mean(m.stack(maps, 0), [0])
+        return self.float32(m.mean(m.stack(maps, 0), [0]))
+
+    def float32(self, maps: Any) -> Any:
+        """Maps are float32 whatever the model's dtype (a float64 model's ScoreCAM, AblationCAM and FullGrad
+        maps came out float64, its other methods' float32)."""
+        return maps if self.be.dtype_name(maps) == "float32" else self.be.cast(maps, "float32")
 
     def one(self, x: Any) -> Any:
         be, m = self.be, self.m
@@ -176,7 +181,7 @@ class _Run(RunForwards):
                 maps = []
                 for (name, layer), g in zip(self.named, grads):
                     raw = rec.outputs[name][-1]
-                    layout = plan_layout(raw.shape, self.size, self.reshape, self.prefix, name, self.fn)
+                    layout = plan_layout(raw.shape, self.size, self.reshape, self.prefix, name, self.fn, self.n)
                     acts = self._mapped(layout, be.detach(raw), name)
                     grad = self._mapped(layout, g, name) if g is not None else None
                     p = _Layer(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
@@ -449,6 +454,8 @@ def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, 
             fail(fn, "as_tensor", "False with out= (the maps go to files)", opts["as_tensor"])
         return stream(_Run(model, be, named, method, target, opts), inputs, opts["out"], layers, opts["shard_size"], opts["progress"])
     x = prepare_inputs(be, model, inputs, fn)
+    if be.is_tensor(target):  # a batch's labels as they come from a loader: one host read, as a list (or an int)
+        target = be.to_numpy(target).tolist()
     check_target(target, be.shape(x)[0], fn)
     maps = _Run(model, be, named, method, target, opts)(x)
     return maps if opts["as_tensor"] else be.to_numpy(maps)

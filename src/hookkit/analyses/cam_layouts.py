@@ -74,22 +74,23 @@ def _fits(spatial: Sequence[int], size: Sequence[int]) -> bool:
 
 
 def token_grid(tokens: int, size: Sequence[int], prefix: int | None = None) -> tuple[int, tuple[int, int]] | None:
-    """``(prefix, (h, w))`` of a token sequence on a 2-D input of ``size``: the fewest leading tokens whose
-    removal leaves an ``h x w`` grid of the input's proportions; None when there is none."""
+    """``(prefix, (h, w))`` of a token sequence on a 2-D input of ``size``: the leading tokens whose removal
+    leaves the ``h x w`` grid closest to the input's proportions (ties: the fewest); None when there is none."""
     counts = [prefix] if prefix is not None else range(0, min(tokens, MAX_PREFIX + 1))
     H, W = size
+    best: tuple[float, int, tuple[int, int]] | None = None
     for k in counts:
         n = tokens - k
-        best = None
         for h in range(1, n + 1):
             if n % h or not _fits((h, n // h), size):
                 continue
-            miss = abs(math.log(h / (n // h)) - math.log(H / W))
-            if best is None or miss < best[0]:
-                best = (miss, (h, n // h))
-        if best is not None:
-            return k, best[1]
-    return None
+            # The closest fit over every prefix count, not the first count that fits at all: the
+            # floor/ceil slack of ``_fits`` lets a 4 x 4 grid behind 1 class + 4 register tokens (21)
+            # read as 1 prefix token and a 4 x 5 grid on a square image.
+            miss = round(abs(math.log(h / (n // h)) - math.log(H / W)), 9)
+            if best is None or (miss, k) < best[:2]:
+                best = (miss, k, (h, n // h))
+    return None if best is None else (best[1], best[2])
 
 
 def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: str = "") -> InvalidArgument:
@@ -102,11 +103,17 @@ def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: 
     )
 
 
-def plan_layout(shape: Sequence[int], size: Sequence[int], reshape: Any, prefix_tokens: int | None, name: str, fn: str) -> Layout:
-    """The layout of a layer output of ``shape`` for an input whose spatial size is ``size``."""
+def plan_layout(
+    shape: Sequence[int], size: Sequence[int], reshape: Any, prefix_tokens: int | None, name: str, fn: str, n: int | None = None
+) -> Layout:
+    """The layout of a layer output of ``shape`` for ``n`` inputs whose spatial size is ``size``."""
     shape, s = tuple(shape), len(size)
     if callable(reshape):
         return Layout("custom", fn=reshape)
+    if n is not None and (not shape or shape[0] != n):
+        # A layer that folds positions into the batch axis (MobileViT's transformer: [N * patch area, P, C])
+        # would otherwise give one map per row, not per input; only reshape= can unfold it.
+        raise _refuse(name, shape, size, fn, f": its first axis holds {shape[0] if shape else 0} rows for the {n} inputs")
     if reshape is not None and reshape not in NAMES:
         fail(fn, "reshape", f"None, a callable f(output) -> [N, C, *spatial], or one of {', '.join(map(repr, NAMES))}", reshape)
     r = len(shape)
