@@ -120,6 +120,7 @@ class _Layer(LayerForwards):
         self.acts, self.grads, self.x, self.scores = acts, grads, x, scores
         self.size = run.size
         self.chunk = max(1, run.rows // max(1, acts.shape[0]))
+        self.calls = 1  # the layer's calls per forward: the last one is explained
         self.level: int | None = None  # AblationCAM: where the rows multiply, an index into ``levels()``
         self.candidates: list[tuple[str, Any] | None] = []
         self.settled = self.hinted = False
@@ -185,6 +186,7 @@ class _Run(RunForwards):
                     acts = self._mapped(layout, be.detach(raw), name)
                     grad = self._mapped(layout, g, name) if g is not None else None
                     p = _Layer(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
+                    p.calls = len(rec.outputs[name])
                     maps.append(self.layer_map(p))
         if len(maps) == 1:
             return self.minmax(m.relu(maps[0]))

@@ -66,7 +66,7 @@ class LayerForwards:
     """One layer's forwards: what ``_Layer`` holds (the run, the backend and its ``tensor_math`` ops, the
     layer, its output ``raw`` and ``layout``, its channels-first ``acts``, the inputs ``x``, their ``size``)
     and where AblationCAM's rows multiply (``level`` into ``candidates``, ``settled`` once found, ``hinted`` while
-    that is only what an earlier batch or call found)."""
+    that is only what an earlier batch or call found); ``calls``: the layer's calls per forward (the last is explained)."""
 
     run: Any
     be: Any
@@ -79,6 +79,7 @@ class LayerForwards:
     x: Any
     size: tuple[int, ...]
     level: int | None
+    calls: int
     candidates: list[tuple[str, Any] | None]
     settled: bool
     hinted: bool
@@ -94,9 +95,7 @@ class LayerForwards:
             if tile is not None:
                 handles.append(attach(run.model, [tile], "forward_pre", self._tiler(k, fired)))
             if replace is not None:
-                handles.append(
-                    attach(run.model, [(self.name, self.layer)], "forward", lambda ev: replace_first(ev.output, replace, be.is_tensor))
-                )
+                handles.append(attach(run.model, [(self.name, self.layer)], "forward", self._replacer(replace)))
             output = run.model(rows) if handles else run.forward_masked(rows)
         finally:
             for h in handles:
@@ -106,6 +105,17 @@ class LayerForwards:
             if (tile is not None and not fired) or first is None or not first.shape or first.shape[0] != k * self.acts.shape[0]:
                 raise RowMismatch
         return run.split_scores(output, k)
+
+    def _replacer(self, new: Any) -> Callable[[Any], Any]:
+        """A forward consumer: the output of the call the map explains (the last of ``calls`` per forward)
+        replaced by ``new``. A module called several times (one ReLU in a whole ResNet bottleneck) keeps its
+        other calls: replacing them all fed the last call's rows to the first (of other channels: an error)."""
+        be, last = self.be, self.calls - 1
+
+        def on_forward(ev: Any) -> Any:
+            return replace_first(ev.output, new, be.is_tensor) if ev.call == last else None
+
+        return on_forward
 
     def _tiler(self, k: int, fired: list[bool]) -> Callable[[Any], Any]:
         """A forward_pre consumer: every input tensor of N rows repeated k times (``[x; x; ...]``)."""
