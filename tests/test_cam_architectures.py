@@ -162,3 +162,12 @@ def test_layer_called_twice_explains_its_last_call(torch_fw, method):
     x = inputs(2, (16, 16))
     shared, separate = SharedReLU().eval(), SharedReLU(separate=True).eval()
     np.testing.assert_allclose(hookkit.cam(shared, "act", x, method), hookkit.cam(separate, "act2", x, method), atol=1e-5)
+
+
+def test_stream_takes_numpy_and_tensor_class_indices(torch_fw, tmp_path):
+    model = small_cnn()
+    batches = [inputs(2, (16, 16)), inputs(3, (16, 16)) * 2]
+    expected = np.concatenate([hookkit.cam(model, "2", b, target=2) for b in batches])
+    for i, target in enumerate((np.int64(2), torch.tensor(2))):
+        feats = hookkit.cam(model, "2", batches, target=target, out=tmp_path / f"cams{i}")
+        np.testing.assert_allclose(feats["cam"][:], expected, atol=1e-6)

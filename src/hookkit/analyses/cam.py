@@ -449,6 +449,8 @@ def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, 
     opts["fn"] = fn
     check_options(method, opts["reshape"], opts, fn)
     named = select(model, layers) if method != "fullgrad" else []
+    if be.is_tensor(target):  # a batch's labels as they come from a loader: one host read, as a list (or an int)
+        target = be.to_numpy(target).tolist()
     if opts["out"] is not None:
         from hookkit.analyses.cam_stream import stream
 
@@ -456,8 +458,6 @@ def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, 
             fail(fn, "as_tensor", "False with out= (the maps go to files)", opts["as_tensor"])
         return stream(_Run(model, be, named, method, target, opts), inputs, opts["out"], layers, opts["shard_size"], opts["progress"])
     x = prepare_inputs(be, model, inputs, fn)
-    if be.is_tensor(target):  # a batch's labels as they come from a loader: one host read, as a list (or an int)
-        target = be.to_numpy(target).tolist()
     check_target(target, be.shape(x)[0], fn)
     maps = _Run(model, be, named, method, target, opts)(x)
     return maps if opts["as_tensor"] else be.to_numpy(maps)

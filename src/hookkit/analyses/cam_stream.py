@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from hookkit.analyses.cam import prepare_inputs
 from hookkit.analyses.targets import check_target
 from hookkit.core.validate import fail
@@ -31,7 +33,7 @@ def _fingerprint(run: Any, layers: Any) -> dict[str, Any]:
         "layers": [n for n, _ in run.named],
         "parameters": params.hexdigest()[:16],
         "method": run.name,
-        "target": "callable" if callable(target) else target,
+        "target": "callable" if callable(target) else None if target is None else int(target),  # np.int64: not JSON
         "smoothing": [run.aug, run.eigen],
         "reshape": "callable" if callable(run.reshape) else run.reshape,
     }
@@ -43,7 +45,7 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
     out = os.fspath(out)
     if hasattr(data, "shape") or isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
         fail(fn, "inputs", "an iterable of batches with out= (a DataLoader, a list of tensors or arrays)", data)
-    if run.target is not None and not callable(run.target) and not isinstance(run.target, int):
+    if run.target is not None and not callable(run.target) and not isinstance(run.target, (int, np.integer)):
         fail(fn, "target", "None, a class index or a callable with out= (one per sample cannot span batches)", run.target)
     fp = _fingerprint(run, layers)
     meta = {"model": fp["model"], "framework": run.be.name, "layers": fp["layers"], "keys": [KEY], "method": run.name}
