@@ -14,8 +14,8 @@ a wrapper returning ``.logits`` and the ``reshape_transform`` a user writes. The
 ``bench_cam.py`` (activation copied, SVD sign, AblationCAM's minimum once).
 
 ``--extras``: several layers (list and glob), ``aug_smooth`` / ``eigen_smooth``, a segmentation-style
-callable target, ``batch_size`` below N, and FullGrad on the ResNet with pytorch-grad-cam's biases put
-in forward order. ``--conditioning``: the cases above 1e-4 again in float64, to tell float32 rounding
+callable target, ``batch_size`` below N, FullGrad on the ResNet with pytorch-grad-cam's biases put
+in forward order, and ``cam_metric`` against its ROAD and confidence-change metrics. ``--conditioning``: the cases above 1e-4 again in float64, to tell float32 rounding
 (amplified by min-max scaling) from a difference in arithmetic.
 """
 
@@ -242,6 +242,38 @@ def extras(gc, cs) -> None:
     print(f"  ResNet FullGrad, pytorch-grad-cam's biases paired in forward order: {diff(hookkit.cam(model, ln, x, 'fullgrad'), b):.1e}")
 
 
+def metrics(cs) -> None:
+    """cam_metric on the ModelOutput models vs pytorch-grad-cam's ROAD and confidence change (noise 0)."""
+    from pytorch_grad_cam.metrics import road
+    from pytorch_grad_cam.metrics.cam_mult_image import CamMultImageConfidenceChange
+    from pytorch_grad_cam.utils.model_targets import ClassifierOutputTarget
+
+    init = road.NoisyLinearImputer.__init__
+    road.NoisyLinearImputer.__init__ = lambda self, noise=0.01, weighting=road.neighbors_weights: init(self, 0.0, weighting)
+    pcts, target = [10, 50, 90], [1, 4, 2]
+    print("\ncam_metric vs pytorch-grad-cam's metrics (3 images, percentiles 10 / 50 / 90, noise 0):")
+    try:
+        for name in ("ViT", "Swin (tokens)", "ResNet"):
+            model, ln, _, _, size = cs[name]
+            x = 3 * torch.randn(3, 3, size, size, generator=torch.Generator().manual_seed(3))
+            maps = hookkit.cam(model, ln, x, target=target)
+            theirs_metrics = {
+                "road-most-relevant-first": road.ROADMostRelevantFirstAverage(pcts),
+                "road-least-relevant-first": road.ROADLeastRelevantFirstAverage(pcts),
+                "road-combined": road.ROADCombined(pcts),
+                "confidence-drop": CamMultImageConfidenceChange(),
+            }
+            cells = []
+            for metric, their in theirs_metrics.items():
+                with torch.no_grad():
+                    b = np.asarray(their(x, maps, [ClassifierOutputTarget(t) for t in target], Logits(model))).reshape(-1)
+                a = hookkit.cam_metric(model, x, maps, target=torch.tensor(target), metric=metric, percentiles=pcts, noise=0.0)
+                cells.append(f"{metric} {diff(a, b):.1e} (|score| <= {np.abs(a).max():.1e})")
+            print(f"  {name}: " + "; ".join(cells))
+    finally:
+        road.NoisyLinearImputer.__init__ = init
+
+
 def conditioning(gc, cs, rows) -> None:
     """Cases over 1e-4: both sides in float32 and in float64 against hookkit's float64 maps (activations
     kept in float64 for this check). Equal arithmetic shows as float64 agreement; pytorch-grad-cam's
@@ -282,6 +314,7 @@ def main() -> int:
     rows = table(gc, cs)
     if args.extras:
         extras(gc, cs)
+        metrics(cs)
     if args.conditioning:
         conditioning(gc, cs, rows)
     return 0

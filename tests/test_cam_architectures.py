@@ -128,6 +128,10 @@ def test_tensor_targets_are_labels(torch_fw):
         )
     with pytest.raises(InvalidArgument, match="target"):
         hookkit.cam(model, "2", x, target=torch.tensor([0, 1, 3]))
+    maps = hookkit.cam(model, "2", x)
+    for metric in ("confidence-drop", "road-combined"):
+        by_list = hookkit.cam_metric(model, x, maps, target=[0, 2, 1], metric=metric)
+        np.testing.assert_array_equal(hookkit.cam_metric(model, x, maps, target=torch.tensor([0, 2, 1]), metric=metric), by_list)
 
 
 @pytest.mark.parametrize("method", ["gradcam", "eigencam", "scorecam", "ablationcam", "fullgrad"])

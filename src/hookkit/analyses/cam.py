@@ -319,6 +319,12 @@ def prepare_inputs(be: Any, model: Layer, inputs: Any, fn: str) -> Any:
     return x
 
 
+def tensor_target(be: Any, target: Target) -> Target:
+    """A tensor of class indices (a batch's labels as a loader gives them) as a list, a 0-d one as an int:
+    one host read, before the model runs."""
+    return be.to_numpy(target).tolist() if be.is_tensor(target) else target
+
+
 def check_options(method: Any, reshape: Any, opts: dict[str, Any], fn: str) -> None:
     check_choice(method, METHODS, fn=fn, arg="method")
     if reshape is not None and not callable(reshape) and reshape not in NAMES:
@@ -449,8 +455,7 @@ def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, 
     opts["fn"] = fn
     check_options(method, opts["reshape"], opts, fn)
     named = select(model, layers) if method != "fullgrad" else []
-    if be.is_tensor(target):  # a batch's labels as they come from a loader: one host read, as a list (or an int)
-        target = be.to_numpy(target).tolist()
+    target = tensor_target(be, target)
     if opts["out"] is not None:
         from hookkit.analyses.cam_stream import stream
 

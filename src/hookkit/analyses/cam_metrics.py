@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam import prepare_inputs
+from hookkit.analyses.cam import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
 from hookkit.core.types import Layer
@@ -143,6 +143,7 @@ def cam_metric(
     maps = maps.astype(np.float32)
     if metric.startswith("road") and len(size) != 2:
         fail(fn, "metric", "'confidence-drop' for inputs that are not images (ROAD imputes 2-D images)", metric)
+    target = tensor_target(be, target)
     check_target(target, n, fn)
     images = be.to_numpy(x).astype(np.float32)
 
