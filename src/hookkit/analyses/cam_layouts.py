@@ -81,15 +81,18 @@ def token_grid(tokens: int, size: Sequence[int], prefix: int | None = None) -> t
     best: tuple[float, int, tuple[int, int]] | None = None
     for k in counts:
         n = tokens - k
-        for h in range(1, n + 1):
-            if n % h or not _fits((h, n // h), size):
+        for d in range(1, math.isqrt(max(n, 0)) + 1):  # divisor pairs: sqrt(n) steps per count
+            if n % d:
                 continue
-            # The closest fit over every prefix count, not the first count that fits at all: the
-            # floor/ceil slack of ``_fits`` lets a 4 x 4 grid behind 1 class + 4 register tokens (21)
-            # read as 1 prefix token and a 4 x 5 grid on a square image.
-            miss = round(abs(math.log(h / (n // h)) - math.log(H / W)), 9)
-            if best is None or (miss, k) < best[:2]:
-                best = (miss, k, (h, n // h))
+            for h, w in sorted({(d, n // d), (n // d, d)}):
+                if not _fits((h, w), size):
+                    continue
+                # The closest fit over every prefix count, not the first count that fits at all: the
+                # floor/ceil slack of ``_fits`` lets a 4 x 4 grid behind 1 class + 4 register tokens (21)
+                # read as 1 prefix token and a 4 x 5 grid on a square image.
+                miss = round(abs(math.log(h / w) - math.log(H / W)), 9)
+                if best is None or (miss, k) < best[:2]:
+                    best = (miss, k, (h, w))
     return None if best is None else (best[1], best[2])
 
 
