@@ -217,6 +217,16 @@ def extras(gc, cs) -> None:
                 b = c(input_tensor=x, targets=[SemanticSegmentationTarget(1, mask.numpy())] * 3)
         worst = max(worst, diff(a, b))
     print(f"  segmentation-style callable target (a class's pixels under a mask, dict output), 10 methods: {worst:.1e}")
+    model = cs["ViT"][0]
+    x = torch.randn(3, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+    d = max(
+        diff(
+            hookkit.cam(model, "vit.layers.1", x, "scorecam", target=t),
+            theirs(gc, "scorecam", model, model.vit.layers[1], tokens(1, 8), True, x, t),
+        )
+        for t in (None, [0, 3, 4])
+    )
+    print(f"  ViT scorecam at the block's output (maps not constant, unlike at its layer norm): {d:.1e}")
     model, ln, reshape, vit, _ = cs["ViT"]
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(7))
     for method in ("scorecam", "ablationcam"):
