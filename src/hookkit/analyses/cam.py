@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
@@ -176,7 +177,7 @@ class _Run(RunForwards):
                 maps = []
                 for (name, layer), g in zip(self.named, grads):
                     raw = rec.outputs[name][-1]
-                    layout = plan_layout(raw.shape, self.size, self.reshape, self.prefix, name, self.fn)
+                    layout = plan_layout(raw.shape, self.size, self.reshape, self.prefix, name, self.fn, partial(self.declared, layer))
                     acts = self._mapped(layout, be.detach(raw), name)
                     grad = self._mapped(layout, g, name) if g is not None else None
                     p = _Layer(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
@@ -233,6 +234,18 @@ class _Run(RunForwards):
                 f"{self.fn}(): no gradient reached layer(s) {names}: the target's score does not depend on their output ({e})"
             ) from None
 
+    def declared(self, layer: Any) -> str | None:
+        """The output layout ``layer`` declares (Paddle's ``data_format``), else the one its sublayers agree on,
+        else the one every declaring layer of the model agrees on (an activation after NHWC convolutions)."""
+        lb = self.be.family("layer_bias")
+        for scope in ([layer], [sub for _, sub in self.be.named_layers(layer)], [sub for _, sub in self.be.named_layers(self.model)]):
+            formats = {f for f in map(lb.data_format, scope) if f is not None}
+            if len(formats) == 1:
+                return formats.pop()
+            if formats:
+                return None
+        return None
+
     def split_scores(self, output: Any, k: int) -> Any:
         """Scores ``[k, N]`` of a forward on ``k`` channel-major groups of the ``N`` samples."""
         be, m, n = self.be, self.m, self.n
@@ -284,7 +297,7 @@ class _Run(RunForwards):
             grads = self._grads(scores, [x] + [t for _, _, t in calls])
             terms = [self.scaled_channels(abs(grads[0] * be.detach(x)), self.size)]
             for (name, layer, t), g in zip(calls, grads[1:]):
-                layout = plan_layout(t.shape, self.size, None, None, name, self.fn)
+                layout = plan_layout(t.shape, self.size, None, None, name, self.fn, partial(self.declared, layer))
                 g = self._mapped(layout, g, name)
                 bias = be.cast(lb.bias(layer), "float32")
                 bias = m.reshape(bias, [1, g.shape[1], *[1] * len(self.size)])

@@ -102,8 +102,17 @@ def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: 
     )
 
 
-def plan_layout(shape: Sequence[int], size: Sequence[int], reshape: Any, prefix_tokens: int | None, name: str, fn: str) -> Layout:
-    """The layout of a layer output of ``shape`` for an input whose spatial size is ``size``."""
+def plan_layout(
+    shape: Sequence[int],
+    size: Sequence[int],
+    reshape: Any,
+    prefix_tokens: int | None,
+    name: str,
+    fn: str,
+    declared: Callable[[], str | None] | None = None,
+) -> Layout:
+    """The layout of a layer output of ``shape`` for an input whose spatial size is ``size``; ``declared()``
+    (asked only when the shape fits both readings) is the layout the layer or its model declares, if any."""
     shape, s = tuple(shape), len(size)
     if callable(reshape):
         return Layout("custom", fn=reshape)
@@ -123,6 +132,9 @@ def plan_layout(shape: Sequence[int], size: Sequence[int], reshape: Any, prefix_
     if reshape is not None:
         return Layout(reshape)
     first, last = _fits(shape[2:], size), _fits(shape[1:-1], size)
+    if first and last and declared is not None and declared() == "channels_last":
+        # [N, 16, 16, 16] on a 32 x 32 input fits both readings: a Paddle NHWC convolution says which
+        return Layout("channels_last")
     if first or not last:
         if not first and s > 1:
             raise _refuse(name, shape, size, fn)

@@ -23,5 +23,12 @@ class PaddleLayerBias(LayerBias):
                 return layer.bias - layer._mean * layer.weight / paddle.sqrt(layer._variance + eps)
             return layer.bias.detach().clone()
 
+    def data_format(self, layer: Any) -> str | None:
+        # convolutions and norms keep it as ``_data_format``, pools as ``data_format``
+        fmt = getattr(layer, "_data_format", None) or getattr(layer, "data_format", None)
+        if not isinstance(fmt, str) or not fmt.upper().startswith("N"):
+            return None
+        return "channels_first" if fmt.upper().startswith("NC") else "channels_last" if fmt.upper().endswith("C") else None
+
 
 OPS = PaddleLayerBias()
