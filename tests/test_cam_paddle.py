@@ -67,3 +67,50 @@ def test_paddle_channels_last_layers_give_the_channels_first_maps(paddle_fw, dim
             b = hookkit.cam(last, layer, x, method, target=[1, 2], batch_size=8)
             np.testing.assert_allclose(b, a, atol=1e-5, err_msg=f"{layer} {method}")
     assert hookkit.remove_all(last) == 0
+
+
+# -- the out= stream ----------------------------------------------------------------------------------------
+def small_cnn(fw):
+    class Small(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = fw.conv2d(2, 4, 3, padding=1)
+            self.conv2 = fw.conv2d(4, 6, 3, stride=2, padding=1)
+            self.fc = fw.linear(6, 3)
+
+        def forward(self, x):
+            h = fw.F.relu(self.conv2(fw.F.relu(self.conv1(x))))
+            return self.fc(h.mean(-1).mean(-1))
+
+    fw.seed(1)
+    return Small()
+
+
+def test_stream_resumes_with_a_numpy_class_and_refuses_other_settings(fw, tmp_path):
+    """(x, y) batches from an iterable that raises part-way; a numpy integer target (accepted by cam without
+    out= too); the resumed run gives every row once, equal to per-batch calls; prefix_tokens and eval change
+    the maps, so a resume with other values is refused, naming cam and its arguments."""
+    model = small_cnn(fw)
+    x, y = images(n=8, seed=2), np.arange(8) % 3
+    batches = [(fw.tensor(x[i : i + 3]), fw.tensor(y[i : i + 3], dtype="int64")) for i in range(0, 8, 3)]
+
+    def interrupted():
+        yield batches[0]
+        raise RuntimeError("the loader failed")
+
+    out = tmp_path / "cams"
+    with pytest.raises(RuntimeError, match="the loader failed"):
+        hookkit.cam(model, "conv2", interrupted(), "scorecam", target=np.int64(2), out=out, shard_size=1)
+    for changed, message in (
+        (dict(prefix_tokens=0), "prefix_tokens: None there, 0 now"),
+        (dict(eval=False), "eval: True there, False now"),
+    ):
+        with pytest.raises(hookkit.ExtractError, match=rf"cam\(out=.*{message}.*re-run with the same .*prefix_tokens"):
+            hookkit.cam(model, "conv2", batches, "scorecam", target=np.int64(2), out=out, **changed)
+    feats = hookkit.cam(model, "conv2", batches, "scorecam", target=np.int64(2), out=out, shard_size=1)
+    expected = np.concatenate([hookkit.cam(model, "conv2", b[0], "scorecam", target=2) for b in batches])
+    assert feats.count == 8
+    np.testing.assert_allclose(hookkit.load_features(out)["cam"].numpy(), expected, atol=1e-6)
+    with pytest.raises(ValueError, match="target must be None, a class index or a callable with out="):
+        hookkit.cam(model, "conv2", batches, target=True, out=tmp_path / "other")
+    assert hookkit.remove_all(model) == 0

@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from hookkit.analyses.cam import prepare_inputs
 from hookkit.analyses.targets import check_target
 from hookkit.core.validate import fail
@@ -31,9 +33,11 @@ def _fingerprint(run: Any, layers: Any) -> dict[str, Any]:
         "layers": [n for n, _ in run.named],
         "parameters": params.hexdigest()[:16],
         "method": run.name,
-        "target": "callable" if callable(target) else target,
+        "target": "callable" if callable(target) else None if target is None else int(target),  # np.int64 -> JSON
         "smoothing": [run.aug, run.eigen],
         "reshape": "callable" if callable(run.reshape) else run.reshape,
+        "prefix_tokens": run.prefix,  # both change the maps: a resume with other values would mix them
+        "eval": run.eval,
     }
 
 
@@ -43,11 +47,17 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
     out = os.fspath(out)
     if hasattr(data, "shape") or isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
         fail(fn, "inputs", "an iterable of batches with out= (a DataLoader, a list of tensors or arrays)", data)
-    if run.target is not None and not callable(run.target) and not isinstance(run.target, int):
+    # a numpy integer is a class index too (as for cam without out=); a bool is not
+    if (
+        run.target is not None
+        and not callable(run.target)
+        and (not isinstance(run.target, (int, np.integer)) or isinstance(run.target, bool))
+    ):
         fail(fn, "target", "None, a class index or a callable with out= (one per sample cannot span batches)", run.target)
     fp = _fingerprint(run, layers)
     meta = {"model": fp["model"], "framework": run.be.name, "layers": fp["layers"], "keys": [KEY], "method": run.name}
-    index = prepare_out(out, fp, meta)
+    same = "model and weights, layers, method, target, reshape, prefix_tokens, smoothing and eval"
+    index = prepare_out(out, fp, meta, fn=fn, same=same)
     if index["complete"]:
         return load_features(out)
     done = [c for s in index["shards"] for c in s["batch_sizes"]]
