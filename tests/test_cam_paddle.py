@@ -114,3 +114,57 @@ def test_stream_resumes_with_a_numpy_class_and_refuses_other_settings(fw, tmp_pa
     with pytest.raises(ValueError, match="target must be None, a class index or a callable with out="):
         hookkit.cam(model, "conv2", batches, target=True, out=tmp_path / "other")
     assert hookkit.remove_all(model) == 0
+
+
+# -- dtypes and batch norm variants -------------------------------------------------------------------------
+def test_float64_model_gives_float32_maps_and_metrics(fw):
+    """ScoreCAM's, AblationCAM's and FullGrad's maps came out float64 (and FullGrad failed on Paddle, whose
+    concat does not promote); cam_metric fed float32 images to a float64 model."""
+    model = small_cnn(fw)
+    x = images(n=2)
+    expected = {m: hookkit.cam(model, "conv2", fw.tensor(x), m, target=[0, 2]) for m in METHODS}
+    drop = hookkit.cam_metric(model, fw.tensor(x), expected["gradcam"], target=[0, 2], metric="confidence-drop")
+    road = hookkit.cam_metric(model, fw.tensor(x), expected["gradcam"], target=[0, 2], percentiles=50, noise=0)
+    model = model.double() if fw.name == "torch" else model.to(dtype="float64")
+    x64 = fw.tensor(x, dtype="float64")
+    for method in METHODS:
+        maps = hookkit.cam(model, "conv2", x64, method, target=[0, 2])
+        assert maps.dtype == np.float32, method
+        np.testing.assert_allclose(maps, expected[method], atol=1e-5, err_msg=method)
+    drop64 = hookkit.cam_metric(model, x64, expected["gradcam"], target=[0, 2], metric="confidence-drop")
+    np.testing.assert_allclose(drop64, drop, atol=1e-5)
+    np.testing.assert_allclose(hookkit.cam_metric(model, x64, expected["gradcam"], target=[0, 2], percentiles=50, noise=0), road, atol=1e-5)
+
+
+def test_paddle_fullgrad_batch_norm_variants(torch_fw, paddle_fw):
+    """FullGrad's folded bias of a Paddle batch norm with weight_attr=False (it failed: no weight) against the
+    PyTorch twin with a weight of ones; with use_global_stats=False (batch statistics even in eval) the bias is
+    not folded, as PyTorch's track_running_stats=False. (Paddle's eval-mode backward of such a layer treats
+    the batch statistics as constants, unlike its forward and PyTorch: no twin comparison of the maps there.)"""
+    import paddle
+    import torch
+
+    from hookkit.backends import backend_for
+
+    rng = np.random.default_rng(5)
+    pd = paddle.nn.Sequential(paddle.nn.Conv2D(2, 4, 3, padding=1), paddle.nn.BatchNorm2D(4, weight_attr=False), paddle.nn.ReLU(),
+                              paddle.nn.AdaptiveAvgPool2D(1), paddle.nn.Flatten(), paddle.nn.Linear(4, 3))  # fmt: skip
+    th = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                             torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 3))  # fmt: skip
+    with torch.no_grad():
+        for t in (th[0].weight, th[0].bias, th[1].bias, th[5].weight, th[5].bias):
+            t.copy_(torch.tensor(rng.uniform(-0.5, 0.5, t.shape).astype(np.float32)))
+        th[1].weight.fill_(1.0)
+        th[1].running_mean.copy_(torch.tensor(rng.uniform(-0.3, 0.3, 4).astype(np.float32)))
+        th[1].running_var.copy_(torch.tensor(rng.uniform(0.5, 1.5, 4).astype(np.float32)))
+    for (i, name), value in zip([(0, "weight"), (0, "bias"), (1, "bias"), (1, "_mean"), (1, "_variance"), (5, "weight"), (5, "bias")],
+                                [th[0].weight, th[0].bias, th[1].bias, th[1].running_mean, th[1].running_var, th[5].weight.T, th[5].bias]):  # fmt: skip
+        getattr(pd[i], name).set_value(value.detach().numpy())
+    pd.eval(), th.eval()
+    x = images(n=3, seed=9)
+    a = hookkit.cam(pd, "1", paddle.to_tensor(x), "fullgrad", target=[0, 1, 2])
+    np.testing.assert_allclose(a, hookkit.cam(th, "1", torch.tensor(x), "fullgrad", target=[0, 1, 2]), atol=1e-5)
+    batch_stats = paddle.nn.BatchNorm2D(4, use_global_stats=False)
+    batch_stats.bias.set_value(rng.uniform(-0.5, 0.5, 4).astype(np.float32))
+    batch_stats._mean.set_value(np.ones(4, np.float32))
+    np.testing.assert_array_equal(backend_for(pd).family("layer_bias").bias(batch_stats).numpy(), batch_stats.bias.numpy())

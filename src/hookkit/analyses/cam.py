@@ -151,14 +151,19 @@ class _Run(RunForwards):
     # -- the template ----------------------------------------------------------------------------
     def __call__(self, x: Any) -> Any:
         if not self.aug:
-            return self.one(x)
+            return self.float32(self.one(x))
         m, axis = self.m, len(x.shape) - 1
         maps = []
         for flip, factor in AUGMENTATIONS:
             xa = (m.flip(x, [axis]) if flip else x) * factor
-            c = self.one(xa)
+            c = self.float32(self.one(xa))
             maps.append(m.flip(c, [len(c.shape) - 1]) if flip else c)
         return m.mean(m.stack(maps, 0), [0])
+
+    def float32(self, t: Any) -> Any:
+        """Maps are float32 whatever the model's dtype (a float64 model's scores made ScoreCAM's,
+        AblationCAM's and FullGrad's maps float64)."""
+        return t if self.be.dtype_name(t) == "float32" else self.be.cast(t, "float32")
 
     def one(self, x: Any) -> Any:
         be, m = self.be, self.m
@@ -295,7 +300,8 @@ class _Run(RunForwards):
             scores = self._scores(output)
             calls = [(name, layer, t) for name, layer in named for t in rec.outputs[name]]
             grads = self._grads(scores, [x] + [t for _, _, t in calls])
-            terms = [self.scaled_channels(abs(grads[0] * be.detach(x)), self.size)]
+            # float32 like the bias terms: Paddle's concat does not promote (a float64 model failed)
+            terms = [self.scaled_channels(self.float32(abs(grads[0] * be.detach(x))), self.size)]
             for (name, layer, t), g in zip(calls, grads[1:]):
                 layout = plan_layout(t.shape, self.size, None, None, name, self.fn, partial(self.declared, layer))
                 g = self._mapped(layout, g, name)

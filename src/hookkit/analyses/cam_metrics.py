@@ -146,6 +146,10 @@ def cam_metric(
     check_target(target, n, fn)
     images = be.to_numpy(x).astype(np.float32)
 
+    def like_x(a: np.ndarray) -> Any:  # float32 arrays back in the inputs' dtype (a float64 model refused float32)
+        t = be.from_numpy(a, like=x)
+        return t if be.dtype_name(t) == be.dtype_name(x) else be.cast(t, be.dtype_name(x))
+
     with analysis_pass(model, be, eval=eval, grad=False), be.no_grad():
         out = model(x)
         if target is None:
@@ -160,14 +164,14 @@ def cam_metric(
         base = scores(None)
         if metric == "confidence-drop":
             weighted = images * maps[:, None]
-            return scores(be.from_numpy(weighted, like=x)) - base
+            return scores(like_x(weighted)) - base
         rng = np.random.default_rng(seed)
 
         def road(most_first: bool) -> np.ndarray:
             total = np.zeros(n, np.float32)
             for p in pcts:
                 filled = impute(images, _keep_mask(maps, p, most_first), noise, rng)
-                total += scores(be.from_numpy(filled, like=x)) - base
+                total += scores(like_x(filled)) - base
             return total / len(pcts)
 
         if metric == "road-most-relevant-first":
