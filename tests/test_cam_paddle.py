@@ -168,3 +168,24 @@ def test_paddle_fullgrad_batch_norm_variants(torch_fw, paddle_fw):
     batch_stats.bias.set_value(rng.uniform(-0.5, 0.5, 4).astype(np.float32))
     batch_stats._mean.set_value(np.ones(4, np.float32))
     np.testing.assert_array_equal(backend_for(pd).family("layer_bias").bias(batch_stats).numpy(), batch_stats.bias.numpy())
+
+
+# -- errors name the function, the argument and what would be valid ------------------------------------------
+def test_cam_metric_percentiles_and_maps_errors(fw):
+    model = small_cnn(fw)
+    x = fw.tensor(images())
+    maps = hookkit.cam(model, "conv2", x, target=1)
+    # numpy numbers are percentiles too (np.arange was refused)
+    np.testing.assert_array_equal(
+        hookkit.cam_metric(model, x, maps, percentiles=np.arange(20, 80, 30)), hookkit.cam_metric(model, x, maps, percentiles=[20, 50])
+    )
+    for bad in (0, 100, [], [50, 100.5], "50", True, [np.float32(-1)]):
+        with pytest.raises(ValueError, match=r"cam_metric\(\): percentiles must be a number or a list of numbers in \(0, 100\)"):
+            hookkit.cam_metric(model, x, maps, percentiles=bad)
+    with pytest.raises(ValueError, match=r"cam_metric\(\): maps must be maps of shape \[3, 8, 8\]"):
+        hookkit.cam_metric(model, x, maps[:, :, :4])
+    with pytest.raises(TypeError, match=r"cam_metric\(\): maps must be a float array \[N, 8, 8\]"):
+        hookkit.cam_metric(model, x, (maps > 0.5).astype(np.int64))
+    with pytest.raises(ValueError, match=r"cam_metric\(\): target must be a class index in \[0, 2\]"):
+        hookkit.cam_metric(model, x, maps, target=3)
+    assert hookkit.remove_all(model) == 0

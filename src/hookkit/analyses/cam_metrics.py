@@ -14,6 +14,7 @@ input (pytorch-grad-cam's ``CamMultImageConfidenceChange``).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -106,7 +107,7 @@ def cam_metric(
     target: Target = None,
     *,
     metric: str = "road-combined",
-    percentiles: int | Sequence[int] = PERCENTILES,
+    percentiles: float | Sequence[float] = PERCENTILES,
     noise: float = 0.01,
     seed: int = 0,
     eval: bool = True,
@@ -129,7 +130,8 @@ def cam_metric(
     check_number(noise, fn=fn, arg="noise", low=0.0)
     check_int(seed, fn=fn, arg="seed", low=0)
     pcts = list(percentiles) if isinstance(percentiles, Iterable) else [percentiles]
-    if not pcts or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 100 for p in pcts):
+    # numbers.Real: numpy's numbers too (np.arange(10, 100, 10) was refused)
+    if not pcts or not all(isinstance(p, numbers.Real) and not isinstance(p, (bool, np.bool_)) and 0 < p < 100 for p in pcts):
         fail(fn, "percentiles", "a number or a list of numbers in (0, 100)", percentiles)
     x = prepare_inputs(be, model, inputs, fn)
     shape = be.shape(x)
