@@ -4,6 +4,8 @@ resume and refusals, what is left after a forward that raises part-way, and the 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -189,3 +191,46 @@ def test_cam_metric_percentiles_and_maps_errors(fw):
     with pytest.raises(ValueError, match=r"cam_metric\(\): target must be a class index in \[0, 2\]"):
         hookkit.cam_metric(model, x, maps, target=3)
     assert hookkit.remove_all(model) == 0
+
+
+# -- nothing left behind when a later forward raises ------------------------------------------------------------
+def grad_enabled(fw) -> bool:
+    return fw.lib.is_grad_enabled()
+
+
+@pytest.mark.parametrize("case", ["scorecam", "ablationcam", "aug_smooth", "stream"])
+def test_nothing_left_behind_when_a_later_forward_raises(fw, case, tmp_path):
+    """The first forward runs, every later one raises (ScoreCAM's and AblationCAM's batched forwards, the
+    second augmentation, the second batch of a stream): the error reaches the caller, and the model's hooks,
+    training flags, parameters' .grad and stop_gradient / requires_grad, the input's, and the grad mode are
+    as before, under the caller's no_grad too."""
+    model = small_cnn(fw)
+    model.train()
+    model.conv1.eval()
+    calls = []
+    forward = model.forward
+
+    def failing(x):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("a later forward failed")
+        return forward(x)
+
+    model.forward = failing
+    x = fw.tensor(images())
+    before = [fw.requires_grad(p) for p in model.parameters()]
+    for no_grad in (False, True):
+        calls.clear()
+        with fw.no_grad() if no_grad else contextlib.nullcontext():
+            with pytest.raises(RuntimeError, match="a later forward failed"):
+                if case == "stream":
+                    hookkit.cam(model, "conv2", [x, x], out=tmp_path / f"s{no_grad}")
+                elif case == "aug_smooth":
+                    hookkit.cam(model, "conv2", x, aug_smooth=True)
+                else:
+                    hookkit.cam(model, "conv2", x, case, target=1, batch_size=2)
+            assert grad_enabled(fw) is not no_grad
+        assert model.training and not model.conv1.training and model.conv2.training
+        assert all(p.grad is None for p in model.parameters())
+        assert [fw.requires_grad(p) for p in model.parameters()] == before and not fw.requires_grad(x)
+        assert hookkit.remove_all(model) == 0
