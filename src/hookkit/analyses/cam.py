@@ -324,7 +324,7 @@ def prepare_inputs(be: Any, model: Layer, inputs: Any, fn: str) -> Any:
     if len(shape) not in (3, 4, 5):
         fail(fn, "inputs", "inputs [N, C, *spatial] with 1, 2 or 3 spatial axes (signals, images, volumes)", x)
     if be.dtype_kind(x) != "float":
-        fail(fn, "inputs", "floating-point inputs (convert integer pixels with x.float() / 255)", x, kind=ArgumentTypeError)
+        fail(fn, "inputs", "floating-point inputs (integer pixels cast to float32 and / 255)", x, kind=ArgumentTypeError)
     params = be.parameters(model)
     if params and be.device_of(x) != be.device_of(params[0]):
         x = be.to(x, be.device_of(params[0]))
