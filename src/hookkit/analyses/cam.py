@@ -156,14 +156,14 @@ class _Run(RunForwards):
         maps = []
         for flip, factor in AUGMENTATIONS:
             xa = (m.flip(x, [axis]) if flip else x) * factor
-            c = self.float32(self.one(xa))
+            c = self.one(xa)
             maps.append(m.flip(c, [len(c.shape) - 1]) if flip else c)
-        return m.mean(m.stack(maps, 0), [0])
+        return self.float32(m.mean(m.stack(maps, 0), [0]))
 
-    def float32(self, t: Any) -> Any:
-        """Maps are float32 whatever the model's dtype (a float64 model's scores made ScoreCAM's,
-        AblationCAM's and FullGrad's maps float64)."""
-        return t if self.be.dtype_name(t) == "float32" else self.be.cast(t, "float32")
+    def float32(self, maps: Any) -> Any:
+        """Maps are float32 whatever the model's dtype (a float64 model's ScoreCAM, AblationCAM and FullGrad
+        maps came out float64, its other methods' float32)."""
+        return maps if self.be.dtype_name(maps) == "float32" else self.be.cast(maps, "float32")
 
     def one(self, x: Any) -> Any:
         be, m = self.be, self.m
