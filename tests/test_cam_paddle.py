@@ -114,7 +114,7 @@ def test_stream_resumes_with_a_numpy_class_and_refuses_other_settings(fw, tmp_pa
     assert feats.count == 8
     np.testing.assert_allclose(hookkit.load_features(out)["cam"].numpy(), expected, atol=1e-6)
     with pytest.raises(ValueError, match="target must be None, a class index or a callable with out="):
-        hookkit.cam(model, "conv2", batches, target=True, out=tmp_path / "other")
+        hookkit.cam(model, "conv2", batches, target=[0, 1, 2], out=tmp_path / "other")
     assert hookkit.remove_all(model) == 0
 
 

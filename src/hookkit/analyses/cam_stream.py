@@ -33,7 +33,7 @@ def _fingerprint(run: Any, layers: Any) -> dict[str, Any]:
         "layers": [n for n, _ in run.named],
         "parameters": params.hexdigest()[:16],
         "method": run.name,
-        "target": "callable" if callable(target) else None if target is None else int(target),  # np.int64 -> JSON
+        "target": "callable" if callable(target) else None if target is None else int(target),  # np.int64: not JSON
         "smoothing": [run.aug, run.eigen],
         "reshape": "callable" if callable(run.reshape) else run.reshape,
         "prefix_tokens": run.prefix,  # both change the maps: a resume with other values would mix them
@@ -47,12 +47,7 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
     out = os.fspath(out)
     if hasattr(data, "shape") or isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
         fail(fn, "inputs", "an iterable of batches with out= (a DataLoader, a list of tensors or arrays)", data)
-    # a numpy integer is a class index too (as for cam without out=); a bool is not
-    if (
-        run.target is not None
-        and not callable(run.target)
-        and (not isinstance(run.target, (int, np.integer)) or isinstance(run.target, bool))
-    ):
+    if run.target is not None and not callable(run.target) and not isinstance(run.target, (int, np.integer)):
         fail(fn, "target", "None, a class index or a callable with out= (one per sample cannot span batches)", run.target)
     fp = _fingerprint(run, layers)
     meta = {"model": fp["model"], "framework": run.be.name, "layers": fp["layers"], "keys": [KEY], "method": run.name}
