@@ -182,7 +182,9 @@ class _Run(RunForwards):
                 maps = []
                 for (name, layer), g in zip(self.named, grads):
                     raw = rec.outputs[name][-1]
-                    layout = plan_layout(raw.shape, self.size, self.reshape, self.prefix, name, self.fn, partial(self.declared, layer))
+                    layout = plan_layout(
+                        raw.shape, self.size, self.reshape, self.prefix, name, self.fn, declared=partial(self.declared, layer)
+                    )
                     acts = self._mapped(layout, be.detach(raw), name)
                     grad = self._mapped(layout, g, name) if g is not None else None
                     p = _Layer(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
@@ -303,7 +305,7 @@ class _Run(RunForwards):
             # float32 like the bias terms: Paddle's concat does not promote (a float64 model failed)
             terms = [self.scaled_channels(self.float32(abs(grads[0] * be.detach(x))), self.size)]
             for (name, layer, t), g in zip(calls, grads[1:]):
-                layout = plan_layout(t.shape, self.size, None, None, name, self.fn, partial(self.declared, layer))
+                layout = plan_layout(t.shape, self.size, None, None, name, self.fn, declared=partial(self.declared, layer))
                 g = self._mapped(layout, g, name)
                 bias = be.cast(lb.bias(layer), "float32")
                 bias = m.reshape(bias, [1, g.shape[1], *[1] * len(self.size)])

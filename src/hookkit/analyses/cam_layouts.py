@@ -109,6 +109,7 @@ def plan_layout(
     prefix_tokens: int | None,
     name: str,
     fn: str,
+    *,
     declared: Callable[[], str | None] | None = None,
 ) -> Layout:
     """The layout of a layer output of ``shape`` for an input whose spatial size is ``size``; ``declared()``
