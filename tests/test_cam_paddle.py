@@ -71,6 +71,28 @@ def test_paddle_channels_last_layers_give_the_channels_first_maps(paddle_fw, dim
     assert hookkit.remove_all(last) == 0
 
 
+def test_paddle_nhwc_inputs_are_refused_with_the_reason(paddle_fw):
+    """A Paddle model that takes NHWC inputs: hookkit reads inputs channels-first, so the layer cannot map
+    onto "spatial size (32, 3)"; the error says why and what to do, and a permute in front works."""
+    import paddle
+
+    nn = paddle.nn
+    paddle.seed(0)
+    model = nn.Sequential(nn.Conv2D(3, 8, 3, padding=1, data_format="NHWC"), nn.ReLU(), nn.Conv2D(8, 8, 3, stride=2, padding=1, data_format="NHWC"),
+                          nn.AdaptiveAvgPool2D(1, data_format="NHWC"), nn.Flatten(), nn.Linear(8, 4))  # fmt: skip
+    model.eval()
+    x = images(n=2, c=3, size=(32, 32))
+    with pytest.raises(ValueError, match=r"\(32, 3\) \(the inputs are read channels-first .*permute in front of it\)"):
+        hookkit.cam(model, "2", paddle.to_tensor(np.ascontiguousarray(x.transpose(0, 2, 3, 1))))
+
+    class ToNHWC(nn.Layer):
+        def forward(self, t):
+            return t.transpose([0, 2, 3, 1])
+
+    maps = hookkit.cam(nn.Sequential(ToNHWC(), model), "1.2", paddle.to_tensor(x))
+    assert maps.shape == (2, 32, 32) and maps.max() > 0.99
+
+
 # -- the out= stream ----------------------------------------------------------------------------------------
 def small_cnn(fw):
     class Small(fw.Layer):

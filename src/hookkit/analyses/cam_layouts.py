@@ -102,6 +102,16 @@ def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: 
     )
 
 
+def _input_hint(declared: Callable[[], str | None] | None) -> str:
+    """Why a channels-last model's layer may not map: its NHWC inputs were read as [N, C, h, w]."""
+    if declared is None or declared() != "channels_last":
+        return ""
+    return (
+        " (the inputs are read channels-first [N, C, *spatial]; this model's layers are channels-last: give it "
+        "channels-first inputs through a permute in front of it)"
+    )
+
+
 def plan_layout(
     shape: Sequence[int],
     size: Sequence[int],
@@ -129,7 +139,7 @@ def plan_layout(
             raise _refuse(name, shape, size, fn, f": its {shape[1]} tokens{extra} form no grid of the input's proportions")
         return Layout("tokens", prefix=found[0], grid=found[1])
     if r != 2 + s:
-        raise _refuse(name, shape, size, fn)
+        raise _refuse(name, shape, size, fn, _input_hint(declared))
     if reshape is not None:
         return Layout(reshape)
     first, last = _fits(shape[2:], size), _fits(shape[1:-1], size)
@@ -138,7 +148,7 @@ def plan_layout(
         return Layout("channels_last")
     if first or not last:
         if not first and s > 1:
-            raise _refuse(name, shape, size, fn)
+            raise _refuse(name, shape, size, fn, _input_hint(declared))
         return Layout("channels_first")
     return Layout("channels_last")
 
