@@ -102,16 +102,6 @@ def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: 
     )
 
 
-def _input_hint(declared: Callable[[], str | None] | None) -> str:
-    """Why a channels-last model's layer may not map: its NHWC inputs were read as [N, C, h, w]."""
-    if declared is None or declared() != "channels_last":
-        return ""
-    return (
-        " (the inputs are read channels-first [N, C, *spatial]; this model's layers are channels-last: give it "
-        "channels-first inputs through a permute in front of it)"
-    )
-
-
 def plan_layout(
     shape: Sequence[int],
     size: Sequence[int],
@@ -151,6 +141,16 @@ def plan_layout(
             raise _refuse(name, shape, size, fn, _input_hint(declared))
         return Layout("channels_first")
     return Layout("channels_last")
+
+
+def _input_hint(declared: Callable[[], str | None] | None) -> str:
+    """Why a channels-last model's layer may not map: its NHWC inputs were read as [N, C, h, w]."""
+    if declared is None or declared() != "channels_last":
+        return ""
+    return (
+        " (the inputs are read channels-first [N, C, *spatial]; this model's layers are channels-last: give it "
+        "channels-first inputs through a permute in front of it)"
+    )
 
 
 def check_mapped(t: Any, n: int, size: Sequence[int], name: str, fn: str) -> None:
