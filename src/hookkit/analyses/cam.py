@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
@@ -182,7 +183,9 @@ class _Run(RunForwards):
                 maps = []
                 for (name, layer), g in zip(self.named, grads):
                     raw = rec.outputs[name][-1]
-                    layout = plan_layout(raw.shape, self.size, self.reshape, self.prefix, name, self.fn, self.n)
+                    layout = plan_layout(
+                        raw.shape, self.size, self.reshape, self.prefix, name, self.fn, self.n, declared=partial(self.declared, layer)
+                    )
                     acts = self._mapped(layout, be.detach(raw), name)
                     grad = self._mapped(layout, g, name) if g is not None else None
                     p = _Layer(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
@@ -240,6 +243,18 @@ class _Run(RunForwards):
                 f"{self.fn}(): no gradient reached layer(s) {names}: the target's score does not depend on their output ({e})"
             ) from None
 
+    def declared(self, layer: Any) -> str | None:
+        """The output layout ``layer`` declares (Paddle's ``data_format``), else the one its sublayers agree on,
+        else the one every declaring layer of the model agrees on (an activation after NHWC convolutions)."""
+        lb = self.be.family("layer_bias")
+        for scope in ([layer], [sub for _, sub in self.be.named_layers(layer)], [sub for _, sub in self.be.named_layers(self.model)]):
+            formats = {f for f in map(lb.data_format, scope) if f is not None}
+            if len(formats) == 1:
+                return formats.pop()
+            if formats:
+                return None
+        return None
+
     def split_scores(self, output: Any, k: int) -> Any:
         """Scores ``[k, N]`` of a forward on ``k`` channel-major groups of the ``N`` samples."""
         be, m, n = self.be, self.m, self.n
@@ -289,9 +304,10 @@ class _Run(RunForwards):
             scores = self._scores(output)
             calls = [(name, layer, t) for name, layer in named for t in rec.outputs[name]]
             grads = self._grads(scores, [x] + [t for _, _, t in calls])
-            terms = [self.scaled_channels(abs(grads[0] * be.detach(x)), self.size)]
+            # float32 like the bias terms: Paddle's concat does not promote (a float64 model failed)
+            terms = [self.scaled_channels(self.float32(abs(grads[0] * be.detach(x))), self.size)]
             for (name, layer, t), g in zip(calls, grads[1:]):
-                layout = plan_layout(t.shape, self.size, None, None, name, self.fn)
+                layout = plan_layout(t.shape, self.size, None, None, name, self.fn, declared=partial(self.declared, layer))
                 g = self._mapped(layout, g, name)
                 bias = be.cast(lb.bias(layer), "float32")
                 bias = m.reshape(bias, [1, g.shape[1], *[1] * len(self.size)])
@@ -312,7 +328,7 @@ def prepare_inputs(be: Any, model: Layer, inputs: Any, fn: str) -> Any:
     if len(shape) not in (3, 4, 5):
         fail(fn, "inputs", "inputs [N, C, *spatial] with 1, 2 or 3 spatial axes (signals, images, volumes)", x)
     if be.dtype_kind(x) != "float":
-        fail(fn, "inputs", "floating-point inputs (convert integer pixels with x.float() / 255)", x, kind=ArgumentTypeError)
+        fail(fn, "inputs", "floating-point inputs (integer pixels cast to float32 and / 255)", x, kind=ArgumentTypeError)
     params = be.parameters(model)
     if params and be.device_of(x) != be.device_of(params[0]):
         x = be.to(x, be.device_of(params[0]))

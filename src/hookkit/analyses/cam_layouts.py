@@ -107,9 +107,18 @@ def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: 
 
 
 def plan_layout(
-    shape: Sequence[int], size: Sequence[int], reshape: Any, prefix_tokens: int | None, name: str, fn: str, n: int | None = None
+    shape: Sequence[int],
+    size: Sequence[int],
+    reshape: Any,
+    prefix_tokens: int | None,
+    name: str,
+    fn: str,
+    n: int | None = None,
+    *,
+    declared: Callable[[], str | None] | None = None,
 ) -> Layout:
-    """The layout of a layer output of ``shape`` for ``n`` inputs whose spatial size is ``size``."""
+    """The layout of a layer output of ``shape`` for ``n`` inputs whose spatial size is ``size``; ``declared()``
+    (asked only when the shape fits both readings) is the layout the layer or its model declares, if any."""
     shape, s = tuple(shape), len(size)
     if callable(reshape):
         return Layout("custom", fn=reshape)
@@ -129,15 +138,28 @@ def plan_layout(
             raise _refuse(name, shape, size, fn, f": its {shape[1]} tokens{extra} form no grid of the input's proportions")
         return Layout("tokens", prefix=found[0], grid=found[1])
     if r != 2 + s:
-        raise _refuse(name, shape, size, fn)
+        raise _refuse(name, shape, size, fn, _input_hint(declared))
     if reshape is not None:
         return Layout(reshape)
     first, last = _fits(shape[2:], size), _fits(shape[1:-1], size)
+    if first and last and declared is not None and declared() == "channels_last":
+        # [N, 16, 16, 16] on a 32 x 32 input fits both readings: a Paddle NHWC convolution says which
+        return Layout("channels_last")
     if first or not last:
         if not first and s > 1:
-            raise _refuse(name, shape, size, fn)
+            raise _refuse(name, shape, size, fn, _input_hint(declared))
         return Layout("channels_first")
     return Layout("channels_last")
+
+
+def _input_hint(declared: Callable[[], str | None] | None) -> str:
+    """Why a channels-last model's layer may not map: its NHWC inputs were read as [N, C, h, w]."""
+    if declared is None or declared() != "channels_last":
+        return ""
+    return (
+        " (the inputs are read channels-first [N, C, *spatial]; this model's layers are channels-last: give it "
+        "channels-first inputs through a permute in front of it)"
+    )
 
 
 def check_mapped(t: Any, n: int, size: Sequence[int], name: str, fn: str) -> None:

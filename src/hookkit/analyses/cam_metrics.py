@@ -14,6 +14,7 @@ input (pytorch-grad-cam's ``CamMultImageConfidenceChange``).
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -106,7 +107,7 @@ def cam_metric(
     target: Target = None,
     *,
     metric: str = "road-combined",
-    percentiles: int | Sequence[int] = PERCENTILES,
+    percentiles: float | Sequence[float] = PERCENTILES,
     noise: float = 0.01,
     seed: int = 0,
     eval: bool = True,
@@ -129,7 +130,8 @@ def cam_metric(
     check_number(noise, fn=fn, arg="noise", low=0.0)
     check_int(seed, fn=fn, arg="seed", low=0)
     pcts = list(percentiles) if isinstance(percentiles, Iterable) else [percentiles]
-    if not pcts or not all(isinstance(p, (int, float)) and not isinstance(p, bool) and 0 < p < 100 for p in pcts):
+    # numbers.Real: numpy's numbers too (np.arange(10, 100, 10) was refused)
+    if not pcts or not all(isinstance(p, numbers.Real) and not isinstance(p, (bool, np.bool_)) and 0 < p < 100 for p in pcts):
         fail(fn, "percentiles", "a number or a list of numbers in (0, 100)", percentiles)
     x = prepare_inputs(be, model, inputs, fn)
     shape = be.shape(x)
@@ -147,6 +149,10 @@ def cam_metric(
     check_target(target, n, fn)
     images = be.to_numpy(x).astype(np.float32)
 
+    def like_x(a: np.ndarray) -> Any:  # float32 arrays back in the inputs' dtype (a float64 model refused float32)
+        t = be.from_numpy(a, like=x)
+        return t if be.dtype_name(t) == be.dtype_name(x) else be.cast(t, be.dtype_name(x))
+
     with analysis_pass(model, be, eval=eval, grad=False), be.no_grad():
         out = model(x)
         if target is None:
@@ -161,14 +167,14 @@ def cam_metric(
         base = scores(None)
         if metric == "confidence-drop":
             weighted = images * maps[:, None]
-            return scores(be.from_numpy(weighted, like=x)) - base
+            return scores(like_x(weighted)) - base
         rng = np.random.default_rng(seed)
 
         def road(most_first: bool) -> np.ndarray:
             total = np.zeros(n, np.float32)
             for p in pcts:
                 filled = impute(images, _keep_mask(maps, p, most_first), noise, rng)
-                total += scores(be.from_numpy(filled, like=x)) - base
+                total += scores(like_x(filled)) - base
             return total / len(pcts)
 
         if metric == "road-most-relevant-first":

@@ -36,6 +36,8 @@ def _fingerprint(run: Any, layers: Any) -> dict[str, Any]:
         "target": "callable" if callable(target) else None if target is None else int(target),  # np.int64: not JSON
         "smoothing": [run.aug, run.eigen],
         "reshape": "callable" if callable(run.reshape) else run.reshape,
+        "prefix_tokens": run.prefix,  # both change the maps: a resume with other values would mix them
+        "eval": run.eval,
     }
 
 
@@ -49,7 +51,8 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
         fail(fn, "target", "None, a class index or a callable with out= (one per sample cannot span batches)", run.target)
     fp = _fingerprint(run, layers)
     meta = {"model": fp["model"], "framework": run.be.name, "layers": fp["layers"], "keys": [KEY], "method": run.name}
-    index = prepare_out(out, fp, meta)
+    same = "model and weights, layers, method, target, reshape, prefix_tokens, smoothing and eval"
+    index = prepare_out(out, fp, meta, fn=fn, same=same)
     if index["complete"]:
         return load_features(out)
     done = [c for s in index["shards"] for c in s["batch_sizes"]]

@@ -152,18 +152,26 @@ def _difference(key: str, old: Any, new: Any) -> str:
 
 
 # -- the folder -----------------------------------------------------------------------------------
-def prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any], plan: RankPlan | None = None) -> dict[str, Any]:
+def prepare_out(
+    out: str,
+    fingerprint: dict[str, Any],
+    meta: dict[str, Any],
+    plan: RankPlan | None = None,
+    fn: str = "extract",
+    same: str = "model and weights, layers, inputs, reduce and dtype",
+) -> dict[str, Any]:
     """Create or reopen ``out``: a new index (this rank's, under a process group), or the old one
-    when the fingerprint matches (resume). Also used by ``cam(out=...)``, which writes the same format."""
+    when the fingerprint matches (resume). Also used by ``cam(out=...)``, which writes the same format
+    (``fn`` and ``same``: the function and the arguments its errors name)."""
     plan = plan or RankPlan(0, 1, None, None, None)
     if os.path.exists(out) and not os.path.isdir(out):
-        raise ExtractError(f"extract(out={out!r}): it is a file; give a folder (created if missing)")
+        raise ExtractError(f"{fn}(out={out!r}): it is a file; give a folder (created if missing)")
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
-        raise ExtractError(f"extract(out={out!r}): cannot create the folder: {e.strerror or e}") from None
+        raise ExtractError(f"{fn}(out={out!r}): cannot create the folder: {e.strerror or e}") from None
     if not os.access(out, os.W_OK | os.X_OK):
-        raise ExtractError(f"extract(out={out!r}): the folder is not writable")
+        raise ExtractError(f"{fn}(out={out!r}): the folder is not writable")
     index = None
     top = os.path.join(out, fmt.INDEX)
     if plan.ranked and os.path.exists(top):  # a finished multi-rank run: left as it is
@@ -174,20 +182,20 @@ def prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any], pla
             index = fmt.read_index(out, plan.index_name, plan.shard_rank)
         except fmt.FeaturesError as e:
             raise ExtractError(
-                f"extract(out={out!r}): the folder holds an index that cannot be resumed ({e}); use a new folder or delete it"
+                f"{fn}(out={out!r}): the folder holds an index that cannot be resumed ({e}); use a new folder or delete it"
             ) from None
         old = index.get("fingerprint") or {}
         diff = [k for k in fingerprint if old.get(k) != fingerprint[k]]
         if diff:
             what = "; ".join(_difference(k, old.get(k), fingerprint[k]) for k in diff)
             raise ExtractError(
-                f"extract(out={out!r}): the folder holds an extraction with other arguments ({what}); "
-                "re-run with the same model and weights, layers, inputs, reduce and dtype to resume it, or use a new folder"
+                f"{fn}(out={out!r}): the folder holds an extraction with other arguments ({what}); "
+                f"re-run with the same {same} to resume it, or use a new folder"
             )
     else:
         names = [n for n in os.listdir(out) if _own_shard(n, plan)]
         if names:
-            raise ExtractError(f"extract(out={out!r}): the folder holds shard files but no {plan.index_name}; use a new folder")
+            raise ExtractError(f"{fn}(out={out!r}): the folder holds shard files but no {plan.index_name}; use a new folder")
         index = {
             "format": fmt.FORMAT,
             "version": fmt.VERSION,
@@ -206,7 +214,7 @@ def prepare_out(out: str, fingerprint: dict[str, Any], meta: dict[str, Any], pla
         try:
             fmt.write_json(os.path.join(out, plan.index_name), index)
         except OSError as e:
-            raise ExtractError(f"extract(out={out!r}): cannot write to the folder: {e.strerror or e}") from None
+            raise ExtractError(f"{fn}(out={out!r}): cannot write to the folder: {e.strerror or e}") from None
     # leftovers of a killed run: temporary files, and shards written after the index's last update
     listed = {s["file"] for s in index["shards"]}
     for n in os.listdir(out):
