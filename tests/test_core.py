@@ -146,6 +146,10 @@ def test_layer_not_found_names_close_matches(fw):
     assert not hooks_left(model)  # the valid 'fc' was not left hooked
     with pytest.raises(hookkit.LayerNotFound, match=r"Dropout.*no layer of this class"):
         hookkit.select(model, type(fw.dropout2d(0.5)))
+    with pytest.raises(hookkit.LayerNotFound, match=r"\[\] \(an empty list selects no layer\)"):
+        hookkit.select(model, [])
+    with pytest.raises(hookkit.LayerNotFound, match=r"the predicate selected no layer"):
+        hookkit.select(model, lambda name, layer: False)
     with pytest.raises(TypeError, match=r"select\(\): layers must be a name glob, .*; got 3"):
         hookkit.select(model, 3)
     with pytest.raises(ValueError, match="unknown layer preset"):

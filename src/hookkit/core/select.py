@@ -235,7 +235,7 @@ def _resolve(model: Layer, layers: LayerSpec, backend: Any) -> Selection:
                 raise
             raise LayerNotFound(spec, exc.close, f"in the model inside {type(model).__name__}") from None
     if not chosen and not aliases:
-        raise LayerNotFound(layers, [], "the predicate selected no layer")
+        raise LayerNotFound(layers, [], "an empty list selects no layer" if isinstance(layers, list) else "the predicate selected no layer")
     order = [((i, 0, ""), named[i]) for i in chosen] + [((i, 1, name), (name, layer)) for name, (i, layer) in aliases.items()]
     return Selection(pair for _, pair in sorted(order, key=lambda kv: kv[0]))
 
