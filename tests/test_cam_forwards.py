@@ -308,3 +308,30 @@ def test_ablated_rows_go_channels_last_on_the_cpu_unless_the_model_refuses(torch
     np.testing.assert_allclose(hookkit.cam(model, "act", fw.tensor(x), "ablationcam", target=classes, batch_size=8), expected, atol=TOL)
     assert layouts == [False, False, False, False]  # a later call remembers the refusal: no forward wasted on trying again
     assert hookkit.remove_all(model) == 0
+
+
+@pytest.mark.parametrize("method", ["scorecam", "ablationcam"])
+def test_host_copies_per_layer_not_per_forward(fw, method, monkeypatch):
+    """A copy between host and device waits for the device (on a GPU it stops it between forwards): ScoreCAM
+    and AblationCAM make the same few per call whether the rows take 2 forwards or 12, and the maps agree."""
+    from hookkit.backends import backend_for
+
+    model, x, classes = relu_cnn(fw, False), DEAD_INPUTS, [0, 2, 1, 2]
+    be = backend_for(model)
+    copies: list[str] = []
+    for name in ("from_numpy", "to_numpy"):
+        real = getattr(be, name)
+        monkeypatch.setattr(be, name, lambda *a, _real=real, _name=name, **k: copies.append(_name) or _real(*a, **k))
+    counts, maps = [], []
+    for batch_size in (4, 24):  # rows per forward: ScoreCAM 4 or all 24; AblationCAM 1 channel (4 rows) or 2 then 4
+        copies.clear()
+        seen, handles = rows_seen(model, ["conv1"])
+        maps.append(hookkit.cam(model, "act", fw.tensor(x), method, target=classes, batch_size=batch_size))
+        for h in handles:
+            h.remove()
+        counts.append((len(copies), len(seen["conv1"])))
+    (few, forwards_small), (many, forwards_big) = counts[0], counts[1]
+    assert forwards_small > forwards_big + 2  # the small batches ran more forwards...
+    assert few == many  # ...with no more host copies
+    np.testing.assert_allclose(maps[0], maps[1], atol=1e-6)
+    assert hookkit.remove_all(model) == 0

@@ -125,6 +125,7 @@ class _Layer(LayerForwards):
         self.level: int | None = None  # AblationCAM: where the rows multiply, an index into ``levels()``
         self.candidates: list[tuple[str, Any] | None] = []
         self.settled = self.hinted = False
+        self.eye: Any = None  # AblationCAM's one-hot channel groups: rows of one identity on the device
 
 
 class _Run(RunForwards):
@@ -142,6 +143,7 @@ class _Run(RunForwards):
         self.size: tuple[int, ...] = ()
         self.n = 0
         self.classes: list[int] | None = None
+        self.class_index: Any = None  # split_scores' gather index for up to a forward's groups, on the device
         self.learned = learned(model)
         # ScoreCAM: does the model take its rows in ``conv_layout``? AblationCAM: does the rest of the model take
         # them so at the layer? None: to be tried (not where an earlier call saw the model refuse it)
@@ -227,6 +229,7 @@ class _Run(RunForwards):
                 target = predicted_classes(self.be, output, n)
             if not callable(target) and all(not callable(c) for c in ([target] if isinstance(target, (int, np.integer)) else target)):
                 self.classes = [int(target)] * n if isinstance(target, (int, np.integer)) else [int(c) for c in target]
+                self.class_index = None
             self.resolved = target
         scores = target_scores(self.be, output, target, n, self.fn)
         if self.method.forwards and tuple(scores.shape) != (n,):
@@ -260,8 +263,10 @@ class _Run(RunForwards):
         be, m, n = self.be, self.m, self.n
         if self.classes is not None:
             logits = logits_of(be, output)
-            idx = np.tile(np.asarray(self.classes, np.int64), (k, 1))[..., None]
-            return m.reshape(m.gather(m.reshape(logits, [k, n, -1]), 2, be.from_numpy(idx, like=logits)), [k, n])
+            if self.class_index is None or self.class_index.shape[0] < k:  # once per batch: a copy from the host waits for the device
+                idx = np.tile(np.asarray(self.classes, np.int64), (max(k, self.rows // n), 1))[..., None]
+                self.class_index = be.from_numpy(idx, like=logits)
+            return m.reshape(m.gather(m.reshape(logits, [k, n, -1]), 2, self.class_index[:k]), [k, n])
         parts = []
         for j in range(k):
             s = target_scores(be, rows_of(output, j * n, (j + 1) * n, k * n, be.is_tensor), self.resolved, n, self.fn)

@@ -83,6 +83,7 @@ class LayerForwards:
     candidates: list[tuple[str, Any] | None]
     settled: bool
     hinted: bool
+    eye: Any
 
     def row_scores(self, rows: Any, k: int, replace: Any = None, check: bool = False, tile: tuple[str, Any] | None = None) -> Any:
         """Run the model on ``rows`` (``replace``: this layer's output instead of its own; ``tile``: a
@@ -219,44 +220,62 @@ class LayerForwards:
     def masked_scores(self, masks: Any) -> Any:
         """ScoreCAM's scores ``[N, C]`` with class targets: the model on each input times each of its masks
         ``[N, C, *S]``, ``batch_size`` rows per forward. The rows whose mask is all zero are all the zero
-        input: the first of them runs, and every sample's class is read from its output."""
+        input: the first of them runs, and every sample's class is read from its output. One host read
+        (which masks are all zero) and two copies to the device per layer, none per forward: a copy from
+        the host waits for the device, and would stop it between forwards."""
         be, m, run, x = self.be, self.m, self.run, self.x
         n, c = masks.shape[0], masks.shape[1]
         flat = m.reshape(masks, [n * c, 1, *self.size])
-        live = be.to_numpy(m.amax(m.reshape(masks, [n * c, -1]), [1])) > 0  # one host read per layer
+        live = be.to_numpy(m.amax(m.reshape(masks, [n * c, -1]), [1])) > 0
         todo = np.flatnonzero(live)
         dead = np.flatnonzero(~live)
         if dead.size:
             todo = np.append(todo, dead[0])
-        classes = np.asarray(run.classes, np.int64)
-        at = np.empty(n * c, np.int64)  # where each row's score lands among the picked logits
-        picked, offset = [], 0
-        for lo in range(0, len(todo), run.rows):
-            rows = todo[lo : lo + run.rows]
-            inputs = m.index_select(x, 0, be.from_numpy(rows // c, like=x)) * m.index_select(flat, 0, be.from_numpy(rows, like=x))
-            logits = logits_of(be, run.forward_masked(inputs))
-            logits = m.reshape(logits, [len(rows), -1])
-            width = logits.shape[1]
+        plan, at = self._pick_plan(todo, live, dead, n, c)
+        rows_and_samples = be.from_numpy(np.stack([todo, todo // c]), like=x)
+        picks: Any = None
+        picked, bounds = [], np.cumsum([0] + [len(pos) for _, _, pos, _ in plan])
+        for i, (lo, hi, _, _) in enumerate(plan):
+            sel = rows_and_samples[:, lo:hi]
+            inputs = m.index_select(x, 0, sel[1]) * m.index_select(flat, 0, sel[0])
+            logits = m.reshape(logits_of(be, run.forward_masked(inputs)), [hi - lo, -1])
+            if picks is None:  # the logits' width is known now: every forward's picks, and ``at``, go over at once
+                width = logits.shape[1]
+                flat_picks = np.concatenate([pos * width + cls for _, _, pos, cls in plan])
+                picks = be.from_numpy(np.concatenate([flat_picks, at]), like=x)
+            picked.append(m.index_select(m.reshape(logits, [-1]), 0, picks[int(bounds[i]) : int(bounds[i + 1])]))
+        return m.reshape(m.index_select(m.cat(picked, 0), 0, picks[int(bounds[-1]) :]), [n, c])
+
+    def _pick_plan(self, todo: Any, live: Any, dead: Any, n: int, c: int) -> tuple[list[tuple[int, int, Any, Any]], Any]:
+        """ScoreCAM's forwards ``(lo, hi, positions, classes)``: rows ``todo[lo:hi]``, and in their output the
+        rows and classes whose logits are picked; and ``at``: where each of the ``n * c`` scores lands among
+        all the picked logits (the all-zero rows share the zero input's, the last row run)."""
+        classes = np.asarray(self.run.classes, np.int64)
+        at = np.empty(n * c, np.int64)
+        plan, offset = [], 0
+        for lo in range(0, len(todo), self.run.rows):
+            rows = todo[lo : lo + self.run.rows]
             here = live[rows]
             at[rows[here]] = offset + np.arange(here.sum())
-            parts = [np.flatnonzero(here) * width + classes[rows[here] // c]]
+            pos, cls = [np.flatnonzero(here)], [classes[rows[here] // c]]
             if not here.all():  # the zero input, the last row: every sample's class
                 at[dead] = offset + here.sum() + dead // c
-                parts.append((len(rows) - 1) * width + classes)
-            picks = np.concatenate(parts)
-            picked.append(m.index_select(m.reshape(logits, [-1]), 0, be.from_numpy(picks, like=x)))
-            offset += len(picks)
-        return m.reshape(m.index_select(m.cat(picked, 0), 0, be.from_numpy(at, like=x)), [n, c])
+                pos.append(np.full(n, len(rows) - 1))
+                cls.append(classes)
+            plan.append((lo, lo + len(rows), np.concatenate(pos), np.concatenate(cls)))
+            offset += len(plan[-1][2])
+        return plan, at
 
     def onehot(self, start: int, k: int, axis: int) -> Any:
         """Booleans ``[k, 1, ...]`` shaped like this layer's output with a group axis in front: group ``j``
-        true at channel ``start + j`` of the channel ``axis``."""
-        r, c = len(self.raw.shape), self.acts.shape[1]
-        hot = np.zeros((k, c), bool)
-        hot[np.arange(k), start + np.arange(k)] = True
-        shape = [k, 1] + [1] * (r - 1)
-        shape[1 + axis] = c
-        return self.be.from_numpy(hot.reshape(shape), like=self.raw)
+        true at channel ``start + j`` of the channel ``axis`` (rows of one identity copied to the device once
+        per layer: no copy from the host per forward)."""
+        if self.eye is None:
+            r, c = len(self.raw.shape), self.acts.shape[1]
+            shape = [c, 1] + [1] * (r - 1)
+            shape[1 + axis] = c
+            self.eye = self.be.from_numpy(np.eye(c, dtype=bool).reshape(shape), like=self.raw)
+        return self.eye[start : start + k]
 
 
 class RunForwards:
