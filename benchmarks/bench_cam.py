@@ -288,7 +288,8 @@ def ours(method: str, model, layer: str, x, target):
 def agreement(gc, quick: bool) -> float:
     worst = 0.0
     rows = []
-    for mname, (model, ln, layer, reshape, vit) in models().items():
+    ms = models()
+    for mname, (model, ln, layer, reshape, vit) in ms.items():
         for method in METHODS:
             diffs = []
             for seed in (1, 2) if not quick else (1,):
@@ -300,23 +301,20 @@ def agreement(gc, quick: bool) -> float:
             rows.append((mname, method, max(diffs)))
             worst = max(worst, max(diffs))
             print(f"  {mname:18s} {method:20s} max abs diff {max(diffs):.1e}", flush=True)
-    print("\n| method | " + " | ".join(models_names()) + " |")
-    print("|---|" + "---|" * len(models_names()))
+    print("\n| method | " + " | ".join(ms) + " |")
+    print("|---|" + "---|" * len(ms))
     for method in METHODS:
         cells = [f"{d:.1e}" for (mn, me, d) in rows if me == method]
         print(f"| {method} | " + " | ".join(cells) + " |")
     return worst
 
 
-def models_names():
-    return list(models())
-
-
 def timing(gc, repeats: int, methods: list[str]) -> None:
-    print("\n| method | " + " | ".join(models_names()) + " |")
-    print("|---|" + "---|" * len(models_names()))
+    ms = models()
+    print("\n| method | " + " | ".join(ms) + " |")
+    print("|---|" + "---|" * len(ms))
     table: dict[str, list[str]] = {m: [] for m in methods}
-    for model, ln, layer, reshape, vit in models().values():
+    for model, ln, layer, reshape, vit in ms.values():
         x = torch.randn(8, 3, 32, 32, generator=torch.Generator().manual_seed(5))
         for method in methods:
             t_ours, t_theirs = [], []

@@ -119,19 +119,19 @@ def _label(cfg: tuple) -> str:
     return f"{kind.upper()} {layers}x{h} (input {i}), {t} steps x {n}" + (", bidirectional" if bi else "") + (", batch-first" if bf else "")
 
 
+def _more_row(framework: str, cfg: tuple, tr: dict) -> list[str]:
+    """One table row: the configuration, the RNN transient, the estimate, the measured peak (MB), the error."""
+    cells = [tr["transient"], tr["estimate"], tr["measured"]]
+    return [f"{framework} {_label(cfg)}", *(f"{v / 1e6:.2f}" for v in cells), _pct(tr["estimate"], tr["measured"])]
+
+
 def _torch_more(cfg: tuple) -> list[str]:
     kind, t, n, i, h, layers, bi, bf = cfg
     torch.manual_seed(0)
     model = RNNNet(nn.LSTM if kind == "lstm" else nn.GRU, h, i, num_layers=layers, bidirectional=bi, batch_first=bf)
     x = torch.randn((n, t, i) if bf else (t, n, i))
     tr = hookkit.summary(model, input_data=[x], mode="train", optimizer=torch.optim.Adam(model.parameters())).training
-    return [
-        "PyTorch " + _label(cfg),
-        f"{tr['transient'] / 1e6:.2f}",
-        f"{tr['estimate'] / 1e6:.2f}",
-        f"{tr['measured'] / 1e6:.2f}",
-        _pct(tr["estimate"], tr["measured"]),
-    ]
+    return _more_row("PyTorch", cfg, tr)
 
 
 def _paddle_more(pnet: type, cfg: tuple) -> list[str]:
@@ -143,13 +143,7 @@ def _paddle_more(pnet: type, cfg: tuple) -> list[str]:
     x = paddle.randn([n, t, i] if bf else [t, n, i])
     opt = paddle.optimizer.Adam(parameters=model.parameters())
     tr = hookkit.summary(model, input_data=[x], mode="train", optimizer=opt).training
-    return [
-        "Paddle " + _label(cfg),
-        f"{tr['transient'] / 1e6:.2f}",
-        f"{tr['estimate'] / 1e6:.2f}",
-        f"{tr['measured'] / 1e6:.2f}",
-        _pct(tr["estimate"], tr["measured"]),
-    ]
+    return _more_row("Paddle", cfg, tr)
 
 
 def paddle_rnns(more: bool = False) -> list[list[str]]:

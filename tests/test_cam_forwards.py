@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import hookkit
+from hookkit.core.validate import InvalidArgument
 from test_cam import TOL, images, reference
 
 
@@ -335,3 +336,52 @@ def test_host_copies_per_layer_not_per_forward(fw, method, monkeypatch):
     assert few == many  # ...with no more host copies
     np.testing.assert_allclose(maps[0], maps[1], atol=1e-6)
     assert hookkit.remove_all(model) == 0
+
+
+def test_tensor_targets_are_labels(fw):
+    """A tensor of class indices (a loader's labels) is the list; a 0-d one the int; also for cam_metric."""
+    model, x = relu_cnn(fw, False), fw.tensor(DEAD_INPUTS)
+    labels = np.array([0, 2, 1, 2], np.int64)
+    for method in ("gradcam", "scorecam", "ablationcam"):  # 1e-6: a later AblationCAM call batches its rows otherwise
+        by_list = hookkit.cam(model, "act", x, method, target=labels.tolist())
+        np.testing.assert_allclose(hookkit.cam(model, "act", x, method, target=fw.tensor(labels, dtype="int64")), by_list, atol=1e-6)
+        np.testing.assert_allclose(
+            hookkit.cam(model, "act", x, method, target=fw.tensor(np.array(2), dtype="int64")),
+            hookkit.cam(model, "act", x, method, target=2),
+        )
+    with pytest.raises(InvalidArgument, match="target"):
+        hookkit.cam(model, "act", x, target=fw.tensor(np.array([0, 1, 3, 0]), dtype="int64"))
+    maps = hookkit.cam(model, "act", x)
+    for metric in ("confidence-drop", "road-combined"):
+        by_list = hookkit.cam_metric(model, x, maps, target=labels.tolist(), metric=metric)
+        np.testing.assert_array_equal(hookkit.cam_metric(model, x, maps, target=fw.tensor(labels, dtype="int64"), metric=metric), by_list)
+
+
+def shared_relu(fw, separate: bool):
+    """One ReLU module called on 4 then 6 channels (a ResNet bottleneck's); ``separate``: one each."""
+
+    class Shared(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2, self.fc = fw.conv2d(2, 4, 3, padding=1), fw.conv2d(4, 6, 3, padding=1), fw.linear(6, 3)
+            self.act = fw.nn.ReLU()
+            self.act2 = fw.nn.ReLU() if separate else None
+
+        def forward(self, x):
+            h = self.act(self.conv1(x))
+            return self.fc((self.act2 or self.act)(self.conv2(h)).flatten(2).mean(-1))
+
+    fw.seed(14)
+    model = Shared()
+    model.eval()
+    return model
+
+
+@pytest.mark.parametrize("method", ["gradcam", "scorecam", "ablationcam"])
+def test_layer_called_twice_explains_its_last_call(fw, method):
+    """The map of a module called twice per forward is the map of its last call (AblationCAM replaces that
+    call only: replacing both fed 6-channel rows to the 4-channel call, an error)."""
+    x = fw.tensor(images(n=2, seed=7))
+    shared, separate = shared_relu(fw, False), shared_relu(fw, True)
+    np.testing.assert_allclose(hookkit.cam(shared, "act", x, method), hookkit.cam(separate, "act2", x, method), atol=1e-5)
+    assert hookkit.remove_all(shared) == 0

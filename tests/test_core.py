@@ -545,3 +545,16 @@ def test_layer_freed_after_a_forward_raised_under_on_backward(fw):
     del model
     gc.collect()
     assert ref() is None
+
+
+def test_backend_cast_converts_and_keeps_a_tensor_already_of_that_dtype(fw):
+    """``cast`` is called on hot paths with tensors that are often already in the dtype: no copy then, on
+    both frameworks (torch's ``.to`` behaves so; Paddle's ``astype`` copied)."""
+    from hookkit.backends import backend_for
+
+    be = backend_for(fw.mlp())
+    t = fw.tensor(np.arange(6, dtype=np.float32))
+    assert be.cast(t, "float32") is t
+    d = be.cast(t, "float64")
+    assert be.dtype_name(d) == "float64" and d is not t
+    np.testing.assert_array_equal(fw.numpy(d), np.arange(6))

@@ -149,7 +149,6 @@ class _Run(RunForwards):
         # them so at the layer? None: to be tried (not where an earlier call saw the model refuse it)
         self.fast_layout: bool | None = False if self.learned.layout_refused else None
         self.fast_ablated: bool | None = False if self.learned.ablated_refused else None
-        self.found: dict[str, int] = {}  # AblationCAM: where each layer's rows multiplied (kept over batches)
 
     # -- the template ----------------------------------------------------------------------------
     def __call__(self, x: Any) -> Any:
@@ -166,7 +165,7 @@ class _Run(RunForwards):
     def float32(self, maps: Any) -> Any:
         """Maps are float32 whatever the model's dtype (a float64 model's ScoreCAM, AblationCAM and FullGrad
         maps came out float64, its other methods' float32)."""
-        return maps if self.be.dtype_name(maps) == "float32" else self.be.cast(maps, "float32")
+        return self.be.cast(maps, "float32")
 
     def one(self, x: Any) -> Any:
         be, m = self.be, self.m
@@ -214,7 +213,7 @@ class _Run(RunForwards):
         out = layout.to_channels_first(self.m, t)
         if layout.kind == "custom":
             check_mapped(out, self.n, self.size, name, self.fn)
-        return out if self.be.dtype_name(out) == "float32" else self.be.cast(out, "float32")
+        return self.float32(out)
 
     def _check_ran(self, rec: _Recorder) -> None:
         for name, _ in self.named:

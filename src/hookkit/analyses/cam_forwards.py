@@ -22,7 +22,7 @@ PROBE = 2
 
 class Learned:
     """What earlier calls learned of one model: where each layer's ablated rows multiplied (the name of the
-    layer whose inputs were repeated, ``""`` at the layer itself, None on copies of the inputs) and whether
+    layer whose output took them or whose inputs were repeated, None on copies of the inputs) and whether
     the model refused ``conv_layout`` rows. Only hints: a call starts from them and still checks (a level
     that fails moves up to the next; a layout is skipped only once refused), so a model changed in between
     costs time, never a wrong map."""
@@ -176,21 +176,17 @@ class LayerForwards:
                     return self.ablated_scores(ablated, k)
 
     def learn(self, k: int) -> None:
-        """Keep the level that worked, for the next batches and calls; k = 1 rows multiply nowhere: no proof."""
-        level = self.level
-        if k > 1 and level is not None:
-            where = self.candidates[level]
-            self.run.found[self.name] = level
-            self.run.learned.levels[self.name] = None if where is None else (where[0] if level else "")
+        """Keep the level that worked, by name, for the next batches and calls; k = 1 rows multiply nowhere."""
+        if k > 1 and self.level is not None:
+            where = self.candidates[self.level]
+            self.run.learned.levels[self.name] = None if where is None else where[0]
 
     def start_level(self) -> tuple[int, bool]:
         """The level to try first, and whether it worked before: where this layer's rows multiplied on an
-        earlier batch of this call, else on an earlier call (found by name: the model may have changed since,
-        and a level that fails now moves up as usual), else the layer itself, untried."""
-        if self.name in self.run.found:
-            return self.run.found[self.name], True
+        earlier batch or call (by name: the model may have changed since, and a level that fails now moves
+        up as usual), else the layer itself, untried."""
         levels = self.run.learned.levels
-        names = [None if c is None else (c[0] if i else "") for i, c in enumerate(self.candidates)]
+        names = [None if c is None else c[0] for c in self.candidates]
         if self.name in levels and levels[self.name] in names:
             return names.index(levels[self.name]), True
         return 0, False
@@ -280,14 +276,13 @@ class LayerForwards:
 
 class RunForwards:
     """The call's side: the model, whether it takes masked rows in ``conv_layout`` (``fast_layout``) and
-    ablated outputs so (``fast_ablated``), where each layer's rows multiplied (``found``), and what earlier
-    calls learned of the model (``learned``)."""
+    ablated outputs so (``fast_ablated``), and what this and earlier calls learned of the model (``learned``:
+    where each layer's rows multiplied, which layouts it refused)."""
 
     model: Any
     m: Any
     fast_layout: bool | None
     fast_ablated: bool | None
-    found: dict[str, int]
     learned: Learned
 
     def forward_masked(self, rows: Any) -> Any:

@@ -101,8 +101,7 @@ def _scorecam(p: Any) -> Any:
     axes = spatial(up)
     lo, hi = m.amin(up, axes, keepdim=True), m.amax(up, axes, keepdim=True)
     up = (up - lo) / (hi - lo + 1e-8)
-    if p.be.dtype_name(up) != p.be.dtype_name(x):  # a half-precision model takes masked inputs in its own dtype
-        up = p.be.cast(up, p.be.dtype_name(x))
+    up = p.be.cast(up, p.be.dtype_name(x))  # a half-precision model takes masked inputs in its own dtype
     if p.run.classes is not None:
         return m.softmax(p.masked_scores(up), -1)
     xs = m.reshape(x, [n, 1, *x.shape[1:]])

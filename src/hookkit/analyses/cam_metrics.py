@@ -150,8 +150,7 @@ def cam_metric(
     images = be.to_numpy(x).astype(np.float32)
 
     def like_x(a: np.ndarray) -> Any:  # float32 arrays back in the inputs' dtype (a float64 model refused float32)
-        t = be.from_numpy(a, like=x)
-        return t if be.dtype_name(t) == be.dtype_name(x) else be.cast(t, be.dtype_name(x))
+        return be.cast(be.from_numpy(a, like=x), be.dtype_name(x))
 
     with analysis_pass(model, be, eval=eval, grad=False), be.no_grad():
         out = model(x)

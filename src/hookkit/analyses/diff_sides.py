@@ -286,7 +286,7 @@ class SideB:
     def _like(self, arr: Any, t: Any) -> Any:
         """A copy of host ``arr`` as a tensor like ``t`` (framework, device, dtype)."""
         v = self.be.from_numpy(np.array(arr, copy=True), like=t)
-        return v if self.be.dtype_name(v) == self.be.dtype_name(t) else self.be.cast(v, self.be.dtype_name(t))
+        return self.be.cast(v, self.be.dtype_name(t))
 
     def _row(self, phase: str, ka: tuple, kb: tuple, part: str, xs: list, ys: list, da: tuple, db: tuple, shapes: tuple, depth: int) -> Row:
         for d in (*da, *db):

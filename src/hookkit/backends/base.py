@@ -276,7 +276,8 @@ class Statistics:
 
     @stub
     def cast(self, t: Any, dtype: str) -> Any:
-        """``t`` converted to the dtype named ``dtype`` ("float16", "int64"...), on its device."""
+        """``t`` converted to the dtype named ``dtype`` ("float16", "int64"...), on its device; ``t`` itself
+        when it already has that dtype (no copy)."""
 
     @stub
     def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:

@@ -203,7 +203,7 @@ class PaddleBackend(PaddleOps, Backend):
         return self.to(t, self.device_of(like)) if like is not None else t
 
     def cast(self, t: Any, dtype: str) -> Any:
-        return t.astype(dtype)
+        return t if self.dtype_name(t) == dtype else t.astype(dtype)  # as torch's ``.to``: no copy when it has it
 
     def reduce(self, t: Any, op: str, dims: Sequence[int]) -> Any:
         return t.mean(axis=list(dims)) if op == "mean" else t.amax(axis=list(dims))
