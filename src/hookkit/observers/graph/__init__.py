@@ -1,0 +1,153 @@
+"""``hookkit.graph``: the calls of one forward as a directed graph (data, and a Graphviz picture)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from hookkit.core import router
+from hookkit.core.entry import public_entry
+from hookkit.core.errors import LayerNotFound, add_note
+from hookkit.core.select import ALL, LayerSpec, select
+from hookkit.core.types import Layer
+from hookkit.core.user_frame import warn_user
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, fail
+from hookkit.observers.graph.model import Edge, Graph, Node
+from hookkit.observers.graph.record import GraphRecorder
+from hookkit.observers.summary.recording import ModelState
+
+__all__ = ["Edge", "Graph", "GraphWarning", "Node", "graph"]
+
+MODES = ("eval", "train", "same")
+
+
+class GraphWarning(UserWarning):
+    """The forward ``hookkit.graph`` ran raised: the graph returned stops at the failing call."""
+
+
+@public_entry("graph")
+def graph(
+    model: Layer,
+    inputs: Any,
+    depth: int = 2,
+    ops: LayerSpec = None,
+    *,
+    mode: str = "eval",
+    raise_errors: bool = False,
+    overlay: Any = None,
+) -> Graph:
+    """Run one forward of ``model`` on ``inputs`` and return its graph: a node per layer call
+    (folded at ``depth``: the calls the model makes itself are depth 1), the model's inputs and
+    outputs, and the tensors flowing between them, matched by identity.
+
+    ``inputs``: a tensor, a tuple/list of positional inputs, or a dict of keyword inputs.
+    ``ops``: operation sites (``"layer::op"`` specs, issue 40) drawn as nodes inside their layer.
+    ``mode``: "eval" (default), "train" or "same"; the forward runs without gradients and the
+    model's modes and buffers are put back afterwards. ``overlay``: drawn on the picture (see
+    ``Graph.with_overlay``).
+
+    A forward that raises: the graph up to the failing call is returned, the error on that node
+    (``graph.error``), with a ``hookkit.GraphWarning``: the picture is what one wants when chasing a
+    shape error. ``raise_errors=True`` re-raises instead, the graph in ``exc.hookkit_graph``.
+
+    >>> g = hookkit.graph(model, torch.randn(1, 3, 32, 32), depth=2)   # doctest: +SKIP
+    >>> g.nodes, g.edges; g.save("model.svg")   # doctest: +SKIP
+    """
+    be = check_model(model, fn="graph")
+    check_int(depth, fn="graph", arg="depth", low=1)
+    check_choice(mode, MODES, fn="graph", arg="mode")
+    check_bool(raise_errors, fn="graph", arg="raise_errors")
+    args, kwargs = _inputs(be, inputs)
+
+    named = list(be.named_layers(model))
+    hooked = list(select(model, ALL))
+    if ops is not None:
+        hooked += _op_sites(model, ops)
+    params = _param_counts(be, named)
+    rec = GraphRecorder(be, params, _arg_names(model))
+    state = ModelState(be, model, [m for _, m in named])
+    exc: BaseException | None = None
+    handles = []
+    with router.private_pass(model):  # the features the user has open do not see this forward
+        try:
+            handles.append(router.attach(model, [("", model)], "forward_pre", rec.root_pre, router.OBSERVER))
+            handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
+            handles.append(router.attach(model, hooked, "forward", rec.post, router.OBSERVER))
+            handles.append(router.attach(model, [("", model)], "forward", rec.root_post, router.OBSERVER))
+            if mode != "same":
+                be.set_training(model, mode == "train")
+            with be.no_grad():
+                output = model(*args, **kwargs)
+            if not rec.outputs_done:  # the root's hook did not run (a wrapper returned early): outputs from here
+                rec.finish_outputs(output)
+        except Exception as e:  # noqa: BLE001 - returned on the graph, or re-raised below
+            exc = e
+        finally:
+            for h in handles:
+                h.remove()
+            state.restore()
+    error = None
+    if exc is not None:
+        where = rec.fail(exc)
+        error = f"{type(exc).__name__}: {exc}"
+        place = f"in layer {where!r}" if where else "in the model's own code, outside every layer"
+    result = Graph(rec.nodes, rec.edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
+    rec.release()
+    if exc is not None:
+        if raise_errors:
+            add_note(exc, f"hookkit.graph: the forward failed {place}; the partial graph is exc.hookkit_graph")
+            exc.hookkit_graph = result  # type: ignore[attr-defined]
+            raise exc
+        warn_user(f"graph(): the forward failed {place}: {error} (the graph returned stops there; raise_errors=True re-raises)", GraphWarning)
+    return result
+
+
+def _inputs(be: Any, inputs: Any) -> tuple[tuple, dict]:
+    if isinstance(inputs, dict):
+        return (), dict(inputs)
+    if isinstance(inputs, (tuple, list)):
+        return tuple(inputs), {}
+    if be.is_tensor(inputs):
+        return (inputs,), {}
+    fail("graph", "inputs", "a tensor, a tuple/list of positional inputs or a dict of keyword inputs", inputs, kind=ArgumentTypeError)
+    raise AssertionError  # fail raises
+
+
+def _arg_names(model: Any) -> list[str]:
+    """The names of the forward's positional parameters (the input nodes' names)."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError, AttributeError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def _param_counts(be: Any, named: list[tuple[str, Any]]) -> dict[int, int]:
+    """Parameters of each layer, sublayers included, each counted once (bottom up)."""
+    own: dict[int, dict[int, int]] = {}
+    for _, layer in reversed(named):
+        seen: dict[int, int] = {}
+        for _, p in be.named_parameters(layer, recurse=False):
+            try:
+                seen[id(p)] = be.numel(p)
+            except ValueError:  # a lazy layer's parameter before its first forward
+                seen[id(p)] = 0
+        for child in be.children(layer):
+            seen.update(own.get(id(child), {}))
+        own[id(layer)] = seen
+    return {k: sum(v.values()) for k, v in own.items()}
+
+
+def _op_sites(model: Any, ops: LayerSpec) -> list[tuple[str, Any]]:
+    """Operation sites ("layer::op") as pseudo-layers the router hooks: each becomes a node inside its layer."""
+    try:
+        return list(select(model, ops))
+    except LayerNotFound as e:
+        specs = ops if isinstance(ops, (list, tuple)) else [ops]
+        if any(isinstance(s, str) and "::" in s for s in specs):
+            raise NotImplementedError(
+                "graph(ops=...): operation sites ('layer::op' specs) come with hookkit's operation sites (issue 40), "
+                "not available in this build; pass layer names only, or ops=None"
+            ) from e
+        raise

@@ -1,0 +1,304 @@
+"""Drawing a ``hookkit.Graph`` with Graphviz: dot source, SVG, a self-contained HTML page.
+
+Needs the ``graphviz`` Python package (``pip install hookkit[graph]``) and Graphviz's ``dot``
+program (Debian/Ubuntu: ``apt-get install graphviz``; macOS: ``brew install graphviz``); the dot
+source alone needs neither. Layer names are data: every string reaches the picture through dot,
+which escapes it for SVG, and the HTML page escapes what it adds.
+
+Overlays (``overlay=``): ``ActivationStats`` / ``GradientStats`` or their loaded data (each node
+coloured by the mean over records of a statistic: ``std`` for activations, ``norm`` for gradients;
+``(stats, "near_zero")`` picks another, with a legend), a ``NonFiniteError`` from
+``watch_nonfinite`` (the first node that produced a NaN or Inf in red), or a layer name or list of
+names (highlighted: the layer a CAM or an attribution used).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+import pathlib
+import shutil
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from hookkit.observers.graph.model import Graph, Node
+
+__all__ = ["dot_source", "html_fragment", "render_svg", "save"]
+
+# a colour-blind-safe sequential scale (viridis at 8 stops), low to high
+_SCALE = ["#440154", "#46327e", "#365c8d", "#277f8e", "#1fa187", "#4ac16d", "#a0da39", "#fde725"]
+_RED, _HIGHLIGHT = "#d62728", "#ff7f0e"
+_FILL = {"input": "#dbeafe", "output": "#dcfce7", "layer": "#f8fafc", "op": "#fef9c3", "code": "#eef0f3"}
+
+
+def _esc(text: Any) -> str:
+    """A string as dot reads it literally inside a quoted label (the graphviz package adds the quotes)."""
+    return str(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _shape_text(shapes: list[list[int]], dtypes: list[str]) -> str:
+    parts = []
+    for i, s in enumerate(shapes[:3]):
+        d = dtypes[i] if i < len(dtypes) else ""
+        parts.append(f"[{', '.join(str(v) for v in s)}]" + (f" {d}" if d and d != "float32" else ""))
+    if len(shapes) > 3:
+        parts.append(f"+{len(shapes) - 3}")
+    return " ".join(parts)
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)
+
+
+def _wrap(text: str, width: int = 48, lines: int = 4) -> list[str]:
+    out = [text[i : i + width] for i in range(0, len(text), width)][:lines]
+    if len(text) > width * lines:
+        out[-1] = out[-1][:-1] + "…"
+    return out
+
+
+class _Overlay:
+    """What an overlay says about each layer name: a colour value, red, or highlighted."""
+
+    def __init__(self, overlay: Any):
+        self.values: dict[str, float] = {}
+        self.red: set[str] = set()
+        self.highlight: set[str] = set()
+        self.label = ""
+        self.message = ""
+        if overlay is None:
+            return
+        key = None
+        if isinstance(overlay, tuple) and len(overlay) == 2 and isinstance(overlay[1], str) and not isinstance(overlay[0], str):
+            overlay, key = overlay
+        if isinstance(overlay, str):
+            self.highlight = {overlay}
+        elif isinstance(overlay, (list, set, frozenset)) and all(isinstance(o, str) for o in overlay):
+            self.highlight = set(overlay)
+        elif hasattr(overlay, "phase") and hasattr(overlay, "layer"):  # a NonFiniteError
+            self.red = {overlay.layer}
+            self.message = str(overlay)
+        elif hasattr(overlay, "layer_stats") and hasattr(overlay, "names"):
+            grads = hasattr(overlay, "param_stats")
+            key = key or ("norm" if grads else "std")
+            self.label = f"{'output gradient' if grads else 'activation'} {key} (mean over records)"
+            for name in overlay.names:
+                series = overlay.layer_stats(name)
+                if key not in series:
+                    from hookkit.core.validate import fail
+
+                    fail("graph", "overlay", f"a statistic among {', '.join(k for k in series if k not in ('step', 'call', 'records', 'backward'))}", key)
+                v = np.asarray(series[key], dtype=np.float64)
+                v = v[np.isfinite(v)]
+                if v.size:
+                    self.values[name] = float(v.mean())
+        else:
+            from hookkit.core.validate import ArgumentTypeError, fail
+
+            fail(
+                "graph",
+                "overlay",
+                "ActivationStats, GradientStats (or their loaded data, optionally as (stats, 'statistic')), "
+                "a NonFiniteError from watch_nonfinite, or a layer name / list of layer names",
+                overlay,
+                kind=ArgumentTypeError,
+            )
+        if self.values:
+            vs = list(self.values.values())
+            self.lo, self.hi = min(vs), max(vs)
+
+    def colour(self, value: float) -> str:
+        span = self.hi - self.lo
+        x = 0.0 if span <= 0 or not math.isfinite(span) else (value - self.lo) / span
+        return _SCALE[min(len(_SCALE) - 1, int(x * len(_SCALE)))]
+
+
+def _text_colour(fill: str) -> str:
+    r, g, b = (int(fill[i : i + 2], 16) for i in (1, 3, 5))
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 140 else "white"
+
+
+def dot_source(g: Graph, overlay: Any = None) -> str:
+    """The graph at its depth as Graphviz dot source (clusters for the expanded calls)."""
+    return _digraph(g, overlay).source
+
+
+def _digraph(g: Graph, overlay: Any) -> Any:
+    try:
+        import graphviz
+    except ImportError as e:
+        raise ImportError("hookkit.graph pictures need the graphviz package: pip install 'hookkit[graph]' (and Graphviz's dot program)") from e
+    ov = _Overlay(overlay)
+    by_id = {n.id: n for n in g.all_nodes}
+    ids = {n.id: f"n{i}" for i, n in enumerate(g.nodes)}
+    # the names folded into each shown node (a folded block holding the bad or highlighted layer is marked)
+    folded: dict[str, set[str]] = {n.id: {n.name} for n in g.nodes}
+    for n in g.all_nodes:
+        m = n
+        while m.id not in folded and m.parent is not None:
+            m = by_id[m.parent]
+        if m.id in folded:
+            folded[m.id].add(n.name)
+
+    dot = graphviz.Digraph("hookkit", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11", "nodesep": "0.25", "ranksep": "0.3"})
+    dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="10", margin="0.08,0.03", height="0.3")
+    dot.attr("edge", fontname="Helvetica", fontsize="8", color="#6b7280", arrowsize="0.6")
+    title = f"{g.model_type} ({g.framework}), depth {g.depth}"
+    if g.error:
+        title += "  —  the forward failed"
+    dot.attr(label=_esc(title), labelloc="t", labeljust="l")
+
+    # clusters: one per expanded call, nested as the calls were
+    clusters: dict[str | None, list[Node]] = {}
+    for n in g.nodes:
+        clusters.setdefault(n.parent if n.kind not in ("input", "output") else None, []).append(n)
+    children_of: dict[str | None, list[str]] = {}
+    for pid in clusters:
+        chain = pid
+        while chain is not None:
+            parent = by_id[chain].parent
+            children_of.setdefault(parent, [])
+            if chain not in children_of[parent]:
+                children_of[parent].append(chain)
+            chain = parent
+
+    cluster_ids: dict[str, int] = {}
+
+    def emit(sub: Any, pid: str | None) -> None:
+        for n in clusters.get(pid, []):
+            _node(sub, ids[n.id], n, ov, folded[n.id])
+        for cid in children_of.get(pid, []):
+            c = by_id[cid]
+            with sub.subgraph(name=f"cluster_c{cluster_ids.setdefault(cid, len(cluster_ids))}") as s:
+                label = f"{c.name} ({c.type})" + (f" call {c.call}" if c.call else "")
+                s.attr(label=_esc(label), style="rounded,dashed", color="#9ca3af", fontsize="10", fontcolor="#4b5563")
+                if c.error:
+                    s.attr(color=_RED, fontcolor=_RED)
+                emit(s, cid)
+
+    emit(dot, None)
+    for e in g.edges:
+        label = ""
+        if e.count > 1:
+            label = f"×{e.count}"
+        dot.edge(ids[e.src], ids[e.dst], label=label)
+    if ov.values:
+        _legend(dot, ov)
+    return dot
+
+
+def _node(sub: Any, nid: str, n: Node, ov: _Overlay, names: set[str]) -> None:
+    import graphviz
+
+    attrs: dict[str, str] = {"fillcolor": _FILL.get(n.kind, "#ffffff")}
+    if n.kind in ("input", "output"):
+        lines = [f"{n.kind}: {n.name}", _shape_text(n.shapes, n.dtypes)]
+        attrs["shape"] = "oval"
+    elif n.kind == "code":
+        lines = ["own code" + (f" of {n.name}" if n.name else " of the model")]
+        attrs.update(shape="box", style="rounded,filled,dotted", fontcolor="#4b5563")
+    else:
+        head = n.name + (f"  #{n.call}" if n.call else "")
+        meta = n.type + (f" · {_count(n.params)} params" if n.params else "")
+        lines = [head, meta]
+        if n.shapes:
+            lines.append(_shape_text(n.shapes, n.dtypes))
+    tip = [f"{n.name or '(model)'} · {n.type}", f"call {n.call}, depth {n.depth}"]
+    if n.shapes:
+        tip.append("output " + _shape_text(n.shapes, n.dtypes))
+    value = ov.values.get(n.name)
+    if value is not None:
+        attrs["fillcolor"] = ov.colour(value)
+        attrs["fontcolor"] = _text_colour(attrs["fillcolor"])
+        lines.append(f"{value:.3g}")
+        tip.append(f"{ov.label}: {value:.4g}")
+    if ov.highlight & names:
+        attrs.update(color=_HIGHLIGHT, penwidth="3")
+    if ov.red & names:
+        attrs.update(fillcolor=_RED, fontcolor="white", color=_RED, penwidth="2")
+        lines.append("first non-finite value")
+        tip.append(ov.message)
+    if n.error:
+        attrs.update(fillcolor="#fee2e2", color=_RED, fontcolor="#7f1d1d", penwidth="2")
+        lines += _wrap(n.error)
+        tip.append(n.error)
+    elif not n.finished and n.kind != "code":
+        attrs.update(style="rounded,filled,dashed")
+    label = "\n".join(_esc(x) for x in lines if x)
+    sub.node(nid, label=graphviz.nohtml(label), tooltip=_esc("\n".join(tip)), **attrs)
+
+
+def _legend(dot: Any, ov: _Overlay) -> None:
+    import graphviz
+
+    with dot.subgraph(name="cluster_legend") as s:
+        s.attr(label=_esc(ov.label), style="rounded", color="#9ca3af", fontsize="9")
+        steps = len(_SCALE)
+        for i, c in enumerate(_SCALE):
+            v = ov.lo + (ov.hi - ov.lo) * (i + 0.5) / steps
+            s.node(f"legend{i}", label=graphviz.nohtml(f"{v:.3g}"), shape="box", style="filled", fillcolor=c, fontcolor=_text_colour(c), fontsize="8", height="0.2", width="0.4")
+        for i in range(steps - 1):
+            s.edge(f"legend{i}", f"legend{i + 1}", style="invis")
+
+
+def _check_dot() -> None:
+    if shutil.which("dot") is None:
+        raise RuntimeError(
+            "hookkit.graph pictures need Graphviz's dot program, not found on PATH "
+            "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install graphviz); "
+            "Graph.source() and Graph.to_dict() work without it"
+        )
+
+
+def render_svg(g: Graph, overlay: Any = None) -> str:
+    """The picture as SVG text."""
+    dot = _digraph(g, overlay)
+    _check_dot()
+    svg: str = dot.pipe(format="svg", encoding="utf-8")
+    start = svg.find("<svg")  # the XML prolog and doctype go: the SVG is embedded in pages
+    return svg[start:] if start >= 0 else svg
+
+
+def html_fragment(g: Graph, overlay: Any = None) -> str:
+    """The SVG in a scrolling <div>, for notebooks and the report."""
+    return f'<div class="hookkit-graph" style="overflow:auto;max-height:900px">{render_svg(g, overlay)}</div>'
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>body{{font:14px Helvetica,Arial,sans-serif;margin:16px}} .err{{color:#b91c1c}}</style></head>
+<body><h1 style="font-size:18px">{title}</h1>{error}
+{svg}
+</body></html>
+"""
+
+
+def save(g: Graph, path: str | os.PathLike, overlay: Any = None) -> str:
+    """Write the graph by the file's extension: .svg, .html, .dot/.gv or .json."""
+    from hookkit.core.validate import ArgumentTypeError, fail
+
+    if not isinstance(path, (str, os.PathLike)):
+        fail("Graph.save", "path", "a file path ending in .svg, .html, .dot, .gv or .json", path, kind=ArgumentTypeError)
+    p = pathlib.Path(path)
+    ext = p.suffix.lower()
+    if ext == ".svg":
+        text = render_svg(g, overlay)
+    elif ext in (".html", ".htm"):
+        title = f"{g.model_type} ({g.framework}): graph at depth {g.depth}"
+        error = f'<p class="err">The forward failed: {html.escape(g.error)}</p>' if g.error else ""
+        text = _PAGE.format(title=html.escape(title), error=error, svg=render_svg(g, overlay))
+    elif ext in (".dot", ".gv"):
+        text = dot_source(g, overlay)
+    elif ext == ".json":
+        text = g.to_json()
+    else:
+        fail("Graph.save", "path", "a file name ending in .svg, .html, .dot, .gv or .json", str(path))
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text, encoding="utf-8")
+    return str(p)
