@@ -31,6 +31,7 @@ __all__ = ["dot_source", "html_fragment", "render_svg", "save"]
 # a colour-blind-safe sequential scale (viridis at 8 stops), low to high
 _SCALE = ["#440154", "#46327e", "#365c8d", "#277f8e", "#1fa187", "#4ac16d", "#a0da39", "#fde725"]
 _RED, _HIGHLIGHT = "#d62728", "#ff7f0e"
+_MAX_FAN = 4  # integer/bool edges from one node to more nodes than this are not drawn
 _FILL = {"input": "#dbeafe", "output": "#dcfce7", "layer": "#f8fafc", "op": "#fef9c3", "code": "#eef0f3"}
 
 
@@ -172,7 +173,7 @@ def _digraph(g: Graph, overlay: Any) -> Any:
 
     def emit(sub: Any, pid: str | None) -> None:
         for n in clusters.get(pid, []):
-            _node(sub, ids[n.id], n, ov, folded[n.id])
+            _node(sub, ids[n.id], n, ov, folded[n.id], after.get(n.id, ""), hidden.get(n.id, 0))
         for cid in children_of.get(pid, []):
             c = by_id[cid]
             with sub.subgraph(name=f"cluster_c{cluster_ids.setdefault(cid, len(cluster_ids))}") as s:
@@ -182,18 +183,44 @@ def _digraph(g: Graph, overlay: Any) -> Any:
                     s.attr(color=_RED, fontcolor=_RED)
                 emit(s, cid)
 
+    hidden: dict[str, int] = {}
+    for e in g.edges:
+        if _side(e.dtype):
+            hidden[e.src] = hidden.get(e.src, 0) + 1
+    hidden = {k: v for k, v in hidden.items() if v > _MAX_FAN}
+    # own-code nodes say after which sublayer they ran ("code@2": after the second one)
+    kids: dict[str | None, list[Node]] = {}
+    for n in g.all_nodes:
+        if n.kind in ("layer", "op"):
+            kids.setdefault(n.parent, []).append(n)
+    after: dict[str, str] = {}
+    for n in g.nodes:
+        if n.kind == "code":
+            k = int(n.id.rpartition("@")[2] or 0)
+            sibs = kids.get(n.parent, [])
+            after[n.id] = f"after {sibs[k - 1].name}" + (f" #{sibs[k - 1].call}" if sibs[k - 1].call else "") if 0 < k <= len(sibs) else "before its sublayers"
+
     emit(dot, None)
     for e in g.edges:
-        label = ""
-        if e.count > 1:
-            label = f"×{e.count}"
-        dot.edge(ids[e.src], ids[e.dst], label=label)
+        attrs = {"label": f"×{e.count}"} if e.count > 1 else {}
+        if _side(e.dtype) and e.src in hidden:
+            continue  # one mask or position tensor handed to every block: said on its source instead
+        if _side(e.dtype):
+            # ids, masks, positions: side inputs, drawn light and left out of the layout's ranks
+            attrs.update(style="dotted", color="#b6bcc6", constraint="false")
+        tip = f"{e.src} -> {e.dst}: {e.shape} {e.dtype}"
+        dot.edge(ids[e.src], ids[e.dst], tooltip=_esc(tip), **attrs)
     if ov.values:
         _legend(dot, ov)
     return dot
 
 
-def _node(sub: Any, nid: str, n: Node, ov: _Overlay, names: set[str]) -> None:
+def _side(dtype: str) -> bool:
+    """Integer and boolean tensors (ids, masks, positions) are side inputs."""
+    return bool(dtype) and not dtype.startswith(("float", "bfloat", "complex"))
+
+
+def _node(sub: Any, nid: str, n: Node, ov: _Overlay, names: set[str], after: str = "", side: int = 0) -> None:
     import graphviz
 
     attrs: dict[str, str] = {"fillcolor": _FILL.get(n.kind, "#ffffff")}
@@ -201,7 +228,7 @@ def _node(sub: Any, nid: str, n: Node, ov: _Overlay, names: set[str]) -> None:
         lines = [f"{n.kind}: {n.name}", _shape_text(n.shapes, n.dtypes)]
         attrs["shape"] = "oval"
     elif n.kind == "code":
-        lines = ["own code" + (f" of {n.name}" if n.name else " of the model")]
+        lines = ["own code" + (f" of {n.name}" if n.name else " of the model"), after]
         attrs.update(shape="box", style="rounded,filled,dotted", fontcolor="#4b5563")
     else:
         head = n.name + (f"  #{n.call}" if n.call else "")
@@ -209,6 +236,8 @@ def _node(sub: Any, nid: str, n: Node, ov: _Overlay, names: set[str]) -> None:
         lines = [head, meta]
         if n.shapes:
             lines.append(_shape_text(n.shapes, n.dtypes))
+    if side:
+        lines.append(f"→ {side} integer/bool side inputs (not drawn)")
     tip = [f"{n.name or '(model)'} · {n.type}", f"call {n.call}, depth {n.depth}"]
     if n.shapes:
         tip.append("output " + _shape_text(n.shapes, n.dtypes))

@@ -48,13 +48,15 @@ class Node:
 @dataclass
 class Edge:
     """A tensor from node ``src`` to node ``dst`` (ids); ``shape``/``dtype`` of the tensor (the
-    first one when a folded edge stands for several); ``count``: how many tensors it stands for."""
+    first one when a folded edge stands for several); ``count``: how many distinct tensors it
+    stands for; ``tensor``: the tensor's number in the graph (a view shares its base's number)."""
 
     src: str
     dst: str
     shape: list[int] | None = None
     dtype: str = ""
     count: int = 1
+    tensor: int = 0
 
 
 class Graph:
@@ -195,19 +197,22 @@ def _fold(nodes: list[Node], edges: list[Edge], depth: int) -> tuple[list[Node],
     target = {n.id: shown(n) for n in nodes}
     shown_ids = {n.id for n in visible}
     folded: dict[tuple[str, str], Edge] = {}
+    tensors: dict[tuple[str, str], set[int]] = {}
     for e in edges:
         s, d = target[e.src], target[e.dst]
         if d not in shown_ids:  # into an expanded call: drawn as the edges into its sublayers and own code
             continue
-        if s not in shown_ids:  # out of an expanded call (an input handed back as is): from its own code
-            s = s + "/code"
-            if s not in shown_ids:
-                continue
+        if s not in shown_ids:  # an expanded call makes nothing itself (its sublayers and own code do)
+            continue
         if s == d:
             continue
         key = (s, d)
         if key in folded:
-            folded[key].count += e.count
+            seen = tensors[key]
+            if e.tensor not in seen or not e.tensor:
+                seen.add(e.tensor)
+                folded[key].count += e.count
         else:
-            folded[key] = Edge(s, d, e.shape, e.dtype, e.count)
+            folded[key] = Edge(s, d, e.shape, e.dtype, e.count, e.tensor)
+            tensors[key] = {e.tensor}
     return visible, list(folded.values())

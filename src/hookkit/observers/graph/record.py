@@ -8,11 +8,15 @@ tensor a sublayer returned keeps that sublayer as producer (the innermost one), 
 received and hands back as is (an eval-mode ``Dropout``, ``Identity``) gets the call as producer,
 and a new tensor made by a call with sublayers was made by its own code.
 
-A view or a tensor computed by a layer's own code (``x + y``, ``x.view(...)``, ``torch.cat``) is a
-new object that no recorded call returned: it is drawn as coming from the enclosing call's *own
-code* node, which is fed by that call's inputs and by the outputs of its sublayers that no other
-call received. Module boundaries are all the router sees; the operations inside a layer are nodes
-of their own only through operation sites (``ops=``).
+A view of a recorded tensor (``x.view(...)``, ``x[0]``; where the backend's ``view_base`` tells)
+is drawn as that tensor. A tensor computed by a layer's own code (``x + y``, ``torch.cat``) is a
+new object that no recorded call returned: it comes from an *own code* node of the enclosing call,
+one per stretch of code between two of its sublayers (``h.0:0/code@2``: the code that ran after its
+second sublayer finished), so a block's ``x + attn(ln_1(x))`` is drawn as what it is. An own-code
+node is fed by the previous one of the same call (the first by the call's inputs) and by the
+outputs of the sublayers that finished before it and that no other call received. Module
+boundaries are all the router sees; the operations inside a layer are nodes of their own only
+through operation sites (``ops=``).
 """
 
 from __future__ import annotations
@@ -26,29 +30,35 @@ from hookkit.observers.graph.model import Edge, Node
 
 
 class _Call:
-    """An open call: its node, the sequence number at its start, its input tensors."""
+    """An open call (the model itself too, ``node`` None): its node, the sequence number at its
+    start, its input tensors, its finished sublayers, its own-code nodes."""
 
-    __slots__ = ("node", "start", "inputs", "has_children", "code_out")
+    __slots__ = ("node", "id", "start", "inputs", "finished", "marks", "segments")
 
-    def __init__(self, node: Node, start: int, inputs: list[Any]):
+    def __init__(self, node: Node | None, start: int, inputs: list[Any]):
         self.node, self.start, self.inputs = node, start, inputs
-        self.has_children = False
-        self.code_out = False  # its own code made a tensor that flowed on
+        self.id = node.id if node is not None else ""
+        self.finished = 0  # sublayer calls finished so far
+        self.marks: list[int] = []  # the sequence number when each sublayer call finished
+        self.segments: dict[int, Node] = {}  # own-code nodes by how many sublayers had finished
 
 
 class _Made:
-    """A produced tensor: who made it, when, whether a call received it."""
+    """A recorded tensor: who made it, when, whether a call received it."""
 
-    __slots__ = ("ref", "strong", "producer", "seq", "used", "shape", "dtype")
+    __slots__ = ("ref", "strong", "producer", "seq", "used", "shape", "dtype", "tensor")
 
-    def __init__(self, ref: Any, strong: Any, producer: str, seq: int, shape: list[int] | None, dtype: str):
-        self.ref, self.strong, self.producer, self.seq = ref, strong, producer, seq
+    def __init__(self, ref: Any, strong: Any, producer: str, seq: int, shape: list[int] | None, dtype: str, tensor: int):
+        self.ref, self.strong, self.producer, self.seq, self.tensor = ref, strong, producer, seq, tensor
         self.used = False
         self.shape, self.dtype = shape, dtype
 
     def alive_as(self, t: Any) -> bool:
         obj = self.strong if self.ref is None else self.ref()
         return obj is t
+
+    def obj(self) -> Any:
+        return self.strong if self.ref is None else self.ref()
 
 
 def walk(obj: Any, is_tensor: Any, path: str, out: list[tuple[str, Any]], depth: int = 0) -> list[tuple[str, Any]]:
@@ -70,16 +80,16 @@ class GraphRecorder:
 
     def __init__(self, be: Backend, params: dict[int, int], arg_names: list[str]):
         self.be, self.params, self.arg_names = be, params, arg_names
+        self.view_base = be.view_base
         self.nodes: list[Node] = []
         self.edges: list[Edge] = []
+        self.root = _Call(None, 0, [])
         self.stack: list[_Call] = []
-        self.made: dict[int, _Made] = {}  # id -> the latest tensor registered with that id
-        self.produced: list[_Made] = []  # every registration, in order (freed tensors too)
+        self.made: dict[int, _Made] = {}  # id -> the latest tensor recorded with that id
+        self.produced: list[_Made] = []  # every record, in order (freed tensors too)
         self.seq = 0
-        self.code_nodes: dict[str, Node] = {}
         self.root_started = False
         self.outputs_done = False
-        self.root_inputs: list[Any] = []
 
     # -- tensors ----------------------------------------------------------------------------------
     def _describe(self, t: Any) -> tuple[list[int] | None, str]:
@@ -88,14 +98,14 @@ class GraphRecorder:
         except (RuntimeError, ValueError, TypeError):  # a nested or sparse tensor without a plain shape
             return None, ""
 
-    def _register(self, t: Any, producer: str) -> _Made:
+    def _register(self, t: Any, producer: str, tensor: int = 0) -> _Made:
         self.seq += 1
         try:
             ref, strong = weakref.ref(t), None
-        except TypeError:
+        except TypeError:  # a tensor type without weak references: held until the forward ends
             ref, strong = None, t
         shape, dtype = self._describe(t)
-        m = self.made[id(t)] = _Made(ref, strong, producer, self.seq, shape, dtype)
+        m = self.made[id(t)] = _Made(ref, strong, producer, self.seq, shape, dtype, tensor or self.seq)
         self.produced.append(m)
         return m
 
@@ -103,22 +113,53 @@ class GraphRecorder:
         m = self.made.get(id(t))
         return m if m is not None and m.alive_as(t) else None
 
-    def _code_of(self, call: _Call | None) -> str:
-        """The id of ``call``'s own-code node (the model's own code at the top), made on first use."""
-        if call is None:
-            key, parent, depth, name = "/code", None, 1, ""
-        else:
-            call.code_out = True
-            key, parent, depth, name = call.node.id + "/code", call.node.id, call.node.depth + 1, call.node.name
-        if key not in self.code_nodes:
-            node = Node(id=key, kind="code", name=name, type="(own code)", call=call.node.call if call else 0, depth=depth, parent=parent)
-            self.code_nodes[key] = node
+    def _resolve(self, t: Any) -> _Made | None:
+        """The record of ``t``, or of the tensor it is a view of (``x.view(...)`` is drawn as ``x``)."""
+        m = self._lookup(t)
+        if m is not None:
+            return m
+        base = self.view_base(t)
+        for _ in range(4):
+            if base is None:
+                return None
+            m = self._lookup(base)
+            if m is not None:
+                return m
+            base = self.view_base(base)
+        return None
+
+    def _code_of(self, call: _Call) -> str:
+        """The own-code node of ``call`` for the code running now (after its finished sublayers)."""
+        k = call.finished
+        node = call.segments.get(k)
+        if node is None:
+            parent = call.node
+            node = Node(
+                id=f"{call.id}/code@{k}" if call.id else f"code@{k}",
+                kind="code",
+                name=parent.name if parent is not None else "",
+                type="(own code)",
+                call=parent.call if parent is not None else 0,
+                depth=parent.depth + 1 if parent is not None else 1,
+                parent=parent.id if parent is not None else None,
+            )
+            call.segments[k] = node
             self.nodes.append(node)
-        return key
+        return node.id
 
     def _edge(self, src: str, dst: str, m: _Made | None, t: Any = None) -> None:
         shape, dtype = (m.shape, m.dtype) if m is not None else self._describe(t)
-        self.edges.append(Edge(src, dst, shape, dtype))
+        self.edges.append(Edge(src, dst, shape, dtype, 1, m.tensor if m is not None else 0))
+
+    def _received(self, t: Any, by: str, frame: _Call) -> None:
+        """An edge from the producer of ``t`` (a view's base, or ``frame``'s own code) to ``by``."""
+        m = self._lookup(t)
+        if m is None:
+            base = self._resolve(t)
+            # recorded, so that a sublayer handed the same tensor is matched to the same producer
+            m = self._register(t, base.producer, base.tensor) if base is not None else self._register(t, self._code_of(frame))
+        m.used = True
+        self._edge(m.producer, by, m)
 
     # -- the model's inputs and outputs ------------------------------------------------------------
     def root_pre(self, ev: Event) -> None:
@@ -137,7 +178,7 @@ class GraphRecorder:
             node = Node(id=f"input:{path}", kind="input", name=path, type="input", depth=0, shapes=[shape or []], dtypes=[dtype])
             self.nodes.append(node)
             self._register(t, node.id)
-            self.root_inputs.append(t)
+            self.root.inputs.append(t)
 
     def root_post(self, ev: Event) -> None:
         if self.outputs_done:
@@ -146,25 +187,27 @@ class GraphRecorder:
         self.finish_outputs(ev.output)
 
     def finish_outputs(self, output: Any) -> None:
+        self.outputs_done = True
+        returned: set[int] = set()
         for path, t in walk(output, self.be.is_tensor, "", []):
             path = path or "output"
-            m = self._lookup(t)
-            src = m.producer if m is not None else self._code_of(None)
-            shape, dtype = (m.shape, m.dtype) if m is not None else self._describe(t)
-            node = Node(id=f"output:{path}", kind="output", name=path, type="output", depth=0, shapes=[shape or []], dtypes=[dtype])
+            returned.add(id(t))
+            m = self._resolve(t)
+            if m is None:
+                m = self._register(t, self._code_of(self.root))
+            m.used = True
+            node = Node(id=f"output:{path}", kind="output", name=path, type="output", depth=0, shapes=[m.shape or []], dtypes=[m.dtype])
             self.nodes.append(node)
-            if m is not None:
-                m.used = True
-            self._edge(src, node.id, m, t)
-        if "/code" in self.code_nodes:
-            self._feed("/code", self.root_inputs, 0, set())
+            self._edge(m.producer, node.id, m)
+        self._feed(self.root, returned)
 
     # -- every call -----------------------------------------------------------------------------
     def pre(self, ev: Event) -> None:
         name = ev.name
         if name == "":  # the model itself is the frame: its inputs and outputs are nodes
             return
-        parent = self.stack[-1] if self.stack else None
+        frame = self.stack[-1] if self.stack else self.root
+        parent = frame.node
         kind = "op" if "::" in name else "layer"
         try:
             type_name = self.be.type_name(ev.layer)
@@ -176,26 +219,18 @@ class GraphRecorder:
             name=name,
             type=type_name,
             call=ev.call,
-            depth=parent.node.depth + 1 if parent is not None else 1,
-            parent=parent.node.id if parent is not None else None,
+            depth=parent.depth + 1 if parent is not None else 1,
+            parent=parent.id if parent is not None else None,
             params=self.params.get(id(ev.layer), 0),
             finished=False,
         )
-        if parent is not None:
-            parent.has_children = True
         self.nodes.append(node)
         inputs = walk((ev.args, ev.kwargs), self.be.is_tensor, "", [])
         seen: set[int] = set()
         for _, t in inputs:
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
-            m = self._lookup(t)
-            if m is not None:
-                m.used = True
-                self._edge(m.producer, node.id, m)
-            else:  # made by the enclosing call's own code (or a view of a known tensor)
-                self._edge(self._code_of(parent), node.id, None, t)
+            if id(t) not in seen:
+                seen.add(id(t))
+                self._received(t, node.id, frame)
         self.stack.append(_Call(node, self.seq, [t for _, t in inputs]))
 
     def post(self, ev: Event) -> None:
@@ -205,57 +240,64 @@ class GraphRecorder:
         # find this call's frame; frames above it belong to calls whose exceptions were swallowed
         node_id = f"{name}:{ev.call}"
         for i in range(len(self.stack) - 1, -1, -1):
-            if self.stack[i].node.id == node_id:
+            if self.stack[i].id == node_id:
                 call = self.stack[i]
                 del self.stack[i:]
                 break
         else:
             return
         node = call.node
+        assert node is not None
         node.finished = True
-        outs = walk(ev.output, self.be.is_tensor, "", [])
         returned: set[int] = set()
-        for _, t in outs:
+        for _, t in walk(ev.output, self.be.is_tensor, "", []):
             if id(t) in returned:
                 continue
             returned.add(id(t))
             m = self._lookup(t)
-            if m is not None and m.seq > call.start:  # a sublayer's output handed on: the sublayer made it
-                node.shapes.append(m.shape or [])
-                node.dtypes.append(m.dtype)
-                continue
-            if m is not None or not call.has_children:  # received and handed back as is, or made here
-                m = self._register(t, node.id)
-            else:  # a new tensor from the call's own code
-                m = self._register(t, self._code_of(call))
-            node.shapes.append(m.shape or [])
+            if m is None or m.seq <= call.start:  # new, or received and handed back as is (Dropout in eval)
+                # a call with sublayers made it in its own code; a leaf made it itself
+                m = self._register(t, self._code_of(call) if call.marks else node.id)
+            node.shapes.append(m.shape or [])  # else a sublayer's output handed on: the sublayer made it
             node.dtypes.append(m.dtype)
-        if call.code_out:
-            self._feed(call.node.id + "/code", call.inputs, call.start, returned)
+        if call.segments:
+            self._feed(call, returned)
+        frame = self.stack[-1] if self.stack else self.root
+        frame.finished += 1
+        frame.marks.append(self.seq)
 
-    def _feed(self, code: str, inputs: list[Any], start: int, returned: set[int]) -> None:
-        """What flows into a call's own code: its inputs, and its sublayers' outputs no call received."""
+    def _feed(self, call: _Call, returned: set[int]) -> None:
+        """Edges into a call's own-code nodes: the previous one (the first: the call's inputs), and
+        the outputs of its sublayers that finished before it and that no call received."""
+        segments = sorted(call.segments.items())
+        if not segments:
+            return
+        first = segments[0][1].id
         seen: set[int] = set()
-        for t in inputs:
+        for t in call.inputs:
             m = self._lookup(t)
-            if m is not None and m.producer != code and id(m) not in seen:
-                seen.add(id(m))
-                m.used = True
-                self._edge(m.producer, code, m)
-        # a sublayer's output freed without reaching another call was consumed by this code
+            if m is not None and m.producer != first and m.tensor not in seen:
+                seen.add(m.tensor)
+                self._edge(m.producer, first, m)
+        for (_, a), (_, b) in zip(segments, segments[1:]):
+            self.edges.append(Edge(a.id, b.id))
         dangling = []
         for m in reversed(self.produced):
-            if m.seq <= start:
+            if m.seq <= call.start:
                 break
-            if m.used or m.producer == code:
+            if m.used or m.producer.startswith(f"{call.id}/code@" if call.id else "code@"):
                 continue
-            obj = m.strong if m.ref is None else m.ref()
+            obj = m.obj()
             if obj is not None and id(obj) in returned:
                 continue
-            m.used = True
             dangling.append(m)
         for m in reversed(dangling):
-            self._edge(m.producer, code, m)
+            # the first own-code node that ran after the sublayer which made it finished
+            for k, seg in segments:
+                if k >= 1 and call.marks[k - 1] >= m.seq:
+                    m.used = True
+                    self._edge(m.producer, seg.id, m)
+                    break
 
     # -- a forward that raised --------------------------------------------------------------------
     def fail(self, exc: BaseException) -> str | None:
@@ -264,17 +306,21 @@ class GraphRecorder:
         hook_layer = getattr(exc, "hookkit_layer", None)
         failing: _Call | None = None
         if hook_layer is not None:
-            failing = next((c for c in reversed(self.stack) if c.node.name == hook_layer), None)
+            failing = next((c for c in reversed(self.stack) if c.node is not None and c.node.name == hook_layer), None)
         if failing is None and self.stack:
             failing = self.stack[-1]
-        if failing is None:
-            self.nodes.append(Node(id="/code", kind="code", name="", type="(own code)", depth=1, error=message, finished=False))
+        if failing is None or failing.node is None:
+            self._code_of(self.root)
+            node = self.root.segments[self.root.finished]
+            node.error, node.finished = message, False
+            self._feed(self.root, set())
             return None
         failing.node.error = message
-        if failing.has_children:  # expanded, the error shows on its own code
-            code = self._code_of(failing)
-            self.code_nodes[code].error = message
-            self.code_nodes[code].finished = False
+        if failing.marks:  # it has sublayers: expanded, the error shows on the code that ran after the last one
+            self._code_of(failing)
+            seg_node = failing.segments[failing.finished]
+            seg_node.error, seg_node.finished = message, False
+            self._feed(failing, set())
         return failing.node.name
 
     def release(self) -> None:
