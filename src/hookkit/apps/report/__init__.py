@@ -52,6 +52,7 @@ def report(
     figures: list[dict[str, Any]] | None = None,
     meta: dict[str, Any] | None = None,
     scalars: dict[str, Any] | None = None,
+    graph: Any = None,
 ) -> pathlib.Path:
     """Write the HTML report and return its path.
 
@@ -61,6 +62,8 @@ def report(
     ``hookkit.summary(...)`` result (or its ``to_dict()``); its layer classes also label the plots
     ("conv1 (Conv2d)"). ``scalars``: your own curves, ``{"loss": [...], "accuracy": [...]}`` (one value
     per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
+    ``graph``: a ``hookkit.graph(...)`` result, drawn as a section (coloured by the activation
+    statistics given, when it has no overlay of its own).
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
@@ -132,6 +135,12 @@ def report(
     sections += figure_sections(figures or [], FIGURE_SECTIONS)
     if dropout:
         sections.append(dropout_section(dropout))
+    if graph is not None:
+        from hookkit.apps.report.graph_section import graph_section
+
+        if not hasattr(graph, "all_edges"):
+            fail("report", "graph", "None or a hookkit.graph(...) result", graph, kind=ArgumentTypeError)
+        sections.insert(1 if summary else 0, graph_section(graph, graph.overlay if graph.overlay is not None else acts))
     if diffs:
         from hookkit.apps.report.diff_section import diff_section
 
