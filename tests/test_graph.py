@@ -25,7 +25,8 @@ try:
 except ImportError:
     HAS_GRAPHVIZ = False
 needs_dot = pytest.mark.skipif(
-    not (HAS_DOT and HAS_GRAPHVIZ), reason="Graphviz's dot and the graphviz package are needed (apt-get install graphviz; .ci/run installs it)"
+    not (HAS_DOT and HAS_GRAPHVIZ),
+    reason="Graphviz's dot and the graphviz package are needed (apt-get install graphviz; .ci/run installs it)",
 )
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -108,7 +109,19 @@ def test_own_code_shared_module_loop_two_inputs_dict_output(fw):
     model = TwoInTwoOut()
     g = hookkit.graph(model, (fw.randn(2, 3), fw.randn(2, 5)), depth=1)
     ids = [n.id for n in g.nodes]
-    assert ids == ["input:x", "input:y", "inp:0", "act:0", "blocks.0:0", "blocks.1:0", "act:1", "head:0", "side:0", "output:logits", "output:aux"]
+    assert ids == [
+        "input:x",
+        "input:y",
+        "inp:0",
+        "act:0",
+        "blocks.0:0",
+        "blocks.1:0",
+        "act:1",
+        "head:0",
+        "side:0",
+        "output:logits",
+        "output:aux",
+    ]
     assert g.edge_pairs() == [
         ("input:x", "inp:0"),
         ("inp:0", "act:0"),

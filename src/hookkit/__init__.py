@@ -61,12 +61,11 @@ from hookkit.observers.compat import (
 from hookkit.observers.extract import extract
 from hookkit.observers.features import ExtractError, FeatureArray, Features, FeaturesError, load_features
 from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
+from hookkit.observers.graph import Graph, GraphWarning, graph  # graph of one forward (issue 45)
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
-# graph of one forward (issue 45)
-from hookkit.observers.graph import Graph, GraphWarning, graph
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
     from hookkit.apps.report import report

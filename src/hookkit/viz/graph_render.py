@@ -94,7 +94,12 @@ class _Overlay:
                 if key not in series:
                     from hookkit.core.validate import fail
 
-                    fail("graph", "overlay", f"a statistic among {', '.join(k for k in series if k not in ('step', 'call', 'records', 'backward'))}", key)
+                    fail(
+                        "graph",
+                        "overlay",
+                        f"a statistic among {', '.join(k for k in series if k not in ('step', 'call', 'records', 'backward'))}",
+                        key,
+                    )
                 v = np.asarray(series[key], dtype=np.float64)
                 v = v[np.isfinite(v)]
                 if v.size:
@@ -133,8 +138,10 @@ def dot_source(g: Graph, overlay: Any = None) -> str:
 def _digraph(g: Graph, overlay: Any) -> Any:
     try:
         import graphviz
-    except ImportError as e:
-        raise ImportError("hookkit.graph pictures need the graphviz package: pip install 'hookkit[graph]' (and Graphviz's dot program)") from e
+    except ImportError as missing:
+        raise ImportError(
+            "hookkit.graph pictures need the graphviz package: pip install 'hookkit[graph]' (and Graphviz's dot program)"
+        ) from missing
     ov = _Overlay(overlay)
     by_id = {n.id: n for n in g.all_nodes}
     ids = {n.id: f"n{i}" for i, n in enumerate(g.nodes)}
@@ -147,7 +154,9 @@ def _digraph(g: Graph, overlay: Any) -> Any:
         if m.id in folded:
             folded[m.id].add(n.name)
 
-    dot = graphviz.Digraph("hookkit", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11", "nodesep": "0.25", "ranksep": "0.3"})
+    dot = graphviz.Digraph(
+        "hookkit", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11", "nodesep": "0.25", "ranksep": "0.3"}
+    )
     dot.attr("node", shape="box", style="rounded,filled", fontname="Helvetica", fontsize="10", margin="0.08,0.03", height="0.3")
     dot.attr("edge", fontname="Helvetica", fontsize="8", color="#6b7280", arrowsize="0.6")
     title = f"{g.model_type} ({g.framework}), depth {g.depth}"
@@ -198,7 +207,11 @@ def _digraph(g: Graph, overlay: Any) -> Any:
         if n.kind == "code":
             k = int(n.id.rpartition("@")[2] or 0)
             sibs = kids.get(n.parent, [])
-            after[n.id] = f"after {sibs[k - 1].name}" + (f" #{sibs[k - 1].call}" if sibs[k - 1].call else "") if 0 < k <= len(sibs) else "before its sublayers"
+            after[n.id] = (
+                f"after {sibs[k - 1].name}" + (f" #{sibs[k - 1].call}" if sibs[k - 1].call else "")
+                if 0 < k <= len(sibs)
+                else "before its sublayers"
+            )
 
     emit(dot, None)
     for e in g.edges:
@@ -271,7 +284,17 @@ def _legend(dot: Any, ov: _Overlay) -> None:
         steps = len(_SCALE)
         for i, c in enumerate(_SCALE):
             v = ov.lo + (ov.hi - ov.lo) * (i + 0.5) / steps
-            s.node(f"legend{i}", label=graphviz.nohtml(f"{v:.3g}"), shape="box", style="filled", fillcolor=c, fontcolor=_text_colour(c), fontsize="8", height="0.2", width="0.4")
+            s.node(
+                f"legend{i}",
+                label=graphviz.nohtml(f"{v:.3g}"),
+                shape="box",
+                style="filled",
+                fillcolor=c,
+                fontcolor=_text_colour(c),
+                fontsize="8",
+                height="0.2",
+                width="0.4",
+            )
         for i in range(steps - 1):
             s.edge(f"legend{i}", f"legend{i + 1}", style="invis")
 

@@ -98,7 +98,9 @@ def graph(
             add_note(exc, f"hookkit.graph: the forward failed {place}; the partial graph is exc.hookkit_graph")
             exc.hookkit_graph = result  # type: ignore[attr-defined]
             raise exc
-        warn_user(f"graph(): the forward failed {place}: {error} (the graph returned stops there; raise_errors=True re-raises)", GraphWarning)
+        warn_user(
+            f"graph(): the forward failed {place}: {error} (the graph returned stops there; raise_errors=True re-raises)", GraphWarning
+        )
     return result
 
 

@@ -92,7 +92,13 @@ class Graph:
 
         check_int(depth, fn="Graph.at_depth", arg="depth", low=1)
         return Graph(
-            self.all_nodes, self.all_edges, depth, model_type=self.model_type, framework=self.framework, error=self.error, overlay=self.overlay
+            self.all_nodes,
+            self.all_edges,
+            depth,
+            model_type=self.model_type,
+            framework=self.framework,
+            error=self.error,
+            overlay=self.overlay,
         )
 
     def node(self, id: str) -> Node:
@@ -128,7 +134,12 @@ class Graph:
         nodes = [Node(**n) for n in data["all_nodes"]]
         edges = [Edge(**e) for e in data["all_edges"]]
         return cls(
-            nodes, edges, int(data.get("depth", 2)), model_type=data.get("model_type", ""), framework=data.get("framework", ""), error=data.get("error")
+            nodes,
+            edges,
+            int(data.get("depth", 2)),
+            model_type=data.get("model_type", ""),
+            framework=data.get("framework", ""),
+            error=data.get("error"),
         )
 
     def to_json(self) -> str:
