@@ -65,16 +65,19 @@ def graph(
         hooked += _op_sites(model, ops)
     params = _param_counts(be, named)
     rec = GraphRecorder(be, params, _arg_names(model))
-    state = ModelState(be, model, [m for _, m in named])
+    layers = [m for _, m in named]
+    modes = [be.is_training(m) for m in layers]
+    switch = mode != "same" and any(t != (mode == "train") for t in modes)
+    # buffers can change only in a training-mode forward (BatchNorm's statistics): saved then, put back
+    state = ModelState(be, model, layers) if (mode == "train" or (mode == "same" and any(modes))) else None
     exc: BaseException | None = None
     handles = []
     with router.private_pass(model):  # the features the user has open do not see this forward
         try:
-            handles.append(router.attach(model, [("", model)], "forward_pre", rec.root_pre, router.OBSERVER))
+            # ALL includes the model itself (""): its events give the input and output nodes
             handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
             handles.append(router.attach(model, hooked, "forward", rec.post, router.OBSERVER))
-            handles.append(router.attach(model, [("", model)], "forward", rec.root_post, router.OBSERVER))
-            if mode != "same":
+            if switch:
                 be.set_training(model, mode == "train")
             with be.no_grad():
                 output = model(*args, **kwargs)
@@ -85,7 +88,13 @@ def graph(
         finally:
             for h in handles:
                 h.remove()
-            state.restore()
+            if state is not None:
+                state.restore()
+            elif switch:
+                be.set_training(model, modes[0])
+                for m, training in zip(layers, modes):
+                    if be.is_training(m) != training:
+                        m.training = training
     error = None
     if exc is not None:
         where = rec.fail(exc)

@@ -75,6 +75,29 @@ def walk(obj: Any, is_tensor: Any, path: str, out: list[tuple[str, Any]], depth:
     return out
 
 
+_ATOMS = (str, bytes, int, float, bool, type(None))
+
+
+def tensors_in(obj: Any, is_tensor: Any, out: list[Any], depth: int = 0) -> list[Any]:
+    """The tensors inside nested tuples, lists and dicts, in order (``walk`` without the paths)."""
+    if is_tensor(obj):
+        out.append(obj)
+    elif depth < 6 and not isinstance(obj, _ATOMS):
+        if isinstance(obj, (tuple, list)):
+            for o in obj:
+                if is_tensor(o):
+                    out.append(o)
+                elif not isinstance(o, _ATOMS):
+                    tensors_in(o, is_tensor, out, depth + 1)
+        elif isinstance(obj, dict):
+            for o in obj.values():
+                if is_tensor(o):
+                    out.append(o)
+                elif not isinstance(o, _ATOMS):
+                    tensors_in(o, is_tensor, out, depth + 1)
+    return out
+
+
 class GraphRecorder:
     """The consumers of one recorded forward (``pre``/``post`` on every layer; ``root_pre``/``root_post`` on the model)."""
 
@@ -205,6 +228,7 @@ class GraphRecorder:
     def pre(self, ev: Event) -> None:
         name = ev.name
         if name == "":  # the model itself is the frame: its inputs and outputs are nodes
+            self.root_pre(ev)
             return
         frame = self.stack[-1] if self.stack else self.root
         parent = frame.node
@@ -225,17 +249,20 @@ class GraphRecorder:
             finished=False,
         )
         self.nodes.append(node)
-        inputs = walk((ev.args, ev.kwargs), self.be.is_tensor, "", [])
+        inputs = tensors_in(ev.args, self.be.is_tensor, [])
+        if ev.kwargs:
+            tensors_in(ev.kwargs, self.be.is_tensor, inputs)
         seen: set[int] = set()
-        for _, t in inputs:
+        for t in inputs:
             if id(t) not in seen:
                 seen.add(id(t))
                 self._received(t, node.id, frame)
-        self.stack.append(_Call(node, self.seq, [t for _, t in inputs]))
+        self.stack.append(_Call(node, self.seq, inputs))
 
     def post(self, ev: Event) -> None:
         name = ev.name
         if name == "":
+            self.root_post(ev)
             return
         # find this call's frame; frames above it belong to calls whose exceptions were swallowed
         node_id = f"{name}:{ev.call}"
@@ -250,7 +277,7 @@ class GraphRecorder:
         assert node is not None
         node.finished = True
         returned: set[int] = set()
-        for _, t in walk(ev.output, self.be.is_tensor, "", []):
+        for t in tensors_in(ev.output, self.be.is_tensor, []):
             if id(t) in returned:
                 continue
             returned.add(id(t))
