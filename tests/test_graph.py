@@ -368,12 +368,15 @@ def test_overlays(torch_fw):
     acts.remove()
     g = hookkit.graph(model, fw.randn(2, 5))
     src = g.source(overlay=acts)
-    assert "activation std" in src and "cluster_legend" in src
+    assert "activation std" in src and "legend" in src
     stds = {n: float(np.mean(acts.layer_stats(n)["std"])) for n in acts.names}
     lo, hi = min(stds, key=stds.get), max(stds, key=stds.get)
-    svg = g.with_overlay(acts).svg()
-    assert "#440154" in svg and "#fde725" in svg  # both ends of the scale are used: lowest and highest std
-    assert f"{stds[lo]:.3g}" in svg and f"{stds[hi]:.3g}" in svg
+    coloured = g.with_overlay(acts).source()
+    # the lowest std gets the scale's first colour, the highest its last, each value in its node
+    assert 'fillcolor="#440154"' in coloured and 'fillcolor="#fde725"' in coloured
+    assert 'fillcolor="#440154"' not in g.source()
+    assert f"{stds[lo]:.3g}" in coloured and f"{stds[hi]:.3g}" in coloured
+    assert "<svg" in g.with_overlay(acts).svg()
     dead = g.source(overlay=(acts, "near_zero"))
     assert "activation near_zero" in dead
     # a non-finite watch: the layer it names is red

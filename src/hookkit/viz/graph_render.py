@@ -277,26 +277,15 @@ def _node(sub: Any, nid: str, n: Node, ov: _Overlay, names: set[str], after: str
 
 
 def _legend(dot: Any, ov: _Overlay) -> None:
-    import graphviz
-
-    with dot.subgraph(name="cluster_legend") as s:
-        s.attr(label=_esc(ov.label), style="rounded", color="#9ca3af", fontsize="9")
-        steps = len(_SCALE)
-        for i, c in enumerate(_SCALE):
-            v = ov.lo + (ov.hi - ov.lo) * (i + 0.5) / steps
-            s.node(
-                f"legend{i}",
-                label=graphviz.nohtml(f"{v:.3g}"),
-                shape="box",
-                style="filled",
-                fillcolor=c,
-                fontcolor=_text_colour(c),
-                fontsize="8",
-                height="0.2",
-                width="0.4",
-            )
-        for i in range(steps - 1):
-            s.edge(f"legend{i}", f"legend{i + 1}", style="invis")
+    """One node: the colour scale as a row of cells (an HTML-like label of numbers and escaped text)."""
+    cells = []
+    steps = len(_SCALE)
+    for i, c in enumerate(_SCALE):
+        v = ov.lo + (ov.hi - ov.lo) * (i + 0.5) / steps
+        cells.append(f'<td bgcolor="{c}"><font color="{_text_colour(c)}" point-size="8">{v:.3g}</font></td>')
+    title = html.escape(ov.label)
+    label = f'<<table border="0" cellspacing="0" cellborder="1"><tr><td colspan="{steps}"><font point-size="9">{title}</font></td></tr><tr>{"".join(cells)}</tr></table>>'
+    dot.node("legend", label=label, shape="plaintext", style="")
 
 
 def _check_dot() -> None:
