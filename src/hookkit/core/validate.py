@@ -23,6 +23,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
+from hookkit.core.entry import entry_name
 from hookkit.core.errors import HookkitError, UnsupportedModel
 from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file  # noqa: F401 (also importable from here)
 from hookkit.core.guards import SkippedOutputWarning, output_guard, real_values, warn_skip  # noqa: F401 (also importable from here)
@@ -86,11 +87,12 @@ def shown(value: Any) -> str:
 
 
 def fail(
-    fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument, cause: BaseException | None = None
+    fn: str | None, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument, cause: BaseException | None = None
 ) -> NoReturn:
     """Raise ``kind`` with hookkit's message: ``fn(): arg must be <valid>; got <value>`` (chained
-    to ``cause`` when given: the error that showed the argument unusable)."""
-    exc = kind(f"{fn}(): {arg} must be {valid}; got {shown(value)}")
+    to ``cause`` when given: the error that showed the argument unusable). ``fn`` None: the public
+    function the user called (``core.entry``)."""
+    exc = kind(f"{fn or entry_name()}(): {arg} must be {valid}; got {shown(value)}")
     if cause is not None:
         raise exc from cause
     raise exc
@@ -105,7 +107,7 @@ def _is_real(value: Any) -> bool:
 def check_number(
     value: Any,
     *,
-    fn: str,
+    fn: str | None = None,
     arg: str,
     low: float | None = None,
     high: float | None = None,
@@ -153,17 +155,19 @@ def _describe(low: Any, high: Any, low_open: bool, high_open: bool, finite: bool
     return what + (" or None" if optional else "")
 
 
-def check_int(value: Any, *, fn: str, arg: str, low: int | None = None, high: int | None = None, optional: bool = False) -> Any:
+def check_int(
+    value: Any, *, fn: str | None = None, arg: str, low: int | None = None, high: int | None = None, optional: bool = False
+) -> Any:
     """``check_number(..., integer=True)``: an int (not a bool) in ``[low, high]``."""
     return check_number(value, fn=fn, arg=arg, low=low, high=high, integer=True, optional=optional)
 
 
-def check_probability(value: Any, *, fn: str, arg: str) -> float:
+def check_probability(value: Any, *, fn: str | None = None, arg: str) -> float:
     """A probability: a finite number in [0, 1]."""
     return check_number(value, fn=fn, arg=arg, low=0.0, high=1.0)
 
 
-def check_range_pair(value: Any, *, fn: str, arg: str) -> tuple[float, float]:
+def check_range_pair(value: Any, *, fn: str | None = None, arg: str) -> tuple[float, float]:
     """A ``(low, high)`` pair of finite numbers with low < high (a list or tuple of two)."""
     valid = "a (low, high) pair of finite numbers with low < high"
     if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):  # a numpy array of two
@@ -179,7 +183,7 @@ def check_range_pair(value: Any, *, fn: str, arg: str) -> tuple[float, float]:
 
 
 # -- other kinds ----------------------------------------------------------------------------------
-def check_bool(value: Any, *, fn: str, arg: str) -> bool:
+def check_bool(value: Any, *, fn: str | None = None, arg: str) -> bool:
     """True or False (numpy's bool and the ints 0 and 1 too); anything else is a mistake, such as a
     string, which Python would read as True."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or (isinstance(value, int) and value in (0, 1)):
@@ -187,7 +191,7 @@ def check_bool(value: Any, *, fn: str, arg: str) -> bool:
     fail(fn, arg, "True or False", value, kind=ArgumentTypeError)
 
 
-def check_str(value: Any, *, fn: str, arg: str, optional: bool = False) -> Any:
+def check_str(value: Any, *, fn: str | None = None, arg: str, optional: bool = False) -> Any:
     """A non-empty string (or None with ``optional``)."""
     if value is None and optional:
         return None
@@ -198,7 +202,7 @@ def check_str(value: Any, *, fn: str, arg: str, optional: bool = False) -> Any:
     return value
 
 
-def check_choice(value: Any, choices: Iterable[Any], *, fn: str, arg: str) -> Any:
+def check_choice(value: Any, choices: Iterable[Any], *, fn: str | None = None, arg: str) -> Any:
     """One of ``choices`` (compared with ==, types must match: ``True`` is not ``1``)."""
     choices = tuple(choices)
     for c in choices:
@@ -207,7 +211,7 @@ def check_choice(value: Any, choices: Iterable[Any], *, fn: str, arg: str) -> An
     fail(fn, arg, "one of " + ", ".join(map(repr, choices)), value)
 
 
-def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", optional: bool = False) -> Any:
+def check_callable(value: Any, *, fn: str | None = None, arg: str, signature: str = "", optional: bool = False) -> Any:
     """A callable (``signature`` says how it is called, for the message)."""
     if value is None and optional:
         return None
@@ -222,7 +226,7 @@ def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", option
     return value
 
 
-def check_length(value: Any, n: int, *, fn: str, arg: str, what: str) -> Any:
+def check_length(value: Any, n: int, *, fn: str | None = None, arg: str, what: str) -> Any:
     """``value`` when it holds ``n`` items; ``what`` says which (``"one heatmap per image"``).
 
     >>> check_length(["a", "b"], 2, fn="f", arg="labels", what="one label per row")
@@ -233,7 +237,7 @@ def check_length(value: Any, n: int, *, fn: str, arg: str, what: str) -> Any:
     return value
 
 
-def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
+def check_model(model: Any, *, fn: str | None = None, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
     try:
         be = backend_for(model)
@@ -252,7 +256,7 @@ def check_tensor_like(
     value: Any,
     backend: Any,
     *,
-    fn: str,
+    fn: str | None = None,
     arg: str,
     ndim: int | Sequence[int] | None = None,
     convert: bool = True,
