@@ -155,7 +155,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "report":
-        from hookkit.apps.report import report
+        from hookkit.apps.report import report  # lazy: an app (it loads matplotlib), on first use
 
         globals()["report"] = report
         return report

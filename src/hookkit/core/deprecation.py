@@ -16,6 +16,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from hookkit.core.errors import ArgumentTypeError, fail
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 _warned: set[str] = set()
@@ -56,8 +58,6 @@ def renamed_argument(old: str, new: str, *, since: str, removed_in: str | None =
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if old in kwargs:
                 if new in kwargs:
-                    from hookkit.core.validate import ArgumentTypeError, fail
-
                     fail(
                         fn.__name__, old, f"left out when {new}= is given ({old}= is its former name)", kwargs[old], kind=ArgumentTypeError
                     )

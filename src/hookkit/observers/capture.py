@@ -18,6 +18,7 @@ from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.sequences import select_output, stitch
+from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model, fail
@@ -392,8 +393,6 @@ class capture(HandleGroup, RecordSource):
     def _last(self, name: str) -> Record:
         recs = self._records.get(name)
         if recs is None:
-            from hookkit.core.suggest import close_matches
-
             raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(close_matches(name, self.names) or self.names[:8])}")
         if not recs:
             raise KeyError(f"layer {name!r} has not run since the capture started{self._swapped(name)}")

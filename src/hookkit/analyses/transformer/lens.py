@@ -58,7 +58,7 @@ class LensResult:
     def plot(self, row: int = 0, tokens: Any = None, ax: Any = None) -> Any:
         """Points x positions for batch row ``row``: colour = probability of the top token, text = the
         top token (``tokens``: a list of strings indexed by token id, or a callable id -> str)."""
-        from hookkit.viz.lens import plot_lens
+        from hookkit.viz.lens import plot_lens  # lazy: viz loads matplotlib, needed only to plot
 
         return plot_lens(self, row=row, tokens=tokens, ax=ax)
 

@@ -116,7 +116,7 @@ class TorchBackend(TorchOps, Backend):
 
     # -- hookkit.summary ------------------------------------------------------------------------
     def mult_add_counter(self) -> Any:
-        from hookkit.backends.torch.flops import TorchOpCounter
+        from hookkit.backends.torch.flops import TorchOpCounter  # lazy: only hookkit.summary counts mult-adds, on its first use
 
         return TorchOpCounter()
 
