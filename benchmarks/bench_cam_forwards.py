@@ -30,7 +30,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 import bench_cam as B  # noqa: E402
 import hookkit  # noqa: E402
-from hookkit.analyses import cam as camlib  # noqa: E402
+from hookkit.analyses.cam import template as camlib  # noqa: E402
 from hookkit.analyses.targets import logits_of  # noqa: E402
 
 

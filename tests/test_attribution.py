@@ -217,7 +217,7 @@ def test_internal_batching_gives_the_same_result(fw, rng, method):
 
 
 def test_chunk_plans():
-    from hookkit.analyses.attribution_budget import Plan, plan_chunks, spans
+    from hookkit.analyses.attribution.budget import Plan, plan_chunks, spans
 
     assert plan_chunks(4, 50, None) == Plan(4, 50)
     assert plan_chunks(4, 50, 10) == Plan(4, 2)  # captum: internal_batch_size // N points per forward

@@ -8,8 +8,8 @@ import pytest
 
 import hookkit
 import hookkit.viz
+from hookkit.analyses.cam.shortcuts import resize_bilinear
 from hookkit.core import router
-from hookkit.observers.gradcam import resize_bilinear
 
 K, H, W = 4, 8, 8
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookkit.analyses.diff_pairing import Map, check_map, name_pairs, resolve
+from hookkit.analyses.diff.pairing import Map, check_map, name_pairs, resolve
 from hookkit.core.errors import HookkitError
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_model, fail

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.attribution_rules import RULES, min_steps
+from hookkit.analyses.attribution.rules import RULES, min_steps
 from hookkit.analyses.targets import Target, check_target
 from hookkit.core.select import select
 from hookkit.core.validate import (

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hookkit.analyses.attribution_budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost
-from hookkit.analyses.attribution_job import FN, Job
+from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost
+from hookkit.analyses.attribution.job import FN, Job
 from hookkit.analyses.targets import expand_target, resolve_target, target_scores
 from hookkit.core.tree import leaves
 from hookkit.core.validate import InvalidArgument, fail

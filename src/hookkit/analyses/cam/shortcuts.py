@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam import run_cam
+from hookkit.analyses.cam.template import run_cam
 from hookkit.analyses.targets import Target
 from hookkit.core.select import select
 from hookkit.core.types import Layer

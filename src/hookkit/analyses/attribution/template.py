@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hookkit.analyses.attribution_job import check_call
-from hookkit.analyses.attribution_methods import RUNNERS
-from hookkit.analyses.attribution_steps import delta
+from hookkit.analyses.attribution.job import check_call
+from hookkit.analyses.attribution.methods import RUNNERS
+from hookkit.analyses.attribution.steps import delta
 from hookkit.analyses.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.diff_inputs import float_tensors, model_place, to_model
-from hookkit.analyses.diff_metrics import compare, host, looser, precision, tolerance
-from hookkit.analyses.diff_pairing import Plan, StructureAligner
-from hookkit.analyses.diff_result import Row, Unpaired
+from hookkit.analyses.diff.inputs import float_tensors, model_place, to_model
+from hookkit.analyses.diff.metrics import compare, host, looser, precision, tolerance
+from hookkit.analyses.diff.pairing import Plan, StructureAligner
+from hookkit.analyses.diff.result import Row, Unpaired
 from hookkit.analyses.passes import analysis_pass
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup

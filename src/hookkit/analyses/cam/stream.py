@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam import prepare_inputs
+from hookkit.analyses.cam.template import prepare_inputs
 from hookkit.analyses.targets import check_target
 from hookkit.core.validate import fail
 from hookkit.observers import features as fmt

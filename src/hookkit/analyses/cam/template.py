@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from hookkit.analyses.cam_forwards import LayerForwards, RunForwards, learned, replace_first
-from hookkit.analyses.cam_layouts import NAMES, Layout, check_mapped, plan_layout
-from hookkit.analyses.cam_methods import METHODS, Method, project
+from hookkit.analyses.cam.forwards import LayerForwards, RunForwards, learned, replace_first
+from hookkit.analyses.cam.layouts import NAMES, Layout, check_mapped, plan_layout
+from hookkit.analyses.cam.methods import METHODS, Method, project
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
 from hookkit.core.router import INTERVENTION, attach
@@ -477,7 +477,7 @@ def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, 
     named = select(model, layers) if method != "fullgrad" else []
     target = tensor_target(be, target)
     if opts["out"] is not None:
-        from hookkit.analyses.cam_stream import stream
+        from hookkit.analyses.cam.stream import stream
 
         if opts["as_tensor"]:
             fail(fn, "as_tensor", "False with out= (the maps go to files)", opts["as_tensor"])

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hookkit.analyses.diff_inputs import to_host
-from hookkit.analyses.diff_pairing import Map, Plan, check_map
-from hookkit.analyses.diff_result import Diff
-from hookkit.analyses.diff_sides import SideA, SideB
+from hookkit.analyses.diff.inputs import to_host
+from hookkit.analyses.diff.pairing import Map, Plan, check_map
+from hookkit.analyses.diff.result import Diff
+from hookkit.analyses.diff.sides import SideA, SideB
 from hookkit.core.errors import HookkitError
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from hookkit.analyses import attribution_steps as st
-from hookkit.analyses.attribution_budget import spans
-from hookkit.analyses.attribution_job import Job
-from hookkit.analyses.attribution_rules import quadrature
+from hookkit.analyses.attribution import steps as st
+from hookkit.analyses.attribution.budget import spans
+from hookkit.analyses.attribution.job import Job
+from hookkit.analyses.attribution.rules import quadrature
 
 
 def _layer_ig(job: Job) -> Any:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam import prepare_inputs, tensor_target
+from hookkit.analyses.cam.template import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
 from hookkit.core.types import Layer

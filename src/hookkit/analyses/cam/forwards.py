@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam_layouts import Layout
+from hookkit.analyses.cam.layouts import Layout
 from hookkit.analyses.targets import logits_of
 from hookkit.core.router import attach
 from hookkit.core.tree import first_tensor, map_tensors
