@@ -44,22 +44,3 @@ def _one_layer(model: Any, layer: Any, inputs: Any, target: Target, eval: bool, 
         raise InvalidArgument(f"{fn}(): layer must match exactly one layer; {shown(layer)} matched {len(named)}: {names}")
     return run_cam(fn, model, named[0][1], inputs, method, target, eval=eval)
 
-
-def resize_bilinear(img: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """Bilinear resize of a 2-D array to ``size=(H, W)`` with half-pixel centers, edges clamped:
-    OpenCV's ``INTER_LINEAR`` and ``interpolate(mode="bilinear", align_corners=False)``."""
-    img = np.asarray(img, dtype=np.float32)
-    (h, w), (H, W) = img.shape, size
-
-    def axis(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        src = (np.arange(n_out, dtype=np.float64) + 0.5) * (n_in / n_out) - 0.5
-        src = np.clip(src, 0, n_in - 1)
-        lo = np.floor(src).astype(int)
-        hi = np.minimum(lo + 1, n_in - 1)
-        return lo, hi, (src - lo).astype(np.float32)
-
-    y0, y1, fy = axis(h, H)
-    x0, x1, fx = axis(w, W)
-    top = img[y0][:, x0] * (1 - fx) + img[y0][:, x1] * fx
-    bottom = img[y1][:, x0] * (1 - fx) + img[y1][:, x1] * fx
-    return (top * (1 - fy)[:, None] + bottom * fy[:, None]).astype(np.float32)
