@@ -702,3 +702,32 @@ def test_paddle_nhwc_convolution(paddle_fw):
     g = paddle_fw.numpy(grad_of(paddle_fw, logits[0, 1] + logits[1, 2], a)).transpose(0, 3, 1, 2)
     cam = (g.mean((2, 3), keepdims=True) * paddle_fw.numpy(a).transpose(0, 3, 1, 2)).sum(1)
     np.testing.assert_allclose(maps, finish(cam, (8, 8)), atol=TOL)
+
+
+def test_cam_options_are_cams_keywords_with_its_defaults():
+    """``cam``'s keywords are declared in its signature and held in ``CamOptions``: the two agree."""
+    import dataclasses
+    import inspect
+
+    from hookkit.analyses.cam.call import CamOptions
+
+    keywords = {n: p.default for n, p in inspect.signature(hookkit.cam).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert keywords == {f.name: f.default for f in dataclasses.fields(CamOptions)}
+
+
+def test_old_module_paths_import_the_moved_modules_with_one_warning():
+    import importlib
+    import sys
+
+    from hookkit.analyses.cam import layouts
+    from hookkit.core import deprecation
+
+    for old in ("hookkit.analyses.cam_layouts", "hookkit.observers.gradcam"):
+        sys.modules.pop(old, None)
+        deprecation._warned.discard(old)
+    with pytest.warns(FutureWarning, match=r"hookkit\.analyses\.cam_layouts is deprecated .*use hookkit\.analyses\.cam\.layouts"):
+        from hookkit.analyses.cam_layouts import token_grid  # noqa: F401
+    assert importlib.import_module("hookkit.analyses.cam_layouts") is layouts
+    assert token_grid is layouts.token_grid
+    with pytest.warns(FutureWarning, match=r"hookkit\.observers\.gradcam is deprecated .*use hookkit\.analyses\.cam\.shortcuts"):
+        assert importlib.import_module("hookkit.observers.gradcam").gradcam is hookkit.gradcam

@@ -32,9 +32,6 @@ PENDING = {
 }
 # Temporary: this half's functions not split yet (issue 38, item 5). Remove each line as it is split.
 PENDING |= {
-    "analyses/attribution/job.py:check_call",
-    "analyses/cam/layouts.py:plan_layout",
-    "analyses/cam/metrics.py:cam_metric",
     "analyses/diff/pairing.py:Plan.__init__",
     "analyses/port.py:port_weights",
     "apps/demo.py:_run",

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
 import importlib.util
 import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -73,7 +75,7 @@ def renamed_argument(old: str, new: str, *, since: str, removed_in: str | None =
     return decorate
 
 
-class _MovedModules:
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """A meta path finder: ``import old.path`` returns the module now at ``new.path`` (one warning)."""
 
     def __init__(self) -> None:
@@ -96,7 +98,8 @@ class _MovedModules:
 def _importer_level() -> int:
     """``warn_deprecated``'s stacklevel naming the line that imported: past hookkit and the import machinery
     (``warnings`` does not count the import machinery's frames)."""
-    frame, level = sys._getframe(2), 3  # 3: warn_deprecated's caller's caller
+    frame: FrameType | None = sys._getframe(2)
+    level = 3  # warn_deprecated's caller's caller
     while frame is not None:
         root = frame.f_globals.get("__name__", "").partition(".")[0]
         if root not in ("hookkit", "importlib", "_frozen_importlib", "_frozen_importlib_external"):
@@ -114,4 +117,4 @@ def moved_modules(moved: dict[str, str], *, since: str) -> None:
     ``moved_modules({"hookkit.analyses.cam_methods": "hookkit.analyses.cam.methods"}, since="0.4")``."""
     _MOVED.moved.update({old: (new, since) for old, new in moved.items()})
     if _MOVED not in sys.meta_path:
-        sys.meta_path.insert(0, _MOVED)  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _MOVED)

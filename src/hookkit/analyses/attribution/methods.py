@@ -14,12 +14,12 @@ from hookkit.analyses.attribution.rules import quadrature
 def _layer_ig(job: Job) -> Any:
     y_x, saved = st.probe(job, job.x, "input", measure=True)
     y_b, _ = st.probe(job, job.base, "baseline")
-    weights, alphas = quadrature(job.rule, job.n_steps)
-    plan = st.plan(job, job.n_steps, saved, y_x)
+    weights, alphas = quadrature(job.opts.rule, job.opts.n_steps)
+    plan = st.plan(job, job.opts.n_steps, saved, y_x)
     tap, blocks = job.tap, []
     for j0, j1 in spans(job.n, plan.samples):
         acc = None
-        for s0, s1 in spans(job.n_steps, plan.points):
+        for s0, s1 in spans(job.opts.n_steps, plan.points):
             k = s1 - s0
             leaf = st.leaf(job, st.scaled(job, y_b, y_x, alphas[s0:s1], j0, j1))
             tap.replace = st.replacer(job, leaf)
@@ -33,13 +33,13 @@ def _layer_ig(job: Job) -> Any:
 def _layer_conductance(job: Job) -> Any:
     y_x, saved = st.probe(job, job.x, "input", measure=True)
     st.probe(job, job.base, "baseline")
-    _, alphas = quadrature(job.rule, job.n_steps + 1)
-    plan = st.plan(job, job.n_steps + 1, saved, y_x, endpoint=True)
+    _, alphas = quadrature(job.opts.rule, job.opts.n_steps + 1)
+    plan = st.plan(job, job.opts.n_steps + 1, saved, y_x, endpoint=True)
     tap, blocks = job.tap, []
     cut = st.Cut(job)
     for j0, j1 in spans(job.n, plan.samples):
         acc, b = None, j1 - j0
-        for p0, p1 in spans(job.n_steps + 1, plan.points, overlap=1):
+        for p0, p1 in spans(job.opts.n_steps + 1, plan.points, overlap=1):
             k = p1 - p0
             tap.replace = cut
             out = st.forward(job, st.scaled(job, job.base, job.x, alphas[p0:p1], j0, j1), st.rows(j0, j1, k))
@@ -73,13 +73,13 @@ def _neuron_path(job: Job) -> Any:
     """Neuron integrated gradients and conductance: attributions of one neuron to the inputs."""
     conductance = job.method == "conductance"
     _, saved = st.probe(job, job.x, "input", measure=True)
-    weights, alphas = quadrature(job.rule, job.n_steps)
-    plan = st.plan(job, job.n_steps, saved)
+    weights, alphas = quadrature(job.opts.rule, job.opts.n_steps)
+    plan = st.plan(job, job.opts.n_steps, saved)
     tap, blocks = job.tap, []
     cut = st.Cut(job)
     for j0, j1 in spans(job.n, plan.samples):
         acc, b = None, j1 - j0
-        for s0, s1 in spans(job.n_steps, plan.points):
+        for s0, s1 in spans(job.opts.n_steps, plan.points):
             k = s1 - s0
             x = st.leaf(job, st.scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
             tap.replace, tap.stop = (cut if conductance else None), not conductance
@@ -111,12 +111,12 @@ def _neuron_point(job: Job) -> Any:
 def _input_ig(job: Job) -> Any:
     _, saved = st.probe(job, job.x, "input", measure=True)
     st.probe(job, job.base, "baseline")
-    weights, alphas = quadrature(job.rule, job.n_steps)
-    plan = st.plan(job, job.n_steps, saved)
+    weights, alphas = quadrature(job.opts.rule, job.opts.n_steps)
+    plan = st.plan(job, job.opts.n_steps, saved)
     blocks = []
     for j0, j1 in spans(job.n, plan.samples):
         acc = None
-        for s0, s1 in spans(job.n_steps, plan.points):
+        for s0, s1 in spans(job.opts.n_steps, plan.points):
             k = s1 - s0
             x = st.leaf(job, st.scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
             part = st.weighted(
@@ -144,11 +144,11 @@ def _smoothgrad(job: Job) -> Any:
     """The mean gradient over ``nt_samples`` noisy copies of each sample (captum's NoiseTunnel on
     Saliency with abs=False: the same noise for the same seed, sample-major)."""
     _, saved = st.probe(job, job.x, "input", measure=True)
-    nt, be = job.nt_samples, job.be
-    if job.seed is not None:
-        job.m.seed(job.seed)
+    nt, be = job.opts.nt_samples, job.be
+    if job.opts.seed is not None:
+        job.m.seed(job.opts.seed)
     noisy = job.m.repeat_rows(job.x, nt)
-    noisy = noisy + be.randn_like(noisy) * job.stdevs
+    noisy = noisy + be.randn_like(noisy) * job.opts.stdevs
     plan = st.plan(job, nt, saved)
     blocks = []
     for j0, j1 in spans(job.n, max(1, plan.samples * plan.points // nt)):

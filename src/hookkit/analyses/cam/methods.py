@@ -93,7 +93,7 @@ def _eigengradcam(p: Any) -> Any:
 def _scorecam(p: Any) -> Any:
     """Softmax over channels of the target score of the input masked by each upsampled, min-max scaled channel.
     With class targets, the rows whose mask is all zero (a channel that is zero everywhere after a ReLU, or
-    whose upsampled map is exactly constant) share one forward of the zero input (``_Layer.masked_scores``)."""
+    whose upsampled map is exactly constant) share one forward of the zero input (``LayerView.masked_scores``)."""
     m, a, x = p.m, p.acts, p.x
     n, c = a.shape[0], a.shape[1]
     mode = ("linear", "bilinear", "trilinear")[len(p.size) - 1]

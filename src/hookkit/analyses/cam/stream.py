@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam.template import prepare_inputs
+from hookkit.analyses.cam.call import prepare_inputs
 from hookkit.analyses.targets import check_target
+from hookkit.core.entry import entry_name
 from hookkit.core.validate import fail
 from hookkit.observers import features as fmt
 from hookkit.observers.extract import count_samples, parse_size, prepare_out
@@ -43,7 +44,7 @@ def _fingerprint(run: Any, layers: Any) -> dict[str, Any]:
 
 def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int | str, progress: bool | None) -> Features:
     """Write ``run``'s maps for every batch of ``data`` to ``out``; the same call resumes an interrupted run."""
-    fn = run.fn
+    fn = entry_name()
     out = os.fspath(out)
     if hasattr(data, "shape") or isinstance(data, (str, bytes)) or not isinstance(data, Iterable):
         fail(fn, "inputs", "an iterable of batches with out= (a DataLoader, a list of tensors or arrays)", data)
@@ -73,8 +74,8 @@ def stream(run: Any, data: Iterable[Any], out: Any, layers: Any, shard_size: int
                         "resuming needs the same batches in the same order"
                     )
                 continue
-            x = prepare_inputs(run.be, run.model, batch[0] if isinstance(batch, (tuple, list)) else batch, fn)
-            check_target(run.target, n, fn)
+            x = prepare_inputs(run.be, run.model, batch[0] if isinstance(batch, (tuple, list)) else batch)
+            check_target(run.target, n)
             maps = run.be.to_numpy(run(x))
             spec = specs.setdefault(KEY, (tuple(maps.shape[1:]), maps.dtype.name))
             if spec != (tuple(maps.shape[1:]), maps.dtype.name):
