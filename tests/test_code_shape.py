@@ -32,8 +32,6 @@ PENDING = {
 }
 # Temporary: this half's functions not split yet (issue 38, item 5). Remove each line as it is split.
 PENDING |= {
-    "analyses/diff/pairing.py:Plan.__init__",
-    "analyses/port.py:port_weights",
     "apps/demo.py:_run",
     "apps/report/__init__.py:report",
     "apps/targets.py:load_model",
