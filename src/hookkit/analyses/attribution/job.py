@@ -185,13 +185,7 @@ def _check_neuron(neuron: Any) -> tuple[int, ...]:
     try:
         items = tuple(items)
     except TypeError:
-        fail(
-            entry_name(),
-            "neuron",
-            "an int or a tuple of ints indexing the layer's output (without the batch axis)",
-            neuron,
-            kind=ArgumentTypeError,
-        )
+        items = ()  # not a sequence: refused below
     if not items or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
         fail(
             entry_name(),
