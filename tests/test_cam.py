@@ -596,6 +596,28 @@ def test_out_streams_maps_and_resumes(fw, tmp_path):
         hookkit.cam(model, "conv2", batches, target=[1, 2, 3], out=tmp_path / "d")
 
 
+def test_out_resumed_with_other_batches_is_refused(fw, tmp_path):
+    """``cam(out=)`` writes through extract's folder writer: a resume checks the batches written before
+    (sizes, and no fewer batches than written), as ``extract`` does."""
+    model = tiny_cnn(fw)
+    x = images(n=7, seed=6)
+
+    def interrupted():
+        yield x[:3]
+        yield x[3:5]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        hookkit.cam(model, "conv2", interrupted(), out=tmp_path / "c", shard_size=1)
+    with pytest.raises(hookkit.ExtractError, match=r"cam\(out=.*batch 1 holds 1 samples but held 2 in the interrupted run; resuming"):
+        hookkit.cam(model, "conv2", [x[:3], x[3:4]], out=tmp_path / "c", shard_size=1)
+    with pytest.raises(hookkit.ExtractError, match=r"cam\(out=.*data gave 1 batches, fewer than the 2 already written"):
+        hookkit.cam(model, "conv2", [x[:3]], out=tmp_path / "c", shard_size=1)
+    with pytest.raises(hookkit.ExtractError, match=r"cam\(inputs=\.\.\.\): the data gave no batches"):
+        hookkit.cam(model, "conv2", iter([]), out=tmp_path / "e")
+    assert hookkit.cam(model, "conv2", [x[:3], x[3:5], x[5:]], out=tmp_path / "c", shard_size=1).count == 7
+
+
 # -- Paddle = torch, on paddle.vision's LeNet with the same weights ----------------------------------------------
 def test_paddle_lenet_gives_torch_maps_with_the_same_weights(torch_fw, paddle_fw):
     import paddle

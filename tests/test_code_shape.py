@@ -35,7 +35,6 @@ PENDING |= {
     "apps/demo.py:_run",
     "apps/report/__init__.py:report",
     "apps/targets.py:load_model",
-    "observers/extract.py:prepare_out",
     "observers/features.py:FeatureArray.__getitem__",
     "observers/features.py:read_index",
     "observers/nonfinite.py:watch_nonfinite.check",
