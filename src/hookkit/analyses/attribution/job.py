@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, METHODS, NEURON_METHODS, PATH_METHODS
 from hookkit.analyses.attribution.rules import RULES, min_steps
 from hookkit.analyses.targets import Target, check_target
 from hookkit.core.entry import entry_name
@@ -26,12 +27,6 @@ from hookkit.core.validate import (
     fail,
     shown,
 )
-
-LAYER_METHODS = ("integrated_gradients", "conductance", "gradient_x_activation", "activation", "gradient")
-INPUT_METHODS = ("integrated_gradients", "gradient_x_activation", "gradient", "saliency", "smoothgrad")
-NEURON_METHODS = ("integrated_gradients", "conductance", "gradient_x_activation", "gradient")
-METHODS = LAYER_METHODS + ("saliency", "smoothgrad")
-PATH_METHODS = ("integrated_gradients", "conductance")
 
 
 @dataclass(frozen=True)

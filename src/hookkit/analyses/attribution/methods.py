@@ -3,12 +3,14 @@ the inputs. Each runs the scaled rows in the chunks of its plan and sums on the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.budget import spans
-from hookkit.analyses.attribution.job import Job
 from hookkit.analyses.attribution.rules import quadrature
+
+if TYPE_CHECKING:  # annotations only: job.py reads this module's table
+    from hookkit.analyses.attribution.job import Job
 
 
 def _layer_ig(job: Job) -> Any:
@@ -160,19 +162,32 @@ def _smoothgrad(job: Job) -> Any:
     return job.m.cat(blocks, 0)
 
 
+#: the table of methods: a method is one runner function and one entry per place it attributes to
+#: ("layer": the layer's output or input, "neuron": one neuron of it, to the inputs; "input": the model's
+#: inputs). Adding a method touches this file only: the lists of valid methods below derive from it.
 RUNNERS = {
     "layer:integrated_gradients": _layer_ig,
     "layer:conductance": _layer_conductance,
-    "layer:gradient": _layer_point,
     "layer:gradient_x_activation": _layer_point,
     "layer:activation": _layer_point,
+    "layer:gradient": _layer_point,
     "neuron:integrated_gradients": _neuron_path,
     "neuron:conductance": _neuron_path,
-    "neuron:gradient": _neuron_point,
     "neuron:gradient_x_activation": _neuron_point,
+    "neuron:gradient": _neuron_point,
     "input:integrated_gradients": _input_ig,
+    "input:gradient_x_activation": _input_point,
     "input:gradient": _input_point,
     "input:saliency": _input_point,
-    "input:gradient_x_activation": _input_point,
     "input:smoothgrad": _smoothgrad,
 }
+#: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
+PATH_METHODS = ("integrated_gradients", "conductance")
+
+
+def _at(where: str) -> tuple[str, ...]:
+    return tuple(k.split(":", 1)[1] for k in RUNNERS if k.startswith(where + ":"))
+
+
+LAYER_METHODS, NEURON_METHODS, INPUT_METHODS = _at("layer"), _at("neuron"), _at("input")
+METHODS = tuple(dict.fromkeys(LAYER_METHODS + INPUT_METHODS))

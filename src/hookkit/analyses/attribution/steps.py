@@ -5,14 +5,16 @@ quadrature sums, the chunk plan and the completeness delta."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost
-from hookkit.analyses.attribution.job import Job
 from hookkit.analyses.targets import expand_target, resolve_target, target_scores
 from hookkit.core.entry import entry_name
 from hookkit.core.tree import leaves
 from hookkit.core.validate import InvalidArgument, fail
+
+if TYPE_CHECKING:  # annotations only: job.py reads the table of methods, which runs these steps
+    from hookkit.analyses.attribution.job import Job
 
 
 def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:

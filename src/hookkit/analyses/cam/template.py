@@ -31,10 +31,6 @@ from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_model, fail
 
-#: rows per forward of ScoreCAM (pytorch-grad-cam's 16: on a CPU, larger batches of full forwards are not faster)
-#: and AblationCAM (its rows multiply at the target layer or an enclosing one: the more per forward, the fewer
-#: runs of the layers before; 128 rather than 64 rows took 0.7-0.95x the time on small CNNs, a ViT and a Swin)
-DEFAULT_BATCH = {"scorecam": 16, "ablationcam": 128}
 AUGMENTATIONS = [(flip, factor) for flip in (False, True) for factor in (0.9, 1.0, 1.1)]  # aug_smooth
 
 
@@ -109,7 +105,7 @@ class _Run:
         self.target = target
         self.reshape, self.prefix = opts.reshape, opts.prefix_tokens
         self.eigen, self.aug, self.eval = opts.eigen_smooth, opts.aug_smooth, opts.eval
-        self.rows = opts.batch_size or DEFAULT_BATCH.get(method, 64)
+        self.rows = opts.batch_size or self.method.batch
         self.size: tuple[int, ...] = ()
         self.n = 0
         self.classes: list[int] | None = None
