@@ -249,6 +249,9 @@ _registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
+        site_backend = getattr(type(layer), "site_backend", None)  # an operation site (hookkit.sites) places its own hooks
+        if site_backend is not None:
+            backend = site_backend(layer, backend)
         backend.drop_forward_hooks(layer, _inert)  # a copy's inert hooks go before it gets its own
         hooks = _registry[layer] = LayerHooks(backend)
     return hooks
@@ -367,7 +370,9 @@ def remove_all(model: Layer) -> int:
     """
     backend = check_model(model, fn="remove_all")
     removed = 0
-    for _, layer in backend.named_layers(model):
+    from hookkit.sites.operations.install import sites_of
+
+    for _, layer in [(n, x) for n, m in backend.named_layers(model) for x in (m, *sites_of(m))]:  # operation sites too
         hooks = _registry.get(layer)
         had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
         if had and hooks is not None:

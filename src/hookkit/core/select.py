@@ -162,6 +162,10 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
+    if (isinstance(layers, (str, list))) and _names_operation(layers):  # "layer::op": an operation site (hookkit.sites)
+        from hookkit.sites.operations.select import select_operations
+
+        return select_operations(model, layers, select, Selection)
     key = _spec_key(layers)
     kept = _kept.get(model) if key is not None else None
     if kept is not None and key in kept:
@@ -186,6 +190,12 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
 # WITH_PARAMS (a parameter deleted is not seen) and globs that would match the model itself (they warn).
 _kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]]]] = IdentityWeakMap()
 _KEPT_PER_MODEL = 256
+
+
+def _names_operation(layers: str | list) -> bool:
+    if isinstance(layers, str):
+        return "::" in layers
+    return any(isinstance(s, str) and "::" in s for s in layers)
 
 
 def _spec_key(layers: Any) -> Any:
