@@ -265,3 +265,165 @@ def test_threads_count_per_thread(torch_fw):
         for t in threads:
             t.join()
     assert sorted(r.call for r in cap.calls("block::add_0")) == [0] * 4 + [1] * 4 + [2] * 4
+
+
+# -- every verb on an operation -------------------------------------------------------------------
+# GPT-2's block returns the result of its last add: ``h.N::add_2`` and the layer ``h.N`` carry the
+# same tensor, so a verb at the operation must give exactly what it gives at the layer.
+
+
+def test_gpt2_residual_add_is_the_input_of_ln_2(torch_fw):
+    model = gpt2()
+    with hookkit.capture(model, ["transformer.h.*::add_0", "transformer.h.*.ln_2"], inputs=True, grads=True) as cap:
+        model(ids()).logits.sum().backward()
+    for i in range(2):
+        ln2 = cap.calls(f"transformer.h.{i}.ln_2")[0]
+        close(torch_fw, cap[f"transformer.h.{i}::add_0"], ln2.inputs[0], rtol=0, atol=0)
+        assert cap.grads[f"transformer.h.{i}::add_0"].shape == ln2.inputs[0].shape
+    # the gradient at the add: its only consumers are ln_2 and the second residual add
+    g_out = cap.grads["transformer.h.1::add_0"]
+    assert float(g_out.abs().sum()) > 0
+
+
+def test_llama_rotary_q_k_equal_the_formula(torch_fw):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+        vocab_size=50, max_position_embeddings=32, attn_implementation="eager",
+    )  # fmt: skip
+    model = LlamaForCausalLM(cfg).eval()
+    listed = hookkit.ops(model, "model.layers.0.self_attn")
+    assert listed["apply_rotary_pos_emb_0"].kind == "function"
+    spec = "model.layers.0.self_attn::apply_rotary_pos_emb_0"
+    with hookkit.capture(model, [spec, "model.layers.0.self_attn.q_proj"], inputs=True) as cap:
+        model(ids())
+    rec = cap.calls(spec)[0]
+    q, k, cos, sin = rec.inputs[:4]
+    # q as the attention computes it from its projection, then the rotary formula written out
+    q_proj = cap["model.layers.0.self_attn.q_proj"]
+    close(torch_fw, q, q_proj.view(2, 6, 2, 8).transpose(1, 2), rtol=0, atol=0)
+
+    def rotate_half(t):
+        return torch.cat((-t[..., 4:], t[..., :4]), dim=-1)
+
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    q_rot, k_rot = rec.output
+    close(torch_fw, q_rot, q * cos + rotate_half(q) * sin)
+    close(torch_fw, k_rot, k * cos + rotate_half(k) * sin)
+
+
+def test_on_forward_sees_the_operation(fw):
+    model = make_model(fw)
+    seen = []
+    with hookkit.on_forward(model, "block::gelu_0", lambda site, args, out: seen.append((site, args, out))):
+        model(fw.randn(2, 4))
+    ((site, args, out),) = seen
+    assert site.name == "gelu_0" and site.layer is model.block
+    close(fw, out, fw.F.gelu(args[0]))
+
+
+def test_patch_and_ablate(fw):
+    model = make_model(fw)
+    clean_x, corrupt_x = fw.randn(2, 4), fw.randn(2, 4)
+    with hookkit.capture(model, "block::add_1") as clean:
+        clean_out = model(clean_x)
+    with hookkit.patch(model, "block::add_1", clean):  # the block's output is 2 * this add: all downstream follows
+        close(fw, model(corrupt_x), clean_out)
+    with hookkit.ablate(model, "block::add_1"):
+        got = model(corrupt_x)
+    zero = fw.tensor(np.zeros((2, 6)))
+    close(fw, got, model.head(model.other(zero)))
+
+
+def test_steer_attribute_sweeps_stats_at_an_operation_as_at_the_layer(torch_fw):
+    import torch
+
+    fw = torch_fw
+    model = gpt2()
+    x, y = ids(), ids(t=6) % 7
+
+    def metric(out):
+        return out.logits[:, -1, 3] - out.logits[:, -1, 4]
+
+    v = torch.linspace(-1, 1, 16)
+    with hookkit.steer(model, "transformer.h.0::add_2", v, 2.0, positions=[1, 3]):
+        at_op = model(x).logits
+    with hookkit.steer(model, "transformer.h.0", v, 2.0, positions=[1, 3]):
+        at_layer = model(x).logits
+    close(fw, at_op, at_layer, rtol=0, atol=0)
+
+    target = lambda out: out.logits[:, -1, 3]  # noqa: E731
+    a_op = hookkit.attribute(model, "transformer.h.1::add_2", x, target=target, n_steps=4)
+    a_layer = hookkit.attribute(model, "transformer.h.1", x, target=target, n_steps=4)
+    close(fw, a_op, a_layer, rtol=1e-5, atol=1e-7)
+
+    ops = hookkit.patching_sweep(model, x, y, "transformer.h.*::add_2", metric)
+    layers = hookkit.patching_sweep(model, x, y, "transformer.h.*", metric)
+    np.testing.assert_allclose(ops, layers, rtol=1e-5, atol=1e-6)
+    est_ops = hookkit.attribution_patching(model, x, y, "transformer.h.*::add_2", metric)
+    est_layers = hookkit.attribution_patching(model, x, y, "transformer.h.*", metric)
+    np.testing.assert_allclose(est_ops, est_layers, rtol=1e-5, atol=1e-6)
+
+    with hookkit.ActivationStats(model, ["transformer.h.1::add_2", "transformer.h.1"]) as st:
+        model(x)
+    for key in ("mean", "std"):
+        np.testing.assert_allclose(st.layer_stats("transformer.h.1::add_2")[key], st.layer_stats("transformer.h.1")[key], rtol=1e-6)
+
+
+def test_watch_nonfinite_blames_the_operation(fw):
+    model = make_model(fw)
+    with pytest.raises(hookkit.NonFiniteError, match=r"'::mul_0'"):
+        with hookkit.watch_nonfinite(model.block, "::*", grads=False):
+            model.block(fw.randn(2, 6), scale=float("inf"))
+
+
+def test_diff_pairs_operations_by_spec(torch_fw):
+    import torch
+
+    a = gpt2()
+    b = copy.deepcopy(a)
+    with torch.no_grad():
+        b.transformer.h[1].attn.c_proj.weight.mul_(2)
+    d = hookkit.diff(a, b, ids(), layers=["transformer.h.*::add_*"])
+    text = str(d)
+    assert "paired by name" in text and "First divergence: forward of transformer.h.1::add_0" in text
+
+
+def test_checkpoint_recompute_is_the_same_call(torch_fw):
+    model = gpt2()
+    model.train()
+    model.config.attn_pdrop = model.config.resid_pdrop = model.config.embd_pdrop = 0.0
+    for mod in model.modules():
+        if isinstance(mod, __import__("torch").nn.Dropout):
+            mod.p = 0.0
+    results = []
+    for ckpt in (False, True):
+        if ckpt:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        with hookkit.capture(model, "transformer.h.*::add_0", grads=True) as cap:
+            model(ids()).logits.sum().backward()
+        results.append(cap)
+    plain, ckpt = results
+    assert len(ckpt.calls("transformer.h.0::add_0")) == len(plain.calls("transformer.h.0::add_0")) == 1
+    close(torch_fw, ckpt.grads["transformer.h.0::add_0"], plain.grads["transformer.h.0::add_0"])
+    assert "forward" not in model.transformer.h[0].__dict__
+
+
+def test_generate_with_the_cache(torch_fw):
+    import torch
+
+    model = gpt2()
+    x = ids(1, 4)
+    with hookkit.capture(model, ["transformer.h.1::add_0", "transformer.h.1.ln_2"], inputs=True) as cap:
+        out = model.generate(x, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert [r.gen_step for r in cap.calls("transformer.h.1::add_0")] == [0, 1, 2]
+    whole = cap.sequence("transformer.h.1::add_0")
+    assert whole.shape == (1, 6, 16)
+    steps = [r.inputs[0] for r in cap.calls("transformer.h.1.ln_2")]
+    close(torch_fw, whole, torch.cat(steps, dim=1), rtol=0, atol=0)
+    with torch.no_grad():
+        plain = model.generate(x, max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert torch.equal(out, plain)

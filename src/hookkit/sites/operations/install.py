@@ -42,6 +42,10 @@ class OpSite:
     def place(self, slot: int, fn: Callable) -> _Slot:
         return self._state.place(self, slot, fn)
 
+    def children(self) -> list:
+        """An operation has no sublayers (what ``backend.children`` reads)."""
+        return []
+
     def __repr__(self) -> str:
         return f"<operation {self.name} of {type(self._layer()).__name__}>"
 
