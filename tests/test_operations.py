@@ -212,8 +212,9 @@ def test_unreadable_source_and_never_executed(torch_fw):
             return x + 1
 
     b = Branchy()
-    with hookkit.capture(b, "::mul_0") as cap:
-        b(fw.randn(2))
+    with pytest.warns(RuntimeWarning, match=r"operation '::mul_0' never ran in the 1 call\(s\) of its layer's forward"):
+        with hookkit.capture(b, "::mul_0") as cap:
+            b(fw.randn(2))
     with pytest.raises(KeyError, match="has not run"):
         cap["::mul_0"]
 
@@ -427,3 +428,19 @@ def test_generate_with_the_cache(torch_fw):
     with torch.no_grad():
         plain = model.generate(x, max_new_tokens=3, do_sample=False, pad_token_id=0)
     assert torch.equal(out, plain)
+
+
+def test_torch_compile_sees_operation_sites(torch_fw):
+    import torch
+
+    fw = torch_fw
+    model = make_model(fw)
+    x = fw.randn(2, 4)
+    compiled = torch.compile(model, backend="eager")
+    plain = compiled(x)
+    with hookkit.capture(model, "block::gelu_0", inputs=True) as cap:
+        with hookkit.edit(model, "block::add_1", lambda out, ev: out * 0):
+            edited = compiled(x)
+    close(fw, cap["block::gelu_0"], fw.F.gelu(cap.calls("block::gelu_0")[0].inputs[0]))
+    close(fw, edited, model.head(model.other(fw.tensor(np.zeros((2, 6))))))
+    close(fw, compiled(x), plain)  # removed: the compiled model runs the class's forward again

@@ -139,14 +139,14 @@ class StructureAligner:
         return self.skipped + [k for k, _ in self.calls[self.pos :]]
 
 
-def _operations_in(b: Any, sel_a: list) -> list:
-    """``b``'s operation sites ("layer::op", see ``hookkit.ops``) named as ``a``'s selected ones:
-    operations pair by spec."""
+def _operations_in(b: Any, layers: Any) -> list:
+    """``b``'s operation sites ("layer::op", see ``hookkit.ops``) that ``layers`` names: operations
+    pair by spec."""
     found: list = []
-    for name, _ in sel_a:
-        if "::" in name:
+    for spec in layers if isinstance(layers, list) else [layers]:
+        if isinstance(spec, str) and "::" in spec:
             try:
-                found += select(b, name)
+                found += select(b, spec)
             except LookupError:
                 pass
     return found
@@ -158,7 +158,7 @@ class Plan:
 
     def __init__(self, a: Any, be_a: Any, b: Any, be_b: Any, layers: LayerSpec | None, map: Map, fn: str):
         sel_a = [(n, m) for n, m in select(a, ALL if layers is None else layers) if be_a.has_forward(m)]
-        all_b = [(n, m) for n, m in select(b, ALL) if be_b.has_forward(m)] + _operations_in(b, sel_a)
+        all_b = [(n, m) for n, m in select(b, ALL) if be_b.has_forward(m)] + _operations_in(b, layers)
         names_b = [n for n, _ in all_b if n]
         known_b = set(names_b)
         leaves_a = [n for n, m in sel_a if n and not be_a.children(m)]

@@ -24,10 +24,11 @@ _NONE = object()  # the layer had no forward of its own in its __dict__
 class OpSite:
     """One operation of one layer instance, the object ``select`` returns for ``"layer::op"``."""
 
-    __slots__ = ("_layer", "_state", "index", "name", "layer_name", "__weakref__")
+    __slots__ = ("_layer", "_state", "index", "name", "layer_name", "exact", "__weakref__")
 
     def __init__(self, layer: Any, state: LayerOps, index: int, name: str):
         self._layer, self._state, self.index, self.name, self.layer_name = weakref.ref(layer), state, index, name, ""
+        self.exact = True  # last selected by its own name, not a glob: warned about when it never runs
 
     @property
     def layer(self) -> Any:
@@ -99,12 +100,13 @@ class _Installed:
     forward, bound. A deep copy or pickle of the model gets what was there before instead (the
     class's forward, or the instance's own): a copy carries no operation site."""
 
-    __slots__ = ("fn", "before", "__weakref__")
+    __slots__ = ("fn", "before", "state", "__weakref__")
 
-    def __init__(self, fn: MethodType, before: Any):
-        self.fn, self.before = fn, before
+    def __init__(self, fn: MethodType, before: Any, state: LayerOps):
+        self.fn, self.before, self.state = fn, before, state
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.state.calls += 1
         return self.fn(*args, **kwargs)
 
     def __reduce_ex__(self, protocol: Any) -> tuple:
@@ -127,14 +129,28 @@ class LayerOps:
     """A layer's operations: the rewritten code, one ``OpSite`` each (made on demand), the slots
     their hooks fill, and the forward installed while any slot is filled."""
 
-    __slots__ = ("_layer", "compiled", "sites", "slots", "hooked", "before", "installed", "_inner", "_chain", "_fns", "__weakref__")
+    __slots__ = (
+        "_layer",
+        "compiled",
+        "sites",
+        "slots",
+        "hooked",
+        "before",
+        "installed",
+        "calls",
+        "_inner",
+        "_chain",
+        "_fns",
+        "__weakref__",
+    )
 
     def __init__(self, layer: Any, compiled: Compiled, inner: Any, chain: list):
         self._layer = weakref.ref(layer)
         self.compiled, self._inner, self._chain = compiled, inner, chain
         n = len(compiled.sites)
         self.sites: list[OpSite | None] = [None] * n
-        self.slots: list[Any] = [None] * n  # None, or [pre, post, site]
+        self.slots: list[Any] = [None] * n  # None, or [pre, post, site, times run, layer calls when placed]
+        self.calls = 0  # calls of the installed forward
         self._fns = tuple(s.fn for s in compiled.sites)
         self.hooked = 0
         self.before: Any = _NONE
@@ -150,7 +166,7 @@ class LayerOps:
     def place(self, site: OpSite, slot: int, fn: Callable) -> _Slot:
         entry = self.slots[site.index]
         if entry is None:
-            entry = self.slots[site.index] = [None, None, site]
+            entry = self.slots[site.index] = [None, None, site, 0, self.calls]
         if entry[slot] is None:
             self.hooked += 1
         entry[slot] = fn
@@ -166,6 +182,8 @@ class LayerOps:
         self.hooked -= 1
         if entry[0] is None and entry[1] is None:
             self.slots[index] = None
+            if entry[3] == 0 and self.calls > entry[4] and entry[2].exact:
+                _never_ran(entry[2], self.calls - entry[4])
         if self.hooked == 0:
             self._restore()
 
@@ -178,7 +196,8 @@ class LayerOps:
                 fn = fns[i]
             if entry is None:
                 return fn(*args, **kwargs)
-            pre, post, site = entry
+            entry[3] += 1
+            pre, post, site = entry[0], entry[1], entry[2]
             if pre is not None:
                 changed = pre(site, args, kwargs)
                 if changed is not None:
@@ -199,7 +218,7 @@ class LayerOps:
         fn = build(self._inner, self._chain, self.compiled, self._dispatch())
         d = layer.__dict__
         self.before = d.get("forward", _NONE)
-        self.installed = d["forward"] = _Installed(MethodType(fn, layer), self.before)
+        self.installed = d["forward"] = _Installed(MethodType(fn, layer), self.before, self)
 
     def _restore(self) -> None:
         layer, installed = self._layer(), self.installed
@@ -214,6 +233,16 @@ class LayerOps:
         else:
             d["forward"] = self.before
         self.before = _NONE
+
+
+def _never_ran(site: OpSite, calls: int) -> None:
+    from hookkit.core.user_frame import warn_user
+
+    warn_user(
+        f"hookkit: operation {site.layer_name + '::' + site.name!r} never ran in the {calls} call(s) of its layer's forward while it was hooked "
+        "(a branch not taken?): nothing was read or changed there. hookkit.ops(model, layer) shows where it is.",
+        RuntimeWarning,
+    )
 
 
 _states: IdentityWeakMap[LayerOps] = IdentityWeakMap()

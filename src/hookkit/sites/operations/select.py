@@ -40,6 +40,7 @@ def select_operations(model: Any, layers: Any, select: Callable, selection: type
         if not op_spec or SEP in op_spec:
             raise LayerNotFound(spec, [], f"an operation is named 'layer{SEP}operation', e.g. 'h.0{SEP}add_0'")
         named = select(model, layer_spec)
+        exact = not any(c in op_spec for c in "*?[")
         hits = 0
         names: list[str] = []
         for lname, layer in named:
@@ -47,7 +48,7 @@ def select_operations(model: Any, layers: Any, select: Callable, selection: type
             for i, s in enumerate(state.compiled.sites):
                 if s.name == op_spec or fnmatch.fnmatchcase(s.name, op_spec):
                     site = state.site(i)
-                    site.layer_name = lname
+                    site.layer_name, site.exact = lname, exact
                     chosen[lname + SEP + s.name] = ((order.get(lname, -1), i), site)
                     hits += 1
             names.extend(s.name for s in state.compiled.sites)
