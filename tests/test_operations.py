@@ -444,3 +444,19 @@ def test_torch_compile_sees_operation_sites(torch_fw):
     close(fw, cap["block::gelu_0"], fw.F.gelu(cap.calls("block::gelu_0")[0].inputs[0]))
     close(fw, edited, model.head(model.other(fw.tensor(np.zeros((2, 6))))))
     close(fw, compiled(x), plain)  # removed: the compiled model runs the class's forward again
+
+
+def test_paddle_encoder_layer_residual_add(paddle_fw):
+    import paddle
+
+    fw = paddle_fw
+    fw.seed(0)
+    layer = paddle.nn.TransformerEncoder(paddle.nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0), 2)
+    layer.eval()
+    listed = hookkit.ops(layer, "layers.0")
+    assert listed["add_0"].line == "src = residual + self.dropout1(src)" and listed["self_attn_0"].kind == "submodule"
+    with hookkit.capture(layer, ["layers.*::add_0", "layers.*.norm1"], inputs=True) as cap:
+        layer(fw.randn(2, 5, 8))
+    for i in range(2):  # post-norm: the residual add after attention is what norm1 normalizes
+        close(fw, cap[f"layers.{i}::add_0"], cap.calls(f"layers.{i}.norm1")[0].inputs[0], rtol=0, atol=0)
+    assert "forward" not in layer.layers[0].__dict__

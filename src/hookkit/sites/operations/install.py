@@ -141,6 +141,7 @@ class LayerOps:
         "_inner",
         "_chain",
         "_fns",
+        "_built",
         "__weakref__",
     )
 
@@ -155,6 +156,7 @@ class LayerOps:
         self.hooked = 0
         self.before: Any = _NONE
         self.installed: _Installed | None = None
+        self._built: Any = None  # the rewritten forward, built at the first install, kept (it reads the slots)
 
     def site(self, index: int) -> OpSite:
         site = self.sites[index]
@@ -215,7 +217,9 @@ class LayerOps:
         layer = self._layer()
         if layer is None:
             return
-        fn = build(self._inner, self._chain, self.compiled, self._dispatch())
+        fn = self._built
+        if fn is None:
+            fn = self._built = build(self._inner, self._chain, self.compiled, self._dispatch())
         d = layer.__dict__
         self.before = d.get("forward", _NONE)
         self.installed = d["forward"] = _Installed(MethodType(fn, layer), self.before, self)
