@@ -140,13 +140,26 @@ class StructureAligner:
         return self.skipped + [k for k, _ in self.calls[self.pos :]]
 
 
+def _operations_in(b: Any, layers: Any) -> list:
+    """``b``'s operation sites ("layer::op", see ``hookkit.ops``) that ``layers`` names: operations
+    pair by spec."""
+    found: list = []
+    for spec in layers if isinstance(layers, list) else [layers]:
+        if isinstance(spec, str) and "::" in spec:
+            try:
+                found += select(b, spec)
+            except LookupError:
+                pass
+    return found
+
+
 class Plan:
     """Which layers of each model take part (``layers_a``, ``layers_b``), how they pair (``mode``: "name",
     "map" or "structure"), and for name / map pairing which of ``a``'s layers each ``b`` layer answers to."""
 
     def __init__(self, a: Any, be_a: Any, b: Any, be_b: Any, layers: LayerSpec | None, map: Map):
         sel_a = _with_forward(a, be_a, ALL if layers is None else layers)
-        all_b = _with_forward(b, be_b, ALL)
+        all_b = _with_forward(b, be_b, ALL) + _operations_in(b, layers)
         self.b_to_a: dict[str, list[str]] = {}
         known_b = {n for n, _ in all_b if n}
         leaves_a = [n for n, _ in _leaves(sel_a, be_a) if n]
