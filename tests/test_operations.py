@@ -460,3 +460,39 @@ def test_paddle_encoder_layer_residual_add(paddle_fw):
     for i in range(2):  # post-norm: the residual add after attention is what norm1 normalizes
         close(fw, cap[f"layers.{i}::add_0"], cap.calls(f"layers.{i}.norm1")[0].inputs[0], rtol=0, atol=0)
     assert "forward" not in layer.layers[0].__dict__
+
+
+def test_values_equal_nnsight_source(torch_fw):
+    """Against nnsight's ``.source`` (a benchmark peer: skipped where it is not installed; the tests
+    above check the same values against hand computations)."""
+    nnsight = pytest.importorskip("nnsight")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
+            vocab_size=50, max_position_embeddings=32, attn_implementation="eager",
+        )
+    ).eval()  # fmt: skip
+    x = ids()
+    for model, ours, theirs in [
+        (gpt2(), ["transformer.h.1::add_0"], lambda m: [m.transformer.h[1].source.hidden_states_1]),
+        (
+            llama,
+            ["model.layers.1.self_attn::apply_rotary_pos_emb_0", "model.layers.1::add_0"],  # in execution order, as nnsight wants
+            lambda m: [m.model.layers[1].self_attn.source.apply_rotary_pos_emb_0, m.model.layers[1].source.hidden_states_1],
+        ),
+    ]:
+        wrapped = nnsight.NNsight(copy.deepcopy(model))  # nnsight keeps its forward on the instances: its own copy
+        saved: list = []
+        with torch.no_grad(), wrapped.trace(x):
+            for op in theirs(wrapped):
+                saved.append(op.output.save())
+        with torch.no_grad(), hookkit.capture(model, ours) as cap:
+            model(x)
+        for name, value in zip(ours, saved):
+            mine = cap[name]
+            for a, b in zip(mine if isinstance(mine, tuple) else (mine,), value if isinstance(value, tuple) else (value,)):
+                assert torch.equal(a, b), name
