@@ -86,24 +86,7 @@ class _Overlay:
             self.red = {overlay.layer}
             self.message = str(overlay)
         elif hasattr(overlay, "layer_stats") and hasattr(overlay, "names"):
-            grads = hasattr(overlay, "param_stats")
-            key = key or ("norm" if grads else "std")
-            self.label = f"{'output gradient' if grads else 'activation'} {key} (mean over records)"
-            for name in overlay.names:
-                series = overlay.layer_stats(name)
-                if key not in series:
-                    from hookkit.core.validate import fail
-
-                    fail(
-                        "graph",
-                        "overlay",
-                        f"a statistic among {', '.join(k for k in series if k not in ('step', 'call', 'records', 'backward'))}",
-                        key,
-                    )
-                v = np.asarray(series[key], dtype=np.float64)
-                v = v[np.isfinite(v)]
-                if v.size:
-                    self.values[name] = float(v.mean())
+            self._statistics(overlay, key)
         else:
             from hookkit.core.validate import ArgumentTypeError, fail
 
@@ -118,6 +101,23 @@ class _Overlay:
         if self.values:
             vs = list(self.values.values())
             self.lo, self.hi = min(vs), max(vs)
+
+    def _statistics(self, stats: Any, key: str | None) -> None:
+        """One value per layer: the mean over records of statistic ``key``."""
+        grads = hasattr(stats, "param_stats")
+        key = key or ("norm" if grads else "std")
+        self.label = f"{'output gradient' if grads else 'activation'} {key} (mean over records)"
+        for name in stats.names:
+            series = stats.layer_stats(name)
+            if key not in series:
+                from hookkit.core.validate import fail
+
+                keys = ", ".join(k for k in series if k not in ("step", "call", "records", "backward"))
+                fail("graph", "overlay", f"a statistic among {keys}", key)
+            v = np.asarray(series[key], dtype=np.float64)
+            v = v[np.isfinite(v)]
+            if v.size:
+                self.values[name] = float(v.mean())
 
     def colour(self, value: float) -> str:
         span = self.hi - self.lo
@@ -142,18 +142,6 @@ def _digraph(g: Graph, overlay: Any) -> Any:
         raise ImportError(
             "hookkit.graph pictures need the graphviz package: pip install 'hookkit[graph]' (and Graphviz's dot program)"
         ) from missing
-    ov = _Overlay(overlay)
-    by_id = {n.id: n for n in g.all_nodes}
-    ids = {n.id: f"n{i}" for i, n in enumerate(g.nodes)}
-    # the names folded into each shown node (a folded block holding the bad or highlighted layer is marked)
-    folded: dict[str, set[str]] = {n.id: {n.name} for n in g.nodes}
-    for n in g.all_nodes:
-        m = n
-        while m.id not in folded and m.parent is not None:
-            m = by_id[m.parent]
-        if m.id in folded:
-            folded[m.id].add(n.name)
-
     dot = graphviz.Digraph(
         "hookkit", graph_attr={"rankdir": "TB", "fontname": "Helvetica", "fontsize": "11", "nodesep": "0.25", "ranksep": "0.3"}
     )
@@ -163,69 +151,99 @@ def _digraph(g: Graph, overlay: Any) -> Any:
     if g.error:
         title += "  —  the forward failed"
     dot.attr(label=_esc(title), labelloc="t", labeljust="l")
+    _Drawing(g, _Overlay(overlay)).draw(dot)
+    return dot
 
-    # clusters: one per expanded call, nested as the calls were
-    clusters: dict[str | None, list[Node]] = {}
-    for n in g.nodes:
-        clusters.setdefault(n.parent if n.kind not in ("input", "output") else None, []).append(n)
-    children_of: dict[str | None, list[str]] = {}
-    for pid in clusters:
-        chain = pid
-        while chain is not None:
-            parent = by_id[chain].parent
-            children_of.setdefault(parent, [])
-            if chain not in children_of[parent]:
-                children_of[parent].append(chain)
-            chain = parent
 
-    cluster_ids: dict[str, int] = {}
+class _Drawing:
+    """What the drawing derives from the graph: dot ids, clusters, folded names, own-code labels."""
 
-    def emit(sub: Any, pid: str | None) -> None:
-        for n in clusters.get(pid, []):
-            _node(sub, ids[n.id], n, ov, folded[n.id], after.get(n.id, ""), hidden.get(n.id, 0))
-        for cid in children_of.get(pid, []):
-            c = by_id[cid]
-            with sub.subgraph(name=f"cluster_c{cluster_ids.setdefault(cid, len(cluster_ids))}") as s:
+    def __init__(self, g: Graph, ov: _Overlay):
+        self.g, self.ov = g, ov
+        self.by_id = {n.id: n for n in g.all_nodes}
+        self.ids = {n.id: f"n{i}" for i, n in enumerate(g.nodes)}
+        self.cluster_ids: dict[str, int] = {}
+        self.folded = self._folded_names()
+        self.clusters, self.children_of = self._clusters()
+        self.hidden = self._hidden_side_inputs()
+        self.after = self._code_labels()
+
+    def _folded_names(self) -> dict[str, set[str]]:
+        """The names folded into each shown node (a folded block holding the bad or highlighted layer is marked)."""
+        folded: dict[str, set[str]] = {n.id: {n.name} for n in self.g.nodes}
+        for n in self.g.all_nodes:
+            m = n
+            while m.id not in folded and m.parent is not None:
+                m = self.by_id[m.parent]
+            if m.id in folded:
+                folded[m.id].add(n.name)
+        return folded
+
+    def _clusters(self) -> tuple[dict[str | None, list[Node]], dict[str | None, list[str]]]:
+        """One cluster per expanded call, nested as the calls were: shown nodes per cluster, clusters per cluster."""
+        clusters: dict[str | None, list[Node]] = {}
+        for n in self.g.nodes:
+            clusters.setdefault(n.parent if n.kind not in ("input", "output") else None, []).append(n)
+        children_of: dict[str | None, list[str]] = {}
+        for pid in clusters:
+            chain = pid
+            while chain is not None:
+                parent = self.by_id[chain].parent
+                siblings = children_of.setdefault(parent, [])
+                if chain not in siblings:
+                    siblings.append(chain)
+                chain = parent
+        return clusters, children_of
+
+    def _hidden_side_inputs(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for e in self.g.edges:
+            if _side(e.dtype):
+                counts[e.src] = counts.get(e.src, 0) + 1
+        return {k: v for k, v in counts.items() if v > _MAX_FAN}
+
+    def _code_labels(self) -> dict[str, str]:
+        """Own-code nodes say after which sublayer they ran ("code@2": after the second one)."""
+        kids: dict[str | None, list[Node]] = {}
+        for n in self.g.all_nodes:
+            if n.kind in ("layer", "op"):
+                kids.setdefault(n.parent, []).append(n)
+        after: dict[str, str] = {}
+        for n in self.g.nodes:
+            if n.kind == "code":
+                k = int(n.id.rpartition("@")[2] or 0)
+                sibs = kids.get(n.parent, [])
+                if 0 < k <= len(sibs):
+                    after[n.id] = f"after {sibs[k - 1].name}" + (f" #{sibs[k - 1].call}" if sibs[k - 1].call else "")
+                else:
+                    after[n.id] = "before its sublayers"
+        return after
+
+    def emit(self, sub: Any, pid: str | None) -> None:
+        for n in self.clusters.get(pid, []):
+            _node(sub, self.ids[n.id], n, self.ov, self.folded[n.id], self.after.get(n.id, ""), self.hidden.get(n.id, 0))
+        for cid in self.children_of.get(pid, []):
+            c = self.by_id[cid]
+            with sub.subgraph(name=f"cluster_c{self.cluster_ids.setdefault(cid, len(self.cluster_ids))}") as s:
                 label = f"{c.name} ({c.type})" + (f" call {c.call}" if c.call else "")
                 s.attr(label=_esc(label), style="rounded,dashed", color="#9ca3af", fontsize="10", fontcolor="#4b5563")
                 if c.error:
                     s.attr(color=_RED, fontcolor=_RED)
-                emit(s, cid)
+                self.emit(s, cid)
 
-    hidden: dict[str, int] = {}
-    for e in g.edges:
-        if _side(e.dtype):
-            hidden[e.src] = hidden.get(e.src, 0) + 1
-    hidden = {k: v for k, v in hidden.items() if v > _MAX_FAN}
-    # own-code nodes say after which sublayer they ran ("code@2": after the second one)
-    kids: dict[str | None, list[Node]] = {}
-    for n in g.all_nodes:
-        if n.kind in ("layer", "op"):
-            kids.setdefault(n.parent, []).append(n)
-    after: dict[str, str] = {}
-    for n in g.nodes:
-        if n.kind == "code":
-            k = int(n.id.rpartition("@")[2] or 0)
-            sibs = kids.get(n.parent, [])
-            after[n.id] = (
-                f"after {sibs[k - 1].name}" + (f" #{sibs[k - 1].call}" if sibs[k - 1].call else "")
-                if 0 < k <= len(sibs)
-                else "before its sublayers"
-            )
-
-    emit(dot, None)
-    for e in g.edges:
-        attrs = {"label": f"×{e.count}"} if e.count > 1 else {}
-        if _side(e.dtype) and e.src in hidden:
-            continue  # one mask or position tensor handed to every block: said on its source instead
-        if _side(e.dtype):
-            # ids, masks, positions: side inputs, drawn light and left out of the layout's ranks
-            attrs.update(style="dotted", color="#b6bcc6", constraint="false")
-        tip = f"{e.src} -> {e.dst}: {e.shape} {e.dtype}"
-        dot.edge(ids[e.src], ids[e.dst], tooltip=_esc(tip), **attrs)
-    if ov.values:
-        _legend(dot, ov)
-    return dot
+    def draw(self, dot: Any) -> None:
+        self.emit(dot, None)
+        for e in self.g.edges:
+            attrs = {"label": f"×{e.count}"} if e.count > 1 else {}
+            if _side(e.dtype):
+                if e.src in self.hidden:
+                    continue  # one mask or position tensor handed to every block: said on its source instead
+                # ids, masks, positions: side inputs, drawn light and left out of the layout's ranks
+                attrs.update(style="dotted", color="#b6bcc6", constraint="false")
+            tip = f"{e.src} -> {e.dst}: {e.shape} {e.dtype}"
+            dot.edge(self.ids[e.src], self.ids[e.dst], tooltip=_esc(tip), **attrs)
+        if self.ov.values:
+            _legend(dot, self.ov)
 
 
 def _side(dtype: str) -> bool:

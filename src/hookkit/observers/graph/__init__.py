@@ -63,9 +63,31 @@ def graph(
     hooked = list(select(model, ALL))
     if ops is not None:
         hooked += _op_sites(model, ops)
-    params = _param_counts(be, named)
-    rec = GraphRecorder(be, params, _arg_names(model))
-    layers = [m for _, m in named]
+    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model))
+    exc = _record(model, be, [m for _, m in named], hooked, rec, args, kwargs, mode)
+    error = place = None
+    if exc is not None:
+        where = rec.fail(exc)
+        error = f"{type(exc).__name__}: {exc}"
+        place = f"in layer {where!r}" if where else "in the model's own code, outside every layer"
+    result = Graph(rec.nodes, rec.edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
+    rec.release()
+    if exc is not None:
+        if raise_errors:
+            add_note(exc, f"hookkit.graph: the forward failed {place}; the partial graph is exc.hookkit_graph")
+            exc.hookkit_graph = result  # type: ignore[attr-defined]
+            raise exc
+        warn_user(
+            f"graph(): the forward failed {place}: {error} (the graph returned stops there; raise_errors=True re-raises)", GraphWarning
+        )
+    return result
+
+
+def _record(
+    model: Any, be: Any, layers: list, hooked: list, rec: GraphRecorder, args: tuple, kwargs: dict, mode: str
+) -> BaseException | None:
+    """The observed forward; the model's modes (and, after a training-mode forward, its buffers)
+    put back, every hook removed, also when it raises. Returns the forward's exception."""
     modes = [be.is_training(m) for m in layers]
     switch = mode != "same" and any(t != (mode == "train") for t in modes)
     # buffers can change only in a training-mode forward (BatchNorm's statistics): saved then, put back
@@ -83,7 +105,7 @@ def graph(
                 output = model(*args, **kwargs)
             if not rec.outputs_done:  # the root's hook did not run (a wrapper returned early): outputs from here
                 rec.finish_outputs(output)
-        except Exception as e:  # noqa: BLE001 - returned on the graph, or re-raised below
+        except Exception as e:  # noqa: BLE001 - returned on the graph, or re-raised by graph()
             exc = e
         finally:
             for h in handles:
@@ -95,22 +117,7 @@ def graph(
                 for m, training in zip(layers, modes):
                     if be.is_training(m) != training:
                         m.training = training
-    error = None
-    if exc is not None:
-        where = rec.fail(exc)
-        error = f"{type(exc).__name__}: {exc}"
-        place = f"in layer {where!r}" if where else "in the model's own code, outside every layer"
-    result = Graph(rec.nodes, rec.edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
-    rec.release()
-    if exc is not None:
-        if raise_errors:
-            add_note(exc, f"hookkit.graph: the forward failed {place}; the partial graph is exc.hookkit_graph")
-            exc.hookkit_graph = result  # type: ignore[attr-defined]
-            raise exc
-        warn_user(
-            f"graph(): the forward failed {place}: {error} (the graph returned stops there; raise_errors=True re-raises)", GraphWarning
-        )
-    return result
+    return exc
 
 
 def _inputs(be: Any, inputs: Any) -> tuple[tuple, dict]:
