@@ -188,6 +188,44 @@ def test_a_layer_called_in_a_loop(fw):
     assert [g.node(f"block:{i}").call for i in range(3)] == [0, 1, 2]
 
 
+def test_operation_sites_are_nodes_inside_their_layer(fw):
+    """ops=: the residual add and a functional relu become nodes; the own-code guess is gone."""
+
+    class Block(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = fw.nn.LayerNorm(4), fw.linear(4, 4)
+
+        def forward(self, x):
+            return x + fw.F.relu(self.fc(self.ln(x)))
+
+    class M(fw.Layer):
+        def __init__(self):
+            super().__init__()
+            self.block, self.head = Block(), fw.linear(4, 2)
+
+        def forward(self, x):
+            return self.head(self.block(x))
+
+    model = M()
+    listed = {o.kind: o.name for o in hookkit.ops(model, "block")}
+    relu, add = f"block::{listed['function']}:0", f"block::{listed['operator']}:0"
+    g = hookkit.graph(model, fw.randn(2, 4), depth=2, ops="block::*")
+    assert g.edge_pairs() == [
+        ("input:x", "block.ln:0"),
+        ("block.ln:0", "block.fc:0"),
+        ("block.fc:0", relu),
+        ("input:x", add),  # the residual, now seen where it happens
+        (relu, add),
+        (add, "head:0"),
+        ("head:0", "output:output"),
+    ]
+    assert (g.node(add).kind, g.node(add).type, g.node(add).parent, g.node(add).shapes) == ("op", "+", "block:0", [[2, 4]])
+    assert [n.id for n in g.at_depth(1).nodes] == ["input:x", "block:0", "head:0", "output:output"]
+    assert "forward" not in vars(model.block)  # the rewritten forward is gone with the hooks
+    assert hookkit.core.router.attached(model.block) == dict.fromkeys(hookkit.core.router.EVENTS, 0)
+
+
 def test_views_and_eval_dropout_keep_their_producer(torch_fw):
     fw = torch_fw
     nn = fw.nn
@@ -270,8 +308,8 @@ def test_arguments_are_checked(torch_fw):
         hookkit.graph(model, torch_fw.randn(2, 5), depth=0)
     with pytest.raises(TypeError, match="inputs"):
         hookkit.graph(model, "x")
-    with pytest.raises(NotImplementedError, match="issue 40"):
-        hookkit.graph(model, torch_fw.randn(2, 5), ops="0::add")
+    with pytest.raises(hookkit.LayerNotFound):
+        hookkit.graph(model, torch_fw.randn(2, 5), ops="9::add_0")
     g = hookkit.graph(model, torch_fw.randn(2, 5))
     with pytest.raises(KeyError, match="close"):
         g.node("0:9")

@@ -7,7 +7,7 @@ from typing import Any
 
 from hookkit.core import router
 from hookkit.core.entry import public_entry
-from hookkit.core.errors import LayerNotFound, add_note
+from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, LayerSpec, select
 from hookkit.core.types import Layer
 from hookkit.core.user_frame import warn_user
@@ -41,7 +41,8 @@ def graph(
     outputs, and the tensors flowing between them, matched by identity.
 
     ``inputs``: a tensor, a tuple/list of positional inputs, or a dict of keyword inputs.
-    ``ops``: operation sites (``"layer::op"`` specs, issue 40) drawn as nodes inside their layer.
+    ``ops``: operation sites inside layers (``"h.*.attn::*"``, ``"block::add_0"``: see ``hookkit.ops``)
+    drawn as nodes inside their layer (``kind`` "op", ``type`` what it calls: ``"torch.relu"``, ``"+"``).
     ``mode``: "eval" (default), "train" or "same"; the forward runs without gradients and the
     model's modes and buffers are put back afterwards. ``overlay``: drawn on the picture (see
     ``Graph.with_overlay``).
@@ -61,9 +62,11 @@ def graph(
 
     named = list(be.named_layers(model))
     hooked = list(select(model, ALL))
+    op_calls: dict[str, str] = {}
     if ops is not None:
-        hooked += _op_sites(model, ops)
-    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model))
+        sites, op_calls = _op_sites(model, ops)
+        hooked += sites
+    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model), op_calls)
     exc = _record(model, be, [m for _, m in named], hooked, rec, args, kwargs, mode)
     error = place = None
     if exc is not None:
@@ -157,15 +160,24 @@ def _param_counts(be: Any, named: list[tuple[str, Any]]) -> dict[int, int]:
     return {k: sum(v.values()) for k, v in own.items()}
 
 
-def _op_sites(model: Any, ops: LayerSpec) -> list[tuple[str, Any]]:
-    """Operation sites ("layer::op") as pseudo-layers the router hooks: each becomes a node inside its layer."""
-    try:
-        return list(select(model, ops))
-    except LayerNotFound as e:
-        specs = ops if isinstance(ops, (list, tuple)) else [ops]
-        if any(isinstance(s, str) and "::" in s for s in specs):
-            raise NotImplementedError(
-                "graph(ops=...): operation sites ('layer::op' specs) come with hookkit's operation sites (issue 40), "
-                "not available in this build; pass layer names only, or ops=None"
-            ) from e
-        raise
+def _op_sites(model: Any, ops: LayerSpec) -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """Operation sites (``"layer::op"`` specs, ``hookkit.ops``) as the pseudo-layers the router hooks,
+    and what each calls as written (``"torch.relu"``, ``"+"``): each becomes a node inside its layer.
+    A site that is a sublayer's call is left out: that call is a node already."""
+    from hookkit.sites.operations import SEP
+    from hookkit.sites.operations import ops as listing
+
+    found, calls = [], {}
+    listings: dict[str, Any] = {}
+    for name, site in select(model, ops):
+        layer_name, sep, op_name = name.rpartition(SEP)
+        if not sep:  # a layer spec among the operations: its calls are nodes already
+            continue
+        if layer_name not in listings:
+            listings[layer_name] = listing(model, layer_name)
+        op = listings[layer_name][op_name]
+        if op.kind == "submodule":
+            continue
+        found.append((name, site))
+        calls[name] = op.call
+    return found, calls

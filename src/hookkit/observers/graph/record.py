@@ -101,8 +101,8 @@ def tensors_in(obj: Any, is_tensor: Any, out: list[Any], depth: int = 0) -> list
 class GraphRecorder:
     """The consumers of one recorded forward (``pre``/``post`` on every layer; ``root_pre``/``root_post`` on the model)."""
 
-    def __init__(self, be: Backend, params: dict[int, int], arg_names: list[str]):
-        self.be, self.params, self.arg_names = be, params, arg_names
+    def __init__(self, be: Backend, params: dict[int, int], arg_names: list[str], op_calls: dict[str, str] | None = None):
+        self.be, self.params, self.arg_names, self.op_calls = be, params, arg_names, op_calls or {}
         self.view_base = be.view_base
         self.nodes: list[Node] = []
         self.edges: list[Edge] = []
@@ -232,11 +232,9 @@ class GraphRecorder:
             return
         frame = self.stack[-1] if self.stack else self.root
         parent = frame.node
-        kind = "op" if "::" in name else "layer"
-        try:
-            type_name = self.be.type_name(ev.layer)
-        except Exception:  # noqa: BLE001 - a pseudo-layer of an operation site may have no class name to give
-            type_name = type(ev.layer).__name__
+        op_call = self.op_calls.get(name)
+        kind = "layer" if op_call is None else "op"
+        type_name = self.be.type_name(ev.layer) if op_call is None else op_call
         node = Node(
             id=f"{name}:{ev.call}",
             kind=kind,
