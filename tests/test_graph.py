@@ -441,14 +441,14 @@ def test_gradient_norm_overlay(fw):
 
 @needs_dot
 def test_report_section(torch_fw, tmp_path):
-    fw = torch_fw
-    model = fw.small_cnn()
-    acts = hookkit.ActivationStats(model, "fc")  # one layer: one figure to draw
-    model(fw.randn(4, 1, 8, 8))
-    acts.remove()
-    g = hookkit.graph(model, fw.randn(2, 1, 8, 8))
-    html = hookkit.report(acts, tmp_path / "r.html", graph=g).read_text(encoding="utf-8")
-    assert '<section id="graph">' in html and "<svg" in html and "conv1" in html
+    _, _, Broken = models(torch_fw)
+    with pytest.warns(hookkit.GraphWarning):
+        g = hookkit.graph(Broken(), torch_fw.randn(2, 4))
+    html = hookkit.report([], tmp_path / "r.html", graph=g).read_text(encoding="utf-8")  # the graph alone
+    assert '<section id="graph">' in html and "<svg" in html and "fc2" in html
+    assert "The forward failed: RuntimeError" in html
+    with pytest.raises(TypeError, match="graph"):
+        hookkit.report([], tmp_path / "r.html", graph="g")
 
 
 @needs_dot

@@ -63,7 +63,7 @@ def report(
     ("conv1 (Conv2d)"). ``scalars``: your own curves, ``{"loss": [...], "accuracy": [...]}`` (one value
     per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
     ``graph``: a ``hookkit.graph(...)`` result, drawn as a section (coloured by the activation
-    statistics given, when it has no overlay of its own).
+    statistics given, when it has no overlay of its own); ``report([], path, graph=g)``: the graph alone.
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
