@@ -347,6 +347,10 @@ def test_the_model_comes_back_as_it_was(torch_fw):
     g = hookkit.graph(model, fw.randn(2, 1, 8, 8))
     assert model.training and all(m.training for m in model.modules())
     assert all(np.array_equal(before[k].numpy(), v.numpy()) for k, v in model.state_dict().items())
+    model.eval()
+    hookkit.graph(model, fw.randn(2, 1, 8, 8), mode="train")  # BatchNorm updates its statistics: put back
+    assert not any(m.training for m in model.modules())
+    assert all(np.array_equal(before[k].numpy(), v.numpy()) for k, v in model.state_dict().items())
     assert [n.name for n in g.nodes if n.kind == "layer"] == ["conv1", "bn1", "relu1", "pool1", "conv2", "relu2", "pool2", "flatten", "fc"]
 
 
