@@ -424,6 +424,16 @@ def test_svg_html_dot_json_and_escaping(torch_fw, tmp_path):
         g.save(tmp_path / "g.png")
 
 
+def test_without_graphviz_the_data_still_works(torch_fw, monkeypatch):
+    g = hookkit.graph(torch_fw.mlp(), torch_fw.randn(2, 5))
+    monkeypatch.setattr(shutil, "which", lambda name: None)  # no dot program on PATH
+    if HAS_GRAPHVIZ:
+        with pytest.raises(ImportError, match="apt-get install graphviz"):
+            g.svg()
+    assert g._repr_svg_() is None and g._repr_html_() is None  # notebooks fall back to the text repr
+    assert "digraph" in g.source() if HAS_GRAPHVIZ else g.to_dict()["edges"]
+
+
 @needs_dot
 def test_overlays(torch_fw):
     fw = torch_fw

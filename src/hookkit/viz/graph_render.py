@@ -26,7 +26,12 @@ import numpy as np
 if TYPE_CHECKING:
     from hookkit.observers.graph.model import Graph, Node
 
-__all__ = ["dot_source", "html_fragment", "render_svg", "save"]
+__all__ = ["GraphvizMissing", "dot_source", "html_fragment", "render_svg", "save"]
+
+
+class GraphvizMissing(ImportError):
+    """The ``graphviz`` package or Graphviz's ``dot`` program is not installed (the message says how to get it)."""
+
 
 # a colour-blind-safe sequential scale (viridis at 8 stops), low to high
 _SCALE = ["#440154", "#46327e", "#365c8d", "#277f8e", "#1fa187", "#4ac16d", "#a0da39", "#fde725"]
@@ -139,7 +144,7 @@ def _digraph(g: Graph, overlay: Any) -> Any:
     try:
         import graphviz
     except ImportError as missing:
-        raise ImportError(
+        raise GraphvizMissing(
             "hookkit.graph pictures need the graphviz package: pip install 'hookkit[graph]' (and Graphviz's dot program)"
         ) from missing
     dot = graphviz.Digraph(
@@ -308,7 +313,7 @@ def _legend(dot: Any, ov: _Overlay) -> None:
 
 def _check_dot() -> None:
     if shutil.which("dot") is None:
-        raise RuntimeError(
+        raise GraphvizMissing(
             "hookkit.graph pictures need Graphviz's dot program, not found on PATH "
             "(Debian/Ubuntu: apt-get install graphviz; macOS: brew install graphviz; conda: conda install graphviz); "
             "Graph.source() and Graph.to_dict() work without it"

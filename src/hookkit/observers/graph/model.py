@@ -174,13 +174,22 @@ class Graph:
 
         return save(self, path, self.overlay if overlay is None else overlay)
 
-    def _repr_svg_(self) -> str:
-        return self.svg()
+    def _repr_svg_(self) -> str | None:
+        """The picture in notebooks; None (the text repr) without Graphviz, which ``svg()`` names."""
+        from hookkit.viz.graph_render import GraphvizMissing
 
-    def _repr_html_(self) -> str:
-        from hookkit.viz.graph_render import html_fragment
+        try:
+            return self.svg()
+        except GraphvizMissing:
+            return None
 
-        return html_fragment(self, self.overlay)
+    def _repr_html_(self) -> str | None:
+        from hookkit.viz.graph_render import GraphvizMissing, html_fragment
+
+        try:
+            return html_fragment(self, self.overlay)
+        except GraphvizMissing:
+            return None
 
     def __repr__(self) -> str:
         err = f", error: {self.error}" if self.error else ""
