@@ -496,3 +496,35 @@ def test_values_equal_nnsight_source(torch_fw):
             mine = cap[name]
             for a, b in zip(mine if isinstance(mine, tuple) else (mine,), value if isinstance(value, tuple) else (value,)):
                 assert torch.equal(a, b), name
+
+
+def test_gradients_at_an_operation(fw):
+    model = make_model(fw)
+    x = fw.randn(2, 4, requires_grad=True)
+    with hookkit.capture(model, ["block::add_1", "block"], grads=True) as cap:
+        model(x).sum().backward()
+    # the block returns 2 * add_1 (its decorator doubles the output): d/d add_1 = 2 * d/d output
+    close(fw, cap.grads["block::add_1"], 2 * cap.grads["block"])
+    assert "forward" not in model.block.__dict__
+
+
+def test_deepcopy_while_active(fw):
+    model = make_model(fw)
+    x = fw.randn(2, 4)
+    with hookkit.capture(model, "block::gelu_0") as cap:
+        twin = copy.deepcopy(model)
+        close(fw, twin(x), model(x))
+    assert len(cap.calls("block::gelu_0")) == 1  # the copy fed nothing
+    assert not isinstance(twin.block.__dict__.get("forward"), _Installed)
+    with hookkit.capture(twin, "block::gelu_0") as c2:
+        twin(x)
+    close(fw, c2["block::gelu_0"], cap["block::gelu_0"])
+    assert not isinstance(twin.block.__dict__.get("forward"), _Installed)
+
+
+def test_steps_on_generate(torch_fw):
+    model = gpt2()
+    with hookkit.capture(model, "transformer.h.0::add_0", steps=[1, 2]) as cap:
+        model.generate(ids(1, 4), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert [r.gen_step for r in cap.calls("transformer.h.0::add_0")] == [1, 2]
+    assert all(r.output.shape == (1, 1, 16) for r in cap.calls("transformer.h.0::add_0"))
