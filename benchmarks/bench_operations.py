@@ -108,16 +108,16 @@ def first_rewrite_ms(model: torch.nn.Module) -> tuple[float, float]:
             install._states.pop(b)
         if cold:
             linecache.clearcache()
-        t0 = time.perf_counter()
+        t0 = time.process_time()  # CPU time: the machine is shared
         hookkit.ops(model, "transformer.h.0")
-        return (time.perf_counter() - t0) * 1e3
+        return (time.process_time() - t0) * 1e3
 
     warm = statistics.median(once(False) for _ in range(15))
     cold = statistics.median(once(True) for _ in range(15))
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(100):
         hookkit.ops(model, "transformer.h.0")
-    cached = (time.perf_counter() - t0) * 10
+    cached = (time.process_time() - t0) * 10
     print(f"listing again (cached): {cached:.3f} ms")
     return warm, cold
 

@@ -10,6 +10,7 @@ back what was there (the class is never touched).
 
 from __future__ import annotations
 
+import fnmatch
 import weakref
 from collections.abc import Callable
 from types import MethodType
@@ -142,6 +143,7 @@ class LayerOps:
         "_chain",
         "_fns",
         "_built",
+        "_matches",
         "__weakref__",
     )
 
@@ -157,6 +159,7 @@ class LayerOps:
         self.before: Any = _NONE
         self.installed: _Installed | None = None
         self._built: Any = None  # the rewritten forward, built at the first install, kept (it reads the slots)
+        self._matches: dict[str, tuple[int, ...]] = {}
 
     def site(self, index: int) -> OpSite:
         site = self.sites[index]
@@ -164,6 +167,16 @@ class LayerOps:
             layer = self._layer()
             site = self.sites[index] = OpSite(layer, self, index, self.compiled.sites[index].name)
         return site
+
+    def matching(self, pattern: str) -> tuple[int, ...]:
+        """The indices of the operations whose name matches ``pattern`` (a name or glob), kept."""
+        found = self._matches.get(pattern)
+        if found is None:
+            if len(self._matches) > 64:
+                self._matches.clear()
+            names = [s.name for s in self.compiled.sites]
+            found = self._matches[pattern] = tuple(i for i, n in enumerate(names) if n == pattern or fnmatch.fnmatchcase(n, pattern))
+        return found
 
     def place(self, site: OpSite, slot: int, fn: Callable) -> _Slot:
         entry = self.slots[site.index]
