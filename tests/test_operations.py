@@ -528,3 +528,16 @@ def test_steps_on_generate(torch_fw):
         model.generate(ids(1, 4), max_new_tokens=3, do_sample=False, pad_token_id=0)
     assert [r.gen_step for r in cap.calls("transformer.h.0::add_0")] == [1, 2]
     assert all(r.output.shape == (1, 1, 16) for r in cap.calls("transformer.h.0::add_0"))
+
+
+def test_other_hooks_untouched(torch_fw):
+    fw = torch_fw
+    model = make_model(fw)
+    fired = []
+    native = model.block.register_forward_hook(lambda m, a, out: fired.append(out))
+    with hookkit.capture(model, "block::add_1") as cap:
+        model(fw.randn(2, 4))
+    model(fw.randn(2, 4))
+    assert len(fired) == 2 and len(model.block._forward_hooks) == 1
+    close(fw, fired[0], 2 * cap["block::add_1"])  # the native hook saw the block's output, made by the rewritten forward
+    native.remove()
