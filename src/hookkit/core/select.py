@@ -162,10 +162,9 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
-    if (isinstance(layers, (str, list))) and _names_operation(layers):  # "layer::op": an operation site (hookkit.sites)
-        from hookkit.sites.operations.select import select_operations
-
-        return select_operations(model, layers, select, Selection)
+    for claims, resolve_kind in _SPEC_KINDS:  # a spec kind of a layer above core: "layer::op" (hookkit.sites)
+        if claims(layers):
+            return resolve_kind(model, layers, select, Selection)
     key = _spec_key(layers)
     kept = _kept.get(model) if key is not None else None
     if kept is not None and key in kept:
@@ -192,10 +191,16 @@ _kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]
 _KEPT_PER_MODEL = 256
 
 
-def _names_operation(layers: str | list) -> bool:
-    if isinstance(layers, str):
-        return "::" in layers
-    return any(isinstance(s, str) and "::" in s for s in layers)
+#: spec kinds that layers above core add (``register_spec_kind``): (claims(spec), resolve(model, spec, select, Selection))
+_SPEC_KINDS: list[tuple[Callable[[Any], bool], Callable[..., Selection]]] = []
+
+
+def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Selection]) -> None:
+    """Teach ``select`` a new kind of spec: where ``claims(spec)`` is true, ``select(model, spec)``
+    returns ``resolve(model, spec, select, Selection)``. The sites layer adds operation sites
+    (``"h.0::add_0"``) this way, so core never imports it."""
+    if (claims, resolve) not in _SPEC_KINDS:
+        _SPEC_KINDS.append((claims, resolve))
 
 
 def _spec_key(layers: Any) -> Any:

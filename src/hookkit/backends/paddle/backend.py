@@ -91,7 +91,7 @@ class PaddleBackend(PaddleOps, Backend):
 
     # -- hookkit.summary ------------------------------------------------------------------------
     def mult_add_counter(self) -> Any:
-        from hookkit.backends.paddle.flops import PaddleRuleCounter
+        from hookkit.backends.paddle.flops import PaddleRuleCounter  # lazy: only hookkit.summary counts mult-adds, on its first use
 
         return PaddleRuleCounter()
 
