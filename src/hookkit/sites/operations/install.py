@@ -11,11 +11,13 @@ back what was there (the class is never touched).
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import weakref
 from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
+from hookkit.core.user_frame import warn_user
 from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.sites.operations.rewrite import Compiled, SourceUnavailable, build, compiled_for, unwrap
 
@@ -110,15 +112,13 @@ class _Installed:
         self.state.calls += 1
         return self.fn(*args, **kwargs)
 
-    def __reduce_ex__(self, protocol: Any) -> tuple:
+    def __reduce__(self) -> tuple:
         if self.before is _NONE:  # getattr(copy, "forward") while the copy's __dict__ is still empty: the class's
             return (getattr, (self.fn.__self__, "forward"))
         return (_same, (self.before,))
 
     @property
     def __signature__(self) -> Any:  # generate() and friends inspect the forward's signature
-        import inspect
-
         return inspect.signature(self.fn)
 
 
@@ -253,8 +253,6 @@ class LayerOps:
 
 
 def _never_ran(site: OpSite, calls: int) -> None:
-    from hookkit.core.user_frame import warn_user
-
     warn_user(
         f"hookkit: operation {site.layer_name + '::' + site.name!r} never ran in the {calls} call(s) of its layer's forward while it was hooked "
         "(a branch not taken?): nothing was read or changed there. hookkit.ops(model, layer) shows where it is.",

@@ -19,7 +19,7 @@ import operator
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import CodeType, FunctionType
+from types import CellType, CodeType, FunctionType
 from typing import Any
 
 from hookkit.core.errors import HookkitError
@@ -291,8 +291,6 @@ def like(fn: FunctionType, code: CodeType, closure: tuple | None) -> FunctionTyp
 def build(inner: FunctionType, chain: list[tuple[FunctionType, int]], compiled: Compiled, dispatch: Callable) -> FunctionType:
     """The rewritten forward with its decorators rebuilt around it, calling ``dispatch`` per
     operation. Fresh wrappers: the class's own are shared by every instance and stay untouched."""
-    from types import CellType
-
     cells = dict(zip(inner.__code__.co_freevars, inner.__closure__ or ()))
     cells[OP] = CellType(dispatch)
     built = like(inner, compiled.code, tuple(cells[n] for n in compiled.code.co_freevars) or None)

@@ -35,33 +35,39 @@ def select_operations(model: Any, layers: Any, select: Callable, selection: type
         for name, layer in select(model, plain):
             chosen[name] = ((order.get(name, -1), -1), layer)
     for spec in specs:
-        if not (isinstance(spec, str) and SEP in spec):
-            continue
-        layer_spec, _, op_spec = spec.partition(SEP)
-        if not op_spec or SEP in op_spec:
-            raise LayerNotFound(spec, [], f"an operation is named 'layer{SEP}operation', e.g. 'h.0{SEP}add_0'")
-        named = select(model, layer_spec)
-        exact = not any(c in op_spec for c in "*?[")
-        hits = 0
-        names: list[str] = []
-        for lname, layer in named:
-            state = layer_ops(layer, lname)
-            for i in state.matching(op_spec):
-                site = state.site(i)
-                site.layer_name, site.exact = lname, exact
-                chosen[lname + SEP + site.name] = ((order.get(lname, -1), i), site)
-                hits += 1
-            if not hits:
-                names.extend(s.name for s in state.compiled.sites)
-        if not hits:
-            shown = layer_spec if len(named) == 1 else f"{layer_spec} ({len(named)} layers)"
-            close = close_matches(op_spec, sorted(set(names)))
-            raise LayerNotFound(
-                spec,
-                [named[0][0] + SEP + n for n in close] if len(named) == 1 else close,
-                f"no operation {op_spec!r} in the forward of {shown}; hookkit.ops(model, layer) lists them",
-            )
+        if isinstance(spec, str) and SEP in spec:
+            _operations(model, spec, select, order, chosen)
     return selection(pair for _, pair in sorted(((k, (n, t)) for n, (k, t) in chosen.items()), key=lambda kv: kv[0]))
+
+
+def _operations(model: Any, spec: str, select: Callable, order: Any, chosen: dict) -> None:
+    """Add the operation sites ``spec`` ("layer glob::operation glob") names to ``chosen``."""
+    layer_spec, _, op_spec = spec.partition(SEP)
+    if not op_spec or SEP in op_spec:
+        raise LayerNotFound(spec, [], f"an operation is named 'layer{SEP}operation', e.g. 'h.0{SEP}add_0'")
+    named = select(model, layer_spec)
+    exact = not any(c in op_spec for c in "*?[")
+    hits = 0
+    for lname, layer in named:
+        state = layer_ops(layer, lname)
+        for i in state.matching(op_spec):
+            site = state.site(i)
+            site.layer_name, site.exact = lname, exact
+            chosen[lname + SEP + site.name] = ((order.get(lname, -1), i), site)
+            hits += 1
+    if not hits:
+        _none_matched(spec, layer_spec, op_spec, named)
+
+
+def _none_matched(spec: str, layer_spec: str, op_spec: str, named: list) -> None:
+    names = sorted({s.name for lname, layer in named for s in layer_ops(layer, lname).compiled.sites})
+    shown = layer_spec if len(named) == 1 else f"{layer_spec} ({len(named)} layers)"
+    close = close_matches(op_spec, names)
+    raise LayerNotFound(
+        spec,
+        [named[0][0] + SEP + n for n in close] if len(named) == 1 else close,
+        f"no operation {op_spec!r} in the forward of {shown}; hookkit.ops(model, layer) lists them",
+    )
 
 
 class _InOrder(dict):
