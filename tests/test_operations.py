@@ -541,3 +541,23 @@ def test_other_hooks_untouched(torch_fw):
     assert len(fired) == 2 and len(model.block._forward_hooks) == 1
     close(fw, fired[0], 2 * cap["block::add_1"])  # the native hook saw the block's output, made by the rewritten forward
     native.remove()
+
+
+def test_a_class_forward_patched_later_is_rewritten_again(torch_fw):
+    import torch
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    m = Twice()
+    assert hookkit.ops(m, m).names == ["mul_0"]
+
+    def forward(self, x):
+        return x + 1
+
+    Twice.forward = forward
+    assert hookkit.ops(m, m).names == ["add_0"]
+    with hookkit.capture(m, "::add_0") as cap:
+        m(torch.ones(2))
+    close(torch_fw, cap["::add_0"], torch.full((2,), 2.0))

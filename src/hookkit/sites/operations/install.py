@@ -144,6 +144,7 @@ class LayerOps:
         "_fns",
         "_built",
         "_matches",
+        "origin",
         "__weakref__",
     )
 
@@ -160,6 +161,7 @@ class LayerOps:
         self.installed: _Installed | None = None
         self._built: Any = None  # the rewritten forward, built at the first install, kept (it reads the slots)
         self._matches: dict[str, tuple[int, ...]] = {}
+        self.origin: Any = None  # the forward this was rewritten from
 
     def site(self, index: int) -> OpSite:
         site = self.sites[index]
@@ -267,13 +269,9 @@ def layer_ops(layer: Any, name: str) -> LayerOps:
     """The operations of ``layer`` (named ``name`` in errors), rewritten on first use; an error
     naming the layer and why when its forward has no readable Python source."""
     state = _states.get(layer)
-    if state is not None:
-        return state
-    d = getattr(layer, "__dict__", {})
-    own = d.get("forward")
-    if isinstance(own, _Installed):  # a copy made by hand of an installed one: start from what was there
-        own = None if own.before is _NONE else own.before
-    forward = own if own is not None else getattr(type(layer), "forward", None)
+    if state is not None and (state.hooked or state.origin is _forward_of(layer)[1]):
+        return state  # hooked, or its forward unchanged since it was rewritten (a class patched since: again)
+    own, forward = _forward_of(layer)
     try:
         if forward is None:
             raise SourceUnavailable("it has no forward")
@@ -284,7 +282,16 @@ def layer_ops(layer: Any, name: str) -> LayerOps:
     except SourceUnavailable as exc:
         raise SourceUnavailable(f"cannot list the operations of layer {name!r} ({type(layer).__name__}): {exc}") from None
     state = _states[layer] = LayerOps(layer, compiled, inner, chain)
+    state.origin = forward
     return state
+
+
+def _forward_of(layer: Any) -> tuple[Any, Any]:
+    """``(the instance's own forward or None, the forward that runs when nothing is installed)``."""
+    own = getattr(layer, "__dict__", {}).get("forward")
+    if isinstance(own, _Installed):  # installed, or a copy made by hand of an installed one: what was there
+        own = None if own.before is _NONE else own.before
+    return own, own if own is not None else getattr(type(layer), "forward", None)
 
 
 def sites_of(layer: Any) -> list[OpSite]:
