@@ -561,3 +561,40 @@ def test_a_class_forward_patched_later_is_rewritten_again(torch_fw):
     with hookkit.capture(m, "::add_0") as cap:
         m(torch.ones(2))
     close(torch_fw, cap["::add_0"], torch.full((2,), 2.0))
+
+
+def test_paddle_recompute_is_the_same_call(paddle_fw):
+    import paddle
+    from paddle.distributed.fleet.utils import recompute
+
+    fw = paddle_fw
+
+    class Wrapped(fw.Layer):
+        """The toy model with its block called through ``recompute`` (``ckpt``) or directly."""
+
+        def __init__(self, net, ckpt):
+            super().__init__()
+            self.block, self.ckpt = net.block, ckpt
+            net.block = paddle.nn.Identity()
+            self.net = net
+
+        def forward(self, x):
+            h = self.net.inp(x)
+            h = recompute(self.block, h, use_reentrant=False) if self.ckpt else self.block(h)
+            return self.net.head(self.net.other(h))
+
+    grads = []
+    data = np.random.default_rng(0).standard_normal((3, 4))
+    for ckpt in (False, True):
+        w = Wrapped(make_model(fw), ckpt)  # the same seed: the same weights
+        x = fw.tensor(data, requires_grad=True)
+        with (
+            hookkit.steer(w, "block::add_1", paddle.ones([6]), scale=0.5, calls=[0]),
+            hookkit.capture(w, "block::gelu_0", grads=True) as cap,
+        ):
+            w(x).sum().backward()
+        assert [(r.step, r.call) for r in cap.calls("block::gelu_0")] == [(0, 0)]  # the recompute is the same call
+        grads.append([cap.grads["block::gelu_0"].numpy(), x.grad.numpy()])
+        assert "forward" not in w.block.__dict__
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)  # the recompute re-applied the steer
