@@ -299,8 +299,11 @@ def test_llama_rotary_q_k_equal_the_formula(torch_fw):
     listed = hookkit.ops(model, "model.layers.0.self_attn")
     assert listed["apply_rotary_pos_emb_0"].kind == "function"
     spec = "model.layers.0.self_attn::apply_rotary_pos_emb_0"
-    with hookkit.capture(model, [spec, "model.layers.0.self_attn.q_proj"], inputs=True) as cap:
+    resid = ["model.layers.0::add_0", "model.layers.0.post_attention_layernorm"]
+    with hookkit.capture(model, [spec, "model.layers.0.self_attn.q_proj", *resid], inputs=True) as cap:
         model(ids())
+    # the residual stream between attention and MLP is what the post-attention norm normalizes
+    close(torch_fw, cap[resid[0]], cap.calls(resid[1])[0].inputs[0], rtol=0, atol=0)
     rec = cap.calls(spec)[0]
     q, k, cos, sin = rec.inputs[:4]
     # q as the attention computes it from its projection, then the rotary formula written out
