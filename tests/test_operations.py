@@ -219,6 +219,23 @@ def test_unreadable_source_and_never_executed(torch_fw):
         cap["::mul_0"]
 
 
+def test_frame_reading_calls_see_the_forward(torch_fw):
+    import sys
+
+    import torch
+
+    class Framed(torch.nn.Module):
+        def forward(self, x):
+            name = sys._getframe(0).f_code.co_name
+            return x + (1 if name == "forward" else 100)
+
+    m = Framed()
+    assert "_getframe_0" not in hookkit.ops(m, m).names
+    with hookkit.capture(m, "::add_0") as cap:
+        out = m(torch.zeros(1))
+    assert float(out) == float(cap["::add_0"]) == 1.0  # the frame read is the forward's, not the dispatcher's
+
+
 def test_tracebacks_show_the_original_lines(torch_fw):
     import traceback
 

@@ -28,6 +28,8 @@ OP = "__hk_op__"
 _SHELL = "__hk_shell__"
 # called bare, these read or need the calling frame: rewritten, they would see the dispatcher's
 _FRAME_BOUND = frozenset({"super", "locals", "globals", "vars", "eval", "exec", "dir"})
+# the same reached as attributes: sys._getframe(), inspect.currentframe()
+_FRAME_ATTRS = frozenset({"_getframe", "currentframe"})
 
 _BINOPS: dict[type, tuple[str, str, Callable]] = {
     ast.Add: ("add", "+", operator.add),
@@ -128,7 +130,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         func = node.func
-        if isinstance(func, ast.Name) and func.id in _FRAME_BOUND:
+        if (isinstance(func, ast.Name) and func.id in _FRAME_BOUND) or (isinstance(func, ast.Attribute) and func.attr in _FRAME_ATTRS):
             return node
         self.generic_visit(node)  # the callee and the arguments run first: numbered first
         func = node.func
