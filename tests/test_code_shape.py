@@ -18,8 +18,9 @@ MAX_COMPLEXITY = 20
 MAX_LINES = 80
 
 # Temporary: functions of issue 38's other half (core, sites, interventions, capture, the transformer
-# analyses), being split on that branch. Remove each line as its function comes under the limits.
-PENDING = {
+# analyses), being split on that branch (w4-i38a); the lens under its old and its new path. Remove each
+# line as its function comes under the limits (not checked for staleness until that branch is merged).
+OTHER_HALF = {
     "core/router.py:LayerHooks._on_post",
     "core/select.py:_match_one",
     "core/positions.py:Positions.select",
@@ -28,10 +29,11 @@ PENDING = {
     "observers/capture.py:capture.__init__",
     "observers/capture.py:_map_deep",
     "analyses/lens.py:logit_lens",
+    "analyses/transformer/lens.py:logit_lens",
     "interventions/output_edits.py:patch",
 }
 # Temporary: this half's functions not split yet (issue 38, item 5). Remove each line as it is split.
-PENDING |= {
+PENDING = {
     "apps/demo.py:_run",
     "apps/report/__init__.py:report",
     "apps/targets.py:load_model",
@@ -78,7 +80,7 @@ def _over_limits() -> dict[str, str]:
 
 def test_no_function_is_too_complex_or_too_long():
     over = _over_limits()
-    new = {k: v for k, v in over.items() if k not in PENDING}
+    new = {k: v for k, v in over.items() if k not in PENDING | OTHER_HALF}
     assert not new, f"functions over complexity {MAX_COMPLEXITY} or {MAX_LINES} lines (split them): {new}"
 
 
@@ -96,8 +98,8 @@ def test_the_measure_sees_complexity_and_length(tmp_path):
     assert got["A.g"][1] == 86
 
 
-# Temporary: dead code in the other half of issue 38's files (removed on that branch).
-VULTURE_PENDING = {("core/router.py", "_fwd_fns"), ("core/select.py", "name_of")}
+# Temporary: dead code in the other half of issue 38's files (removed or used on that branch).
+VULTURE_PENDING = {("core/router.py", "_fwd_fns"), ("core/select.py", "name_of"), ("sites/site.py", "of")}
 
 
 def test_no_dead_code():
