@@ -36,11 +36,6 @@ OTHER_HALF = {
 PENDING = {
     "apps/demo.py:_run",
     "apps/targets.py:load_model",
-    "observers/features.py:FeatureArray.__getitem__",
-    "observers/features.py:read_index",
-    "observers/nonfinite.py:watch_nonfinite.check",
-    "observers/reductions.py:parse_reduce",
-    "observers/stats/loaded.py:_read_meta",
     "observers/stats/weights.py:WeightStats._record",
     "observers/stats/weights.py:WeightStats.__init__",
     "observers/summary/build.py:_attribute",
