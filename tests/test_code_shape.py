@@ -36,8 +36,6 @@ OTHER_HALF = {
 PENDING = {
     "apps/demo.py:_run",
     "apps/targets.py:load_model",
-    "observers/stats/weights.py:WeightStats._record",
-    "observers/stats/weights.py:WeightStats.__init__",
     "observers/summary/build.py:_attribute",
     "observers/summary/build.py:_assemble",
     "observers/summary/build.py:summarize",
