@@ -36,11 +36,6 @@ OTHER_HALF = {
 PENDING = {
     "apps/demo.py:_run",
     "apps/targets.py:load_model",
-    "observers/summary/build.py:_attribute",
-    "observers/summary/build.py:_assemble",
-    "observers/summary/build.py:summarize",
-    "observers/summary/inputs.py:build_inputs",
-    "observers/summary/table.py:cell",
 }
 
 
