@@ -35,7 +35,6 @@ OTHER_HALF = {
 # Temporary: this half's functions not split yet (issue 38, item 5). Remove each line as it is split.
 PENDING = {
     "apps/demo.py:_run",
-    "apps/targets.py:load_model",
 }
 
 
