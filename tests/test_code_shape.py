@@ -32,10 +32,6 @@ OTHER_HALF = {
     "analyses/transformer/lens.py:logit_lens",
     "interventions/output_edits.py:patch",
 }
-# Temporary: this half's functions not split yet (issue 38, item 5). Remove each line as it is split.
-PENDING = {
-    "apps/demo.py:_run",
-}
 
 
 def _functions(path: Path) -> list[tuple[str, int, int]]:
@@ -66,13 +62,8 @@ def _over_limits() -> dict[str, str]:
 
 def test_no_function_is_too_complex_or_too_long():
     over = _over_limits()
-    new = {k: v for k, v in over.items() if k not in PENDING | OTHER_HALF}
+    new = {k: v for k, v in over.items() if k not in OTHER_HALF}
     assert not new, f"functions over complexity {MAX_COMPLEXITY} or {MAX_LINES} lines (split them): {new}"
-
-
-def test_the_pending_list_holds_only_functions_still_over():
-    stale = PENDING - set(_over_limits())
-    assert not stale, f"now under the limits or gone: remove from PENDING: {sorted(stale)}"
 
 
 def test_the_measure_sees_complexity_and_length(tmp_path):
