@@ -25,3 +25,7 @@ _._repr_png_
 out_val, out_shape, hx
 # public API: a model family's layer stack registered by the user (docs/architectures.md)
 _.register_stack
+# pickle passes __reduce_ex__ its protocol; inspect reads __signature__; compile() reads an ast node's decorator_list
+protocol
+_.__signature__
+_.decorator_list
