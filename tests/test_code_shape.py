@@ -31,8 +31,6 @@ OTHER_HALF = {
     "analyses/lens.py:logit_lens",
     "analyses/transformer/lens.py:logit_lens",
     "interventions/output_edits.py:patch",
-    # operation sites (issue 40, merged into main after this list was made): to split there
-    "sites/operations/select.py:select_operations",
 }
 
 
