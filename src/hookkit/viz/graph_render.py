@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hookkit.core.validate import ArgumentTypeError, fail
+
 if TYPE_CHECKING:
     from hookkit.observers.graph.model import Graph, Node
 
@@ -93,8 +95,6 @@ class _Overlay:
         elif hasattr(overlay, "layer_stats") and hasattr(overlay, "names"):
             self._statistics(overlay, key)
         else:
-            from hookkit.core.validate import ArgumentTypeError, fail
-
             fail(
                 "graph",
                 "overlay",
@@ -115,8 +115,6 @@ class _Overlay:
         for name in stats.names:
             series = stats.layer_stats(name)
             if key not in series:
-                from hookkit.core.validate import fail
-
                 keys = ", ".join(k for k in series if k not in ("step", "call", "records", "backward"))
                 fail("graph", "overlay", f"a statistic among {keys}", key)
             v = np.asarray(series[key], dtype=np.float64)
@@ -345,7 +343,6 @@ _PAGE = """<!DOCTYPE html>
 
 def save(g: Graph, path: str | os.PathLike, overlay: Any = None) -> str:
     """Write the graph by the file's extension: .svg, .html, .dot/.gv or .json."""
-    from hookkit.core.validate import ArgumentTypeError, fail
 
     if not isinstance(path, (str, os.PathLike)):
         fail("Graph.save", "path", "a file path ending in .svg, .html, .dot, .gv or .json", path, kind=ArgumentTypeError)

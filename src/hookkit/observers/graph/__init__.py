@@ -15,6 +15,8 @@ from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, c
 from hookkit.observers.graph.model import Edge, Graph, Node
 from hookkit.observers.graph.record import GraphRecorder
 from hookkit.observers.summary.recording import ModelState
+from hookkit.sites.operations import SEP
+from hookkit.sites.operations import ops as listing
 
 __all__ = ["Edge", "Graph", "GraphWarning", "Node", "graph"]
 
@@ -164,8 +166,6 @@ def _op_sites(model: Any, ops: LayerSpec) -> tuple[list[tuple[str, Any]], dict[s
     """Operation sites (``"layer::op"`` specs, ``hookkit.ops``) as the pseudo-layers the router hooks,
     and what each calls as written (``"torch.relu"``, ``"+"``): each becomes a node inside its layer.
     A site that is a sublayer's call is left out: that call is a node already."""
-    from hookkit.sites.operations import SEP
-    from hookkit.sites.operations import ops as listing
 
     found, calls = [], {}
     listings: dict[str, Any] = {}

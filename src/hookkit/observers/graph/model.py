@@ -15,6 +15,9 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hookkit.core.suggest import close_matches
+from hookkit.core.validate import check_int
+
 __all__ = ["Edge", "Graph", "Node"]
 
 KINDS = ("input", "output", "layer", "op", "code")
@@ -88,7 +91,6 @@ class Graph:
     # -- data -----------------------------------------------------------------------------------
     def at_depth(self, depth: int) -> Graph:
         """The same recorded graph folded at another depth (no forward runs)."""
-        from hookkit.core.validate import check_int
 
         check_int(depth, fn="Graph.at_depth", arg="depth", low=1)
         return Graph(
@@ -106,7 +108,6 @@ class Graph:
         for n in self.all_nodes:
             if n.id == id:
                 return n
-        from hookkit.core.suggest import close_matches
 
         near = close_matches(id, [n.id for n in self.all_nodes])
         raise KeyError(f"Graph.node(): no node {id!r}" + (f"; close: {', '.join(near)}" if near else ""))
@@ -155,13 +156,13 @@ class Graph:
 
     def source(self, overlay: Any = None) -> str:
         """The Graphviz ``dot`` source."""
-        from hookkit.viz.graph_render import dot_source
+        from hookkit.viz.graph_render import dot_source  # lazy: drawing is optional (Graphviz); recording needs none of it
 
         return dot_source(self, self.overlay if overlay is None else overlay)
 
     def svg(self, overlay: Any = None) -> str:
         """The picture as SVG text (needs the ``graphviz`` package and Graphviz's ``dot`` program)."""
-        from hookkit.viz.graph_render import render_svg
+        from hookkit.viz.graph_render import render_svg  # lazy: drawing is optional (Graphviz); recording needs none of it
 
         return render_svg(self, self.overlay if overlay is None else overlay)
 
@@ -170,13 +171,13 @@ class Graph:
 
         >>> hookkit.graph(model, x).save("model.svg")   # doctest: +SKIP
         """
-        from hookkit.viz.graph_render import save
+        from hookkit.viz.graph_render import save  # lazy: drawing is optional (Graphviz); recording needs none of it
 
         return save(self, path, self.overlay if overlay is None else overlay)
 
     def _repr_svg_(self) -> str | None:
         """The picture in notebooks; None (the text repr) without Graphviz, which ``svg()`` names."""
-        from hookkit.viz.graph_render import GraphvizMissing
+        from hookkit.viz.graph_render import GraphvizMissing  # lazy: drawing is optional (Graphviz); recording needs none of it
 
         try:
             return self.svg()
@@ -184,7 +185,10 @@ class Graph:
             return None
 
     def _repr_html_(self) -> str | None:
-        from hookkit.viz.graph_render import GraphvizMissing, html_fragment
+        from hookkit.viz.graph_render import (  # lazy: drawing is optional (Graphviz); recording needs none of it
+            GraphvizMissing,
+            html_fragment,
+        )
 
         try:
             return html_fragment(self, self.overlay)
