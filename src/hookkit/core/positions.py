@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hookkit.core.architectures import token_dim
+from hookkit.core.entry import entry_name
 from hookkit.core.registry import backend_for
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
 from hookkit.core.weakmap import IdentityWeakMap
@@ -112,7 +113,7 @@ def model_token_dim(model: Any, ops: Any = None) -> int | None:
     return ops.token_dim(model)
 
 
-def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positions") -> int:
+def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str | None = None) -> int:
     """The token axis of ``model``'s activations: ``token_dim`` when given, else what the backend
     knows of the model's family (``model_token_dim``: 1 for ``transformers`` models and ``paddle.nn``
     transformers).
@@ -120,6 +121,7 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positio
     >>> token_dim_of(gpt2)   # doctest: +SKIP
     1
     """
+    fn = fn or entry_name("positions")
     if token_dim is not None:
         if isinstance(token_dim, bool) or not isinstance(token_dim, int) or token_dim < 0:
             fail(fn, "token_dim", "None (the model's own) or an int >= 0 (the token axis of its activations)", token_dim)
@@ -134,7 +136,7 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positio
 
 
 # -- steps= -------------------------------------------------------------------------------------------
-def check_steps(steps: Any, fn: str) -> Any:
+def check_steps(steps: Any, fn: str | None = None) -> Any:
     """``steps=``: None, an int >= 0, a list of them or a range -> something supporting ``in``."""
     if steps is None:
         return None
@@ -182,7 +184,8 @@ class Positions:
 
     __slots__ = ("spec", "kind", "explicit", "start", "stop", "step", "fn")
 
-    def __init__(self, spec: Any, fn: str):
+    def __init__(self, spec: Any, fn: str | None = None):
+        fn = fn or entry_name()
         self.spec, self.fn = spec, fn
         self.explicit: tuple[int, ...] = ()  # positions that must be reached
         self.start = 0  # kind "from": the first position

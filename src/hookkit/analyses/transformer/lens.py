@@ -17,6 +17,7 @@ import numpy as np
 from hookkit.analyses.inputs import call_model, check_inputs, first_input
 from hookkit.analyses.passes import analysis_pass
 from hookkit.core.architectures import _MISSING, known_stacks, read_path, stack_family
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import UnsupportedModel
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
@@ -95,8 +96,9 @@ def _layer_arg(model: Any, be: Any, value: Any, path: str | None, arg: str, fall
     fail("logit_lens", arg, "a layer, a layer name, False or None", value, kind=ArgumentTypeError)
 
 
-def check_positions(positions: Any, n: int, fn: str) -> list[int]:
+def check_positions(positions: Any, n: int, fn: str | None = None) -> list[int]:
     """``positions``: "all"/None -> every position; an int or list of ints (negative from the end) in range."""
+    fn = fn or entry_name()
     if positions is None or (isinstance(positions, str) and positions == "all"):
         return list(range(n))
     valid = f'"all" or token positions in [-{n}, {n - 1}] (the sequence has {n} tokens)'
@@ -130,6 +132,7 @@ def _points(model: Any, be: Any, layers: LayerSpec, blocks_path: str | None) -> 
     return named, embeddings
 
 
+@public_entry()
 def logit_lens(
     model: Layer,
     inputs: Any,
@@ -152,10 +155,10 @@ def logit_lens(
     >>> lens.logits.shape                          # [n_layers + 1, B, T, V]
     >>> ids, probs = lens.top(5)
     """
-    be = check_model(model, fn="logit_lens")
-    check_inputs(be, inputs, "logit_lens")
+    be = check_model(model)
+    check_inputs(be, inputs)
     if top_k is not None:
-        top_k = check_int(top_k, fn="logit_lens", arg="top_k", low=1)
+        top_k = check_int(top_k, arg="top_k", low=1)
     fam = stack_family(model)
     named, embeddings = _points(model, be, layers, fam.blocks if fam else None)
     norm_layer = _layer_arg(model, be, norm, fam.final_norm if fam else None, "norm")
@@ -165,7 +168,7 @@ def logit_lens(
     if len(n_tokens) < 2:
         fail("logit_lens", "inputs", "token sequences [B, T, ...]", inputs)
     axis = fam.token_axis if fam else 1
-    pos = check_positions(positions, int(n_tokens[axis]), "logit_lens")
+    pos = check_positions(positions, int(n_tokens[axis]))
     if embeddings and not named and fam is None:
         fail("logit_lens", "layers", "at least one layer besides 'embeddings' on a model of unknown layout", layers)
 
