@@ -176,6 +176,9 @@ def _span(positions: range, lo: int, hi: int, offset: int) -> Selection | None:
     return Selection(slice(a - offset, b - offset), range(a, b), a == positions.start and b == positions.stop)
 
 
+_VALID = f"an int >= 0, a list of them, a slice, or one of {', '.join(map(repr, KEYWORDS))}"
+
+
 class Positions:
     """A parsed ``positions=`` argument: ints (absolute positions), a list of them, a slice
     (``slice(8, None)``: from 8 on), ``"all"``, ``"last"`` (the newest position of each forward),
@@ -191,37 +194,29 @@ class Positions:
         self.start = 0  # kind "from": the first position
         self.stop: int | None = None
         self.step = 1
-        valid = f"an int >= 0, a list of them, a slice, or one of {', '.join(map(repr, KEYWORDS))}"
         if isinstance(spec, str):
             if spec not in KEYWORDS:
-                fail(fn, "positions", valid, spec)
+                fail(fn, "positions", _VALID, spec)
             self.kind = spec
         elif isinstance(spec, slice):
-            start, stop, step = spec.start or 0, spec.stop, 1 if spec.step is None else spec.step
-            for v in (start, stop, step):
-                if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
-                    fail(fn, "positions", valid, spec, kind=ArgumentTypeError)
-            if start < 0 or (stop is not None and stop < 0) or step < 1:
-                fail(fn, "positions", f"{valid} (a slice of absolute positions: bounds >= 0, step >= 1)", spec)
-            if stop is None:
-                self.kind, self.start, self.step = "from", int(start), int(step)
-            else:
-                self.kind, self.explicit = "set", tuple(range(start, stop, step))
-                if not self.explicit:
-                    fail(fn, "positions", f"{valid} (this slice selects nothing)", spec)
+            self._from_slice(spec)
         else:
-            items = [spec] if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) else spec
-            if isinstance(items, (bytes, dict)) or not isinstance(items, Iterable):
-                fail(fn, "positions", valid, spec, kind=ArgumentTypeError)
-            items = list(items)
-            if not items:
-                fail(fn, "positions", valid + " (this list is empty)", spec)
-            for p in items:
-                if isinstance(p, bool) or not isinstance(p, numbers.Integral):
-                    fail(fn, "positions", valid, spec, kind=ArgumentTypeError)
-                if p < 0:
-                    fail(fn, "positions", f"{valid} (absolute positions from the start of the sequence, >= 0)", spec)
-            self.kind, self.explicit = "set", tuple(sorted({int(p) for p in items}))
+            self.kind, self.explicit = "set", _listed(spec, fn)
+
+    def _from_slice(self, spec: slice) -> None:
+        fn = self.fn
+        start, stop, step = spec.start or 0, spec.stop, 1 if spec.step is None else spec.step
+        for v in (start, stop, step):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+        if start < 0 or (stop is not None and stop < 0) or step < 1:
+            fail(fn, "positions", f"{_VALID} (a slice of absolute positions: bounds >= 0, step >= 1)", spec)
+        if stop is None:
+            self.kind, self.start, self.step = "from", int(start), int(step)
+        else:
+            self.kind, self.explicit = "set", tuple(range(start, stop, step))
+            if not self.explicit:
+                fail(fn, "positions", f"{_VALID} (this slice selects nothing)", spec)
 
     def __repr__(self) -> str:
         return f"positions={self.spec!r}"
@@ -249,27 +244,46 @@ class Positions:
             end = offset + length if not pos.cached or pos.prompt is None else pos.prompt
             return _span(span, 0, end, offset)
         if kind == "generated":
-            if not pos.cached or pos.prompt is None:
-                return None
-            return _span(span, pos.prompt, span.stop, offset)
-        if kind == "from":
-            first = max(self.start, span.start)
-            first += (-(first - self.start)) % self.step
-            found = list(range(first, span.stop, self.step))
-        else:
-            if not pos.cached and self.explicit[-1] >= span.stop:
-                past = [p for p in self.explicit if p >= span.stop]
-                raise InvalidArgument(
-                    f"{self.fn}: position{'s' if len(past) > 1 else ''} {', '.join(map(str, past[:8]))} "
-                    f"past the end of the forward on layer {layer!r}: it has {length} positions (0..{length - 1}) "
-                    "and no cache to continue it"
-                )
-            found = [p for p in self.explicit if span.start <= p < span.stop]
+            return None if not pos.cached or pos.prompt is None else _span(span, pos.prompt, span.stop, offset)
+        found = self._from_on(span) if kind == "from" else self._listed_in(span, pos, length, layer)
         if not found:
             return None
         if len(found) == 1 or found[-1] - found[0] == len(found) - 1:
             return Selection(slice(found[0] - offset, found[-1] + 1 - offset), range(found[0], found[-1] + 1), len(found) == length)
         return Selection([p - offset for p in found], found, False)
+
+    def _from_on(self, span: range) -> list[int]:
+        """Kind "from": the positions of ``span`` from ``start`` on, every ``step``."""
+        first = max(self.start, span.start)
+        first += (-(first - self.start)) % self.step
+        return list(range(first, span.stop, self.step))
+
+    def _listed_in(self, span: range, pos: TokenPos, length: int, layer: str) -> list[int]:
+        """Kind "set": the listed positions within ``span`` (past its end without a cache: an error)."""
+        if not pos.cached and self.explicit[-1] >= span.stop:
+            past = [p for p in self.explicit if p >= span.stop]
+            raise InvalidArgument(
+                f"{self.fn}: position{'s' if len(past) > 1 else ''} {', '.join(map(str, past[:8]))} "
+                f"past the end of the forward on layer {layer!r}: it has {length} positions (0..{length - 1}) "
+                "and no cache to continue it"
+            )
+        return [p for p in self.explicit if span.start <= p < span.stop]
+
+
+def _listed(spec: Any, fn: str) -> tuple[int, ...]:
+    """``positions=`` as an int or a list of ints: the sorted distinct positions."""
+    items = [spec] if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) else spec
+    if isinstance(items, (bytes, dict)) or not isinstance(items, Iterable):
+        fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+    items = list(items)
+    if not items:
+        fail(fn, "positions", _VALID + " (this list is empty)", spec)
+    for p in items:
+        if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+            fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+        if p < 0:
+            fail(fn, "positions", f"{_VALID} (absolute positions from the start of the sequence, >= 0)", spec)
+    return tuple(sorted({int(p) for p in items}))
 
 
 class Reach:

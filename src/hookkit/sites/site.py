@@ -32,7 +32,6 @@ from typing import Any
 from hookkit.backends import Backend
 from hookkit.core.entry import entry_name
 from hookkit.core.handles import HandleGroup
-from hookkit.core.positions import check_steps
 from hookkit.core.router import Event, attach_each
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import leaves, map_tensors
@@ -94,11 +93,6 @@ class When:
 
     calls: frozenset[int] | None = None
     steps: Any = None
-
-    @classmethod
-    def of(cls, calls: Any = None, steps: Any = None) -> When:
-        """Checked ``calls=`` / ``steps=`` of a public function (errors name it)."""
-        return cls(check_calls(calls), None if steps is None else check_steps(steps, entry_name()))
 
     @property
     def always(self) -> bool:
