@@ -194,10 +194,9 @@ class Site:
         if self.event == "forward":
             return apply_to(be, ev, self.index, through_part, self.entry)  # type: ignore[arg-type]  # an output site's index is an int or None
         slot = _input_slot(be, ev, self.index)
-        if slot is None:
-            given = ev.args[0] if ev.args else None
-            valid = f"a layout whose output projection takes a tensor first ({self.at!r} did not)"
-            fail(self.entry, "head_layout" if part.kind == "heads" else "layers", valid, given, kind=ArgumentTypeError)
+        if slot is None:  # no such input in this call: nothing to write (a part may call it an error)
+            part.missing(self, ev)
+            return None
         key, t = slot
         new = through_part(t, 0, ev)
         if new is t:
