@@ -177,6 +177,10 @@ class LayerHooks(GradPlumbing):
         hot = self._hot
         if hot is None:
             if not self._stale:
+                if not self._scopes and self.root_clock is not None:  # a root with no consumers of its own
+                    if not self._in_backward():
+                        self.root_clock.finish()
+                    return None
                 return self._on_post_general(layer, args, kwargs, output)
             self._derive()
             hot = self._hot
