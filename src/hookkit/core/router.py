@@ -260,6 +260,9 @@ _registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
+        site_backend = getattr(type(layer), "site_backend", None)  # an operation site (hookkit.sites) places its own hooks
+        if site_backend is not None:
+            backend = site_backend(layer, backend)
         backend.drop_forward_hooks(layer, _inert)  # a copy's inert hooks go before it gets its own
         hooks = _registry[layer] = LayerHooks(backend)
     return hooks
@@ -369,6 +372,21 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
     return group
 
 
+#: functions ``layer -> hook targets inside it`` that layers above core add (operation sites)
+_INNER_TARGETS: list[Callable[[Any], Iterable[Any]]] = []
+
+
+def register_inner_targets(targets_of: Callable[[Any], Iterable[Any]]) -> None:
+    """Let ``remove_all`` find hook targets that live inside a layer (``targets_of(layer)``), such
+    as the operation sites of ``hookkit.sites``, without core importing them."""
+    if targets_of not in _INNER_TARGETS:
+        _INNER_TARGETS.append(targets_of)
+
+
+def _inner_targets(layer: Any) -> list[Any]:
+    return [t for targets_of in _INNER_TARGETS for t in targets_of(layer)]
+
+
 def remove_all(model: Layer) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
     many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
@@ -378,7 +396,7 @@ def remove_all(model: Layer) -> int:
     """
     backend = check_model(model, fn="remove_all")
     removed = 0
-    for _, layer in backend.named_layers(model):
+    for layer in [x for _, m in backend.named_layers(model) for x in (m, *_inner_targets(m))]:  # operation sites too
         hooks = _registry.get(layer)
         had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
         if had and hooks is not None:

@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from hookkit.core.deprecation import warn_deprecated
 from hookkit.core.errors import LayerNotFound
-from hookkit.core.registry import framework_of
+from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
@@ -87,11 +87,10 @@ def _match_predicate(spec: Any, named: list[tuple[str, Any]], backend: Any) -> l
 
 Matcher = Callable[[Any, "list[tuple[str, Any]]", Any], "list[int]"]
 
-#: the kinds of one spec, tried in order: ``(is this kind(spec, backend), indices in named it selects)``.
-#: A new kind of spec (an operation inside a layer's forward, ``"h.0::add_1"``) is one entry here,
-#: placed before the kinds that would also take it (a string), its matcher resolving to indices of
-#: ``named``: what it selects is listed there by the backend or by the kind's own hook.
-SPEC_KINDS: list[tuple[Callable[[Any, Any], bool], Matcher]] = [
+#: the kinds of one spec among the model's layers, tried in order: ``(is this kind(spec, backend),
+#: indices in named it selects)``. A kind that selects something else than the model's layers (an
+#: operation inside a layer's forward, ``"h.0::add_1"``) comes through ``register_spec_kind``.
+_MATCHERS: list[tuple[Callable[[Any, Any], bool], Matcher]] = [
     (lambda spec, backend: isinstance(spec, str), lambda spec, named, backend: _match_name(spec, named, backend)),
     (lambda spec, backend: isinstance(spec, re.Pattern), _match_regex),
     (
@@ -105,7 +104,7 @@ SPEC_KINDS: list[tuple[Callable[[Any, Any], bool], Matcher]] = [
 
 def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
     """The indices in ``named`` one spec selects (see the module docstring for the kinds)."""
-    for is_kind, match in SPEC_KINDS:
+    for is_kind, match in _MATCHERS:
         if is_kind(spec, backend):
             return match(spec, named, backend)
     fail(
@@ -189,6 +188,9 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
+    for claims, resolve_kind in _SPEC_KINDS:  # a spec kind of a layer above core: "layer::op" (hookkit.sites)
+        if claims(layers):
+            return resolve_kind(model, layers, select, Selection)
     key = _spec_key(layers)
     kept = _kept.get(model) if key is not None else None
     if kept is not None and key in kept:
@@ -213,6 +215,18 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
 # WITH_PARAMS (a parameter deleted is not seen) and globs that would match the model itself (they warn).
 _kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]]]] = IdentityWeakMap()
 _KEPT_PER_MODEL = 256
+
+
+#: spec kinds that layers above core add (``register_spec_kind``): (claims(spec), resolve(model, spec, select, Selection))
+_SPEC_KINDS: list[tuple[Callable[[Any], bool], Callable[..., Selection]]] = []
+
+
+def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Selection]) -> None:
+    """Teach ``select`` a new kind of spec: where ``claims(spec)`` is true, ``select(model, spec)``
+    returns ``resolve(model, spec, select, Selection)``. The sites layer adds operation sites
+    (``"h.0::add_0"``) this way, so core never imports it."""
+    if (claims, resolve) not in _SPEC_KINDS:
+        _SPEC_KINDS.append((claims, resolve))
 
 
 def _spec_key(layers: Any) -> Any:
@@ -316,3 +330,13 @@ def _without_prefix(spec: Any, wrapped: str) -> Any:
         if spec.startswith(wrapped + "."):
             return spec[len(wrapped) + 1 :]
     return spec
+
+
+def name_of(model: Layer, layer: Any) -> str:
+    """The dotted name of ``layer`` inside ``model`` ('' for the model itself; a data-parallel
+    wrapper is looked through, as in ``select``)."""
+    backend = backend_for(model)
+    for name, m in backend.named_layers(backend.unwrap(model)):
+        if m is layer:
+            return name
+    raise LayerNotFound(type(layer).__name__, [], "this layer object is not part of the model")

@@ -1,6 +1,9 @@
 """Sites: where in one layer call a value is read or written, and the one mechanism that reads,
 writes and attaches it through the router (``site.Site``, ``resolve``, ``attach_sites``). Observers,
-interventions and analyses import this package; it imports no feature."""
+interventions and analyses import this package; it imports no feature.
+
+``operations``: every operation of a layer's forward (a call, a binary operator) as a pseudo-layer
+named ``"layer::op"`` that every verb takes where it takes a layer spec (``hookkit.ops``)."""
 
 from hookkit.sites.heads import Heads, HeadTarget, check_heads, head_targets, record_of
 from hookkit.sites.parts import WHOLE, Part

@@ -19,7 +19,8 @@ if the value users see is a view of a tensor (its ``get``/``put``), and add one 
 the option that selects it. Nothing else changes: ``capture``, the edits, the patching analyses
 read and write through ``Site.read`` / ``Site.write`` and ``attach_sites``. A kind that hooks
 something that is not a module of the model (an operation inside a forward) makes its targets
-selectable in ``core.select`` (one entry in ``select.SPEC_KINDS``) and its Sites point at them.
+selectable in ``core.select`` (``select.register_spec_kind``, as ``sites.operations`` does) and its
+Sites point at them.
 """
 
 from __future__ import annotations
