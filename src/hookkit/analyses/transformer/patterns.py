@@ -24,7 +24,7 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_model
-from hookkit.sites import check_heads
+from hookkit.sites import Site, attach_sites, check_heads
 
 
 def attention_layers(model: Layer, layers: LayerSpec) -> list[tuple[str, Any, HeadLayout]]:
@@ -119,9 +119,9 @@ def _projection_watch(
     m = be.family("tensor_math")
     seen: dict[str, Any] = {}
 
-    def keep(which: str) -> Any:
+    def keep(site: Site) -> Any:
         def on_forward(ev: Event) -> None:
-            seen[which] = ev.output
+            seen[site.name] = site.tensor(be, ev)
 
         return on_forward
 
@@ -150,8 +150,8 @@ def _projection_watch(
     group = HandleGroup()
     try:
         group.add(attach(model, [(name, layer)], "forward_pre", on_call, OBSERVER))
-        for which, path in (("q", spec.q), ("k", spec.k)):
-            group.add(attach(model, [(f"{name}.{path}", submodule(layer, path, name))], "forward", keep(which), OBSERVER))
+        qk = [Site(which, f"{name}.{path}", submodule(layer, path, name)) for which, path in (("q", spec.q), ("k", spec.k))]
+        attach_sites(model, qk, keep, OBSERVER, group=group)  # the projections' outputs, keyed "q" and "k"
         group.add(attach(model, [(name, layer)], "forward", on_done, OBSERVER))
     except BaseException:
         group.remove()
