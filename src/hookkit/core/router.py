@@ -58,7 +58,7 @@ class LayerHooks(GradPlumbing):
     __slots__ = (
         "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
         # read by the dispatchers instead of ``consumers``; derived again at the first call after a change
-        "_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
+        "_pre", "_fwd", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
     )
     # fmt: on
 
@@ -71,7 +71,6 @@ class LayerHooks(GradPlumbing):
         # tuples of consumers, their functions, scopes
         self._pre: tuple[Consumer, ...] = ()
         self._fwd: tuple[Consumer, ...] = ()
-        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
         self._scopes: tuple[Scope, ...] = ()
         # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
         # are, the plain one when alone, whether gradients are wanted or the layer is a root)
@@ -129,7 +128,7 @@ class LayerHooks(GradPlumbing):
     def _invalidate(self) -> None:
         """Derive the dispatch state again at the next call; until then nothing derived keeps a
         removed consumer (and what it holds) alive."""
-        self._hot, self._stale, self._pre, self._fwd, self._fwd_fns, self._scopes = None, True, (), (), (), ()
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
 
     def _derive(self) -> None:
         c = self.consumers
@@ -143,7 +142,7 @@ class LayerHooks(GradPlumbing):
             plain = None if None in plains else plains
             single = plain[0] if plain is not None and len(plain) == 1 else None
             hot = (scopes[0], scopes[0].clock, fns, plain, single, bool(grad or bwd) or self.root_clock is not None)
-        self._pre, self._fwd, self._fwd_fns, self._scopes = pre, fwd, fns, scopes
+        self._pre, self._fwd, self._scopes = pre, fwd, scopes
         self._wants_grads, self._has_backward = bool(grad or bwd), bool(bwd)
         self._hot, self._stale = hot, False
 
@@ -178,6 +177,10 @@ class LayerHooks(GradPlumbing):
         hot = self._hot
         if hot is None:
             if not self._stale:
+                if not self._scopes and self.root_clock is not None:  # a root with no consumers of its own
+                    if not self._in_backward():
+                        self.root_clock.finish()
+                    return None
                 return self._on_post_general(layer, args, kwargs, output)
             self._derive()
             hot = self._hot

@@ -23,7 +23,7 @@ import numbers
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from hookkit.core.errors import ArgumentTypeError, InvalidArgument, UnsupportedModel, fail, shown  # noqa: F401 (importable from here)
+from hookkit.core.errors import ArgumentTypeError, HookkitError, InvalidArgument, UnsupportedModel, fail, shown  # noqa: F401 (importable from here)
 from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file  # noqa: F401 (also importable from here)
 from hookkit.core.guards import SkippedOutputWarning, output_guard, real_values, warn_skip  # noqa: F401 (also importable from here)
 from hookkit.core.registry import backend_for, framework_of, registered_backends  # framework_of imports nothing

@@ -13,6 +13,7 @@ from itertools import count
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
 
+from hookkit.core.entry import entered
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
@@ -44,51 +45,66 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
     if key in memo:
         return memo[key]
     memo[key] = obj  # a cycle comes back to the original object: terminates
-    new: Any = obj
-    if isinstance(obj, tuple):
-        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            new = type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    elif isinstance(obj, list):
-        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            new = items
-    elif isinstance(obj, dict):
-        values = {k: _map_deep(v, fn, be, memo, depth + 1) for k, v in obj.items()}
-        if any(values[k] is not v for k, v in obj.items()):
-            if type(obj) is dict:
-                new = values
-            else:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
-                try:
-                    new = type(obj)(**values)
-                except TypeError:
-                    new = type(obj)()
-                    new.update(values)
-    elif be.is_layer(obj) or isinstance(obj, Enum):
+    if be.is_layer(obj) or isinstance(obj, Enum):
         return obj
+
+    def inner(o: Any) -> Any:
+        return _map_deep(o, fn, be, memo, depth + 1)
+
+    if isinstance(obj, tuple):
+        new = _map_tuple(obj, inner)
+    elif isinstance(obj, list):
+        items = [inner(o) for o in obj]
+        new = items if any(a is not b for a, b in zip(items, obj)) else obj
+    elif isinstance(obj, dict):
+        new = _map_dict(obj, inner)
     else:
-        try:
-            new = copy.copy(obj)
-        except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
-            return obj
-        changes = {}
-        fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
-        names = fields or list(getattr(obj, "__dict__", {}))
-        names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
-        for n in dict.fromkeys(names):
-            if n.startswith("__"):
-                continue
-            try:
-                value = getattr(obj, n)
-            except AttributeError:
-                continue
-            mapped = _map_deep(value, fn, be, memo, depth + 1)
-            if mapped is not value:
-                changes[n] = mapped
-        if changes or new is not obj:
-            for n, v in changes.items():
-                object.__setattr__(new, n, v)  # also frozen dataclasses
+        new = _map_object(obj, inner)
     memo[key] = new
+    return new
+
+
+def _map_tuple(obj: tuple, inner: Callable[[Any], Any]) -> Any:
+    items = [inner(o) for o in obj]
+    if all(a is b for a, b in zip(items, obj)):
+        return obj
+    return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+
+
+def _map_dict(obj: dict, inner: Callable[[Any], Any]) -> Any:
+    values = {k: inner(v) for k, v in obj.items()}
+    if all(values[k] is v for k, v in obj.items()):
+        return obj
+    if type(obj) is dict:
+        return values
+    try:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
+        return type(obj)(**values)
+    except TypeError:
+        new = type(obj)()
+        new.update(values)
+        return new
+
+
+def _map_object(obj: Any, inner: Callable[[Any], Any]) -> Any:
+    """A shallow copy of ``obj`` with its attributes (fields, ``__dict__``, slots) mapped; ``obj``
+    itself when it cannot be copied."""
+    try:
+        new = copy.copy(obj)
+    except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
+        return obj
+    fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+    names = fields or list(getattr(obj, "__dict__", {}))
+    names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
+    for n in dict.fromkeys(names):
+        if n.startswith("__"):
+            continue
+        try:
+            value = getattr(obj, n)
+        except AttributeError:
+            continue
+        mapped = inner(value)
+        if mapped is not value:
+            object.__setattr__(new, n, mapped)  # also frozen dataclasses
     return new
 
 
@@ -215,19 +231,9 @@ class capture(HandleGroup, RecordSource):
         index: int = 0,
     ):
         super().__init__()
-        self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
-        self._positions = None if positions is None else Positions(positions, "capture")
-        self._gen_steps = None if steps is None else check_steps(steps, "capture")
-        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
-        if type(index) is not int or index < 0:  # bool and numpy ints refused as before
-            fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
-        self._index = index
-        self._steps: deque[int] = deque()
-        self._backend = check_model(model, fn="capture")
+        self._backend = self._options(model, keep, positions, steps, token_dim, index)
         self._check_flags(inputs, outputs, grads, detach, clone, to)
         self._model = weakref.ref(model)
-        if self._positions is not None and self._token_dim is None:
-            self._token_dim = token_dim_of(model, fn="capture")
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
         # outputs only, detached, kept where they are: each layer's consumer is a closure without lookups
@@ -238,8 +244,29 @@ class capture(HandleGroup, RecordSource):
         self._records: dict[str, list[Record]] = {}
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
-            self._attach_views(model, resolve(model, layers, heads=heads, head_layout=head_layout), "heads", heads)
-            return
+            with entered("capture"):
+                found = resolve(model, layers, heads=heads, head_layout=head_layout)
+            self._attach_views(model, found, "heads", heads)
+        else:
+            self._attach_layers(model, layers, grads)
+
+    def _options(self, model: Any, keep: Any, positions: Any, steps: Any, token_dim: Any, index: Any) -> Any:
+        """Check the options that shape the records; the model's backend."""
+        self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
+        self._positions = None if positions is None else Positions(positions, "capture")
+        self._gen_steps = None if steps is None else check_steps(steps, "capture")
+        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
+        if type(index) is not int or index < 0:  # bool and numpy ints refused as before
+            fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
+        self._index = index
+        self._steps: deque[int] = deque()
+        backend = check_model(model, fn="capture")
+        if self._positions is not None and self._token_dim is None:
+            self._token_dim = token_dim_of(model, fn="capture")
+        return backend
+
+    def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
+        """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
         named = select(model, layers)
         self.names: list[str] = named.names
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later

@@ -8,14 +8,16 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, framework_of
+from hookkit.core.entry import entry_name
 from hookkit.core.validate import ArgumentTypeError, fail
 
 DTYPE_ALIASES = {"long": "int64", "int": "int64", "float": "float32", "double": "float64", "half": "float16", "bool": "bool"}
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
-def dtype_name(dtype: Any, fn: str = "summary") -> str:
+def dtype_name(dtype: Any, fn: str | None = None) -> str:
     """``"long"``, ``torch.int64``, ``paddle.int64`` or ``"int64"`` -> ``"int64"``."""
+    fn = fn or entry_name("summary")
     name = str(dtype).rpartition(".")[2].lower()
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
@@ -44,8 +46,9 @@ def _make_tensor(be: Backend, shape: Sequence[int], dtype: str, device: Any, see
     return be.to(t, device) if device is not None else t
 
 
-def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any, fn: str = "summary") -> list[str]:
+def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any, fn: str | None = None) -> list[str]:
     """One dtype name per input: ``dtypes`` is one for all or one per input (default float32)."""
+    fn = fn or entry_name("summary")
     if dtypes is None:
         return ["float32"] * len(shapes)
     seq = [dtypes] if isinstance(dtypes, str) or not isinstance(dtypes, (list, tuple)) else list(dtypes)
