@@ -757,3 +757,9 @@ def test_old_module_paths_import_the_moved_modules_with_one_warning():
     assert token_grid is layouts.token_grid
     with pytest.warns(FutureWarning, match=r"hookkit\.observers\.gradcam is deprecated .*use hookkit\.analyses\.cam\.shortcuts"):
         assert importlib.import_module("hookkit.observers.gradcam").gradcam is hookkit.gradcam
+    for old, (new, _) in deprecation._MOVED.moved.items():  # every moved module: the same module object
+        if old.startswith("hookkit.analyses."):
+            sys.modules.pop(old, None)
+            deprecation._warned.discard(old)
+            with pytest.warns(FutureWarning, match=f"use {new}"):
+                assert importlib.import_module(old) is importlib.import_module(new)
