@@ -65,7 +65,17 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
-from hookkit.sae import SAE, FeatureStats, SAEFileError, Splice, TopFeatures, splice  # sparse autoencoders (issue 42)
+from hookkit.sae import (  # sparse autoencoders (issue 42)
+    SAE,
+    FeatureStats,
+    SAEFileError,
+    Splice,
+    TopFeatures,
+    Trained,
+    read_sae_metrics,
+    splice,
+    train_sae,
+)
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
     from hookkit.apps.report import report
@@ -158,6 +168,9 @@ __all__ = [
     "Splice",
     "TopFeatures",
     "splice",
+    "Trained",
+    "read_sae_metrics",
+    "train_sae",
 ]
 
 

@@ -115,7 +115,8 @@ def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[
     offset = 0
     arrays = {}
     for key, a in tensors.items():
-        a = np.ascontiguousarray(a)
+        a = np.asarray(a)
+        a = a if a.flags.c_contiguous else a.copy(order="C")  # ascontiguousarray would make a 0-d array 1-d
         code = codes.get(a.dtype.name)
         if code is None:
             raise HookkitError(f"cannot store dtype {a.dtype.name} for {key!r} in {path}")

@@ -12,7 +12,8 @@ from hookkit.backends.families.sae import SaeOps
 
 class PaddleSaeOps(SaeOps):
     def tensor(self, array: Any, device: str | None, dtype: str) -> Any:
-        t = paddle.to_tensor(np.ascontiguousarray(array), place=paddle.CPUPlace())
+        array = np.asarray(array)
+        t = paddle.to_tensor(array if array.flags.c_contiguous else array.copy(order="C"), place=paddle.CPUPlace())
         t = t.astype(dtype) if str(t.dtype).rpartition(".")[2] != dtype else t
         return t if device in (None, "cpu") else t.to(device)
 

@@ -12,7 +12,8 @@ from hookkit.backends.families.sae import SaeOps
 
 class TorchSaeOps(SaeOps):
     def tensor(self, array: Any, device: str | None, dtype: str) -> Any:
-        t = torch.from_numpy(np.ascontiguousarray(array))
+        array = np.asarray(array)
+        t = torch.from_numpy(array if array.flags.c_contiguous else array.copy(order="C"))
         return t.to(device=device or "cpu", dtype=getattr(torch, dtype))
 
     def relu(self, t: Any) -> Any:

@@ -1,0 +1,120 @@
+"""hookkit.train_sae: SAEs trained on activations streamed in bounded memory (sklearn digits and a
+small model's activations), checkpoints in SAELens's format, resumable after a kill."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+
+import hookkit
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument
+from hookkit.sae import SAE, read_sae_metrics, train_sae
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def digits() -> np.ndarray:
+    return (load_digits().data / 16).astype(np.float32)
+
+
+def _fit(x, arch="topk", **kw):
+    args = dict(k=8, steps=200, batch_size=128, lr=3e-3, buffer_size=512, log_every=20, framework="torch")
+    args.update(kw)
+    return train_sae(x, 96, arch, **args)
+
+
+def _ev(sae, fw, x):
+    out = fw.numpy(sae(fw.tensor(x)))
+    return 1 - ((out - x) ** 2).sum(-1).mean() / ((x - x.mean(0)) ** 2).sum(-1).mean()
+
+
+def test_topk_learns_and_the_checkpoint_reloads_the_same(torch_fw, digits, tmp_path):
+    run = _fit(digits, out=tmp_path / "run")
+    last = run.metrics[-1]
+    assert last["l0"] == 8 and last["step"] == 199
+    assert last["explained_variance"] > 0.6 > run.metrics[0]["explained_variance"]  # it learned
+    assert _ev(run.sae, torch_fw, digits) > 0.6
+    loaded = SAE.load(tmp_path / "run" / "final")
+    x = torch_fw.tensor(digits[:50])
+    np.testing.assert_array_equal(torch_fw.numpy(loaded(x)), torch_fw.numpy(run.sae(x)))
+    assert read_sae_metrics(str(tmp_path / "run")) == run.metrics
+    W = torch_fw.numpy(run.sae.W_dec)
+    np.testing.assert_allclose(np.linalg.norm(W, axis=1), 1, rtol=1e-5)  # the decoder-norm constraint
+
+
+def test_batchtopk_saves_its_jumprelu_form_and_standard_trades_l1(torch_fw, digits):
+    run = _fit(digits, "batchtopk")
+    assert run.sae.architecture == "jumprelu"
+    l0 = (torch_fw.numpy(run.sae.encode(torch_fw.tensor(digits))) > 0).sum(-1).mean()
+    assert 2 < l0 < 24  # the threshold keeps about k=8 per row on average
+    loose, tight = _fit(digits, "standard", l1_coefficient=1e-3), _fit(digits, "standard", l1_coefficient=0.05)
+    assert tight.metrics[-1]["l0"] < loose.metrics[-1]["l0"]
+    assert loose.metrics[-1]["explained_variance"] > 0.8
+
+
+def test_killed_run_resumes_to_the_uninterrupted_weights(torch_fw, digits, tmp_path):
+    whole = _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "whole")
+
+    class Kill:
+        def add_scalar(self, tag, value, step):
+            if step >= 45:
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "killed", writer=Kill(), log_every=1)
+    resumed = _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "killed")
+    for key in ("W_enc", "W_dec", "b_enc", "b_dec"):
+        np.testing.assert_array_equal(torch_fw.numpy(resumed.sae.weights[key]), torch_fw.numpy(whole.sae.weights[key]))
+    assert resumed.steps == 60 and resumed.samples == 60 * 128
+
+
+def test_normalisation_is_folded_into_the_saved_weights(torch_fw, digits):
+    run = _fit(digits * 40, normalize_activations="expected_average_only_in")
+    assert run.sae.normalize_activations == "none"
+    assert _ev(run.sae, torch_fw, digits * 40) > 0.6  # raw activations in, raw reconstructions out
+
+
+def test_sources_extract_folder_and_model(torch_fw, tmp_path):
+    model = torch_fw.mlp((6, 16, 3))
+    data = [torch_fw.randn(64, 6) for _ in range(8)]
+    hookkit.extract(model, data, "1", str(tmp_path / "feats"), progress=False)
+    seen = []
+
+    class W:
+        def add_scalar(self, tag, value, step):
+            seen.append(tag)
+
+    a = train_sae(str(tmp_path / "feats"), 32, "topk", k=4, steps=30, batch_size=64, buffer_size=256, writer=W(), framework="torch")
+    b = train_sae((model, "1", data), 32, "topk", k=4, steps=30, batch_size=64, buffer_size=256)
+    assert a.sae.d_in == b.sae.d_in == 16 and b.sae.hook_name == "1"
+    assert {"sae/mse", "sae/explained_variance", "sae/l0", "sae/dead_fraction", "sae/lr"} <= set(seen)
+    with hookkit.splice(model, "1", b.sae) as sp, hookkit.capture(model, sp.features) as cap:
+        model(data[0])
+    assert cap[sp.features].shape == (64, 32)
+
+
+def test_paddle_trains_too(paddle_fw, digits):
+    run = _fit(digits, steps=120, framework="paddle")
+    assert run.sae.backend.name == "paddle" and run.metrics[-1]["explained_variance"] > 0.5
+
+
+def test_bad_arguments(digits):
+    with pytest.raises(InvalidArgument, match="architecture"):
+        train_sae(digits, 32, "gated")
+    with pytest.raises(InvalidArgument, match="k"):
+        train_sae(digits, 32, "topk", k=64)
+    with pytest.raises(ArgumentTypeError, match="writer"):
+        train_sae(digits, 32, writer=object())
+
+
+def test_checkpoint_loads_in_sae_lens(digits, tmp_path):
+    sae_lens = pytest.importorskip("sae_lens")
+    import torch
+
+    run = _fit(digits, out=tmp_path / "run")
+    theirs = sae_lens.SAE.load_from_disk(str(tmp_path / "run" / "final"))
+    x = torch.from_numpy(digits[:64])
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(x), run.sae(x), rtol=0, atol=1e-6)
