@@ -70,10 +70,12 @@ def test_killed_run_resumes_to_the_uninterrupted_weights(torch_fw, digits, tmp_p
     assert resumed.steps == 60 and resumed.samples == 60 * 128
 
 
-def test_normalisation_is_folded_into_the_saved_weights(torch_fw, digits):
-    run = _fit(digits * 40, normalize_activations="expected_average_only_in")
+@pytest.mark.parametrize("arch", ["topk", "batchtopk"])
+def test_normalisation_is_folded_into_the_saved_weights(torch_fw, digits, arch):
+    run = _fit(digits * 40, arch, normalize_activations="expected_average_only_in")
     assert run.sae.normalize_activations == "none"
     assert _ev(run.sae, torch_fw, digits * 40) > 0.6  # raw activations in, raw reconstructions out
+    assert run.metrics[-1]["explained_variance"] == pytest.approx(_ev(run.sae, torch_fw, digits * 40), abs=0.1)
 
 
 def test_sources_extract_folder_and_model(torch_fw, tmp_path):

@@ -5,7 +5,8 @@ site and a data iterable (activations captured batch by batch). Rows pass throug
 of ``buffer_size`` rows: memory stays flat however large the data set. The losses and schedules are
 SAELens's (MSE summed over the activation and averaged over tokens; L1 weighted by decoder norms for
 "standard"; top-k with the auxiliary-k loss on dead features for "topk" and "batchtopk", the batch
-threshold an exponential average of the smallest kept activation; Adam, gradient norm clipped to 1,
+threshold an exponential average of the smallest kept activation, activations rescaled by the decoder
+norms (SAELens's ``rescale_acts_by_decoder_norm``, folded into the saved weights: unit-norm decoder rows); Adam, gradient norm clipped to 1,
 linear lr warm-up and decay). Checkpoints are SAELens folders (``cfg.json`` +
 ``sae_weights.safetensors``) plus the trainer's state (safetensors + JSON): a run killed at any point
 resumes from its latest checkpoint and gives the weights an uninterrupted run gives.
@@ -219,13 +220,15 @@ class _Trainer:
         ops, p = self.ops, self.p
         x = self.ops.tensor(x_np * self.scale if self.scale != 1.0 else x_np, self.device, "float32")
         h = (x - p["b_dec"]) @ p["W_enc"] + p["b_enc"]
-        if self.arch == "topk":
-            f = ops.topk_dense(h, int(self.k))
-        elif self.arch == "batchtopk":
-            f = ops.batch_topk_dense(h, self.k)
-        else:
+        norms = None
+        if self.arch == "standard":
             f = ops.relu(h)
-        out = f @ p["W_dec"] + p["b_dec"]
+            out = f @ p["W_dec"] + p["b_dec"]
+        else:  # SAELens's rescale_acts_by_decoder_norm: the decoder acts as if its rows had unit norm
+            norms = ops.row_norm(p["W_dec"])
+            h = h * norms
+            f = ops.topk_dense(h, int(self.k)) if self.arch == "topk" else ops.batch_topk_dense(h, self.k)
+            out = (f * (1 / norms)) @ p["W_dec"] + p["b_dec"]
         err = out - x
         mse = ops.sum_last(err * err).mean()
         loss = mse
@@ -240,7 +243,7 @@ class _Trainer:
             k_aux = min(self.d_in // 2, int(dead.sum()))
             scale = min(int(dead.sum()) / (self.d_in // 2), 1.0)
             mask = self.ops.tensor(dead, self.device, "bool")
-            aux = ops.masked_topk_dense(h, mask, k_aux) @ p["W_dec"]
+            aux = (ops.masked_topk_dense(h, mask, k_aux) * (1 / norms)) @ p["W_dec"]
             resid = self.be.detach(x - out)
             loss = loss + self.aux_coef * scale * ops.sum_last((aux - resid) * (aux - resid)).mean()
         metrics = None
@@ -264,9 +267,6 @@ class _Trainer:
             pos = fd[fd > 0]
             if pos.size:
                 self.topk_threshold = (1 - self.threshold_lr) * self.topk_threshold + self.threshold_lr * float(pos.min())
-        if self.arch != "standard":  # the decoder-norm constraint: unit rows
-            W = p["W_dec"]
-            ops.assign(W, self.be.detach(W) / ops.row_norm(self.be.detach(W), keepdim=True))
         self.step_n += 1
         self.samples += len(x_np)
         return metrics
@@ -277,6 +277,9 @@ class _Trainer:
     def inference(self, hook_name: str | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(cfg, weights) of the inference SAE, SAELens's form, with the normalisation folded in."""
         w = self.arrays()
+        if self.arch != "standard":  # fold the decoder norms in (SAELens's inference form of a top-k SAE)
+            n = np.linalg.norm(w["W_dec"], axis=1).astype(np.float32)
+            w["b_enc"], w["W_enc"], w["W_dec"] = w["b_enc"] * n, w["W_enc"] * n[None, :], w["W_dec"] / n[:, None]
         if self.scale != 1.0:  # fold the scaling factor as SAELens's fold_activation_norm_scaling_factor
             w["W_enc"] = w["W_enc"] * np.float32(self.scale)
             w["W_dec"] = w["W_dec"] / np.float32(self.scale)
@@ -303,8 +306,9 @@ class _Trainer:
             cfg["k"] = int(self.k)
             cfg["rescale_acts_by_decoder_norm"] = False
         if arch == "jumprelu":
-            thr = self.topk_threshold / self.scale
-            w["threshold"] = np.full(self.d_sae, thr, np.float32)
+            # folded as above, the encoder's pre-activations are the training's (scaled input,
+            # rescaled by the decoder norms): the threshold stays as learned
+            w["threshold"] = np.full(self.d_sae, self.topk_threshold, np.float32)
         return cfg, w
 
 
