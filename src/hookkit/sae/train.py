@@ -239,7 +239,7 @@ class _Trainer:
         if self.arch == "standard":
             coef = self.l1 * min(1.0, (self.step_n + 1) / self.l1_warm_up) if self.l1_warm_up else self.l1
             loss = loss + coef * ops.sum_last(f * ops.row_norm(p["W_dec"])).mean()
-        elif dead.any() and self.aux_coef:
+        elif dead.any() and self.aux_coef and norms is not None:
             k_aux = min(self.d_in // 2, int(dead.sum()))
             scale = min(int(dead.sum()) / (self.d_in // 2), 1.0)
             mask = self.ops.tensor(dead, self.device, "bool")
