@@ -120,3 +120,29 @@ def test_checkpoint_loads_in_sae_lens(digits, tmp_path):
     x = torch.from_numpy(digits[:64])
     with torch.no_grad():
         torch.testing.assert_close(theirs(x), run.sae(x), rtol=0, atol=1e-6)
+
+
+def test_jumprelu_trades_l0_and_its_estimator_matches_the_formula(fw, digits, rng):
+    loose = _fit(digits, "jumprelu", l0_coefficient=1e-3, framework=fw.name, steps=120)
+    tight = _fit(digits, "jumprelu", l0_coefficient=0.05, framework=fw.name, steps=120)
+    assert tight.metrics[-1]["l0"] < 0.7 * loose.metrics[-1]["l0"]
+    assert tight.sae.architecture == "jumprelu" and (fw.numpy(tight.sae.threshold) >= 0).all()
+    # the straight-through estimator (SAELens's JumpReLU and Step), by hand: bandwidth 0.5
+    ops = hookkit.sae.SAE.from_arrays(
+        **{k: np.zeros(s, np.float32) for k, s in (("W_enc", (3, 4)), ("b_enc", 4), ("W_dec", (4, 3)), ("b_dec", 3))}, framework=fw.name
+    ).ops
+    h = rng.normal(size=(5, 4)).astype(np.float32)
+    thr = np.asarray([0.1, 0.3, -0.2, 0.5], np.float32)
+    g = rng.normal(size=(5, 4)).astype(np.float32)
+    rect = (np.abs((h - thr) / 0.5) < 0.5).astype(np.float32)
+    for op, want_h, want_t in (
+        (ops.jumprelu, (h > thr) * g, -((thr / 0.5) * rect * g).sum(0)),
+        (ops.step_l0, None, -((1 / 0.5) * rect * g).sum(0)),
+    ):
+        ht, tt = fw.tensor(h, requires_grad=True), fw.tensor(thr, requires_grad=True)
+        out = op(ht, tt, 0.5)
+        (out * fw.tensor(g)).sum().backward()
+        np.testing.assert_allclose(fw.grad(tt), want_t, rtol=1e-5, atol=1e-6)
+        if want_h is not None:
+            np.testing.assert_allclose(fw.grad(ht), want_h, rtol=1e-6)
+            np.testing.assert_array_equal(fw.numpy(out), h * (h > thr))

@@ -32,7 +32,7 @@ from hookkit.core.validate import ArgumentTypeError, check_choice, fail
 from hookkit.sae.files import inside, read_safetensors, write_json, write_safetensors
 from hookkit.sae.model import SAE, _placement
 
-TRAIN_ARCHITECTURES = ("topk", "batchtopk", "standard")
+TRAIN_ARCHITECTURES = ("topk", "batchtopk", "jumprelu", "standard")
 STATE_FILE = "trainer_state.safetensors"
 STATE_JSON = "trainer_state.json"
 METRICS_FILE = "metrics.jsonl"
@@ -183,6 +183,8 @@ class _Trainer:
         dead_window: int,
         threshold_lr: float,
         seed: int,
+        bandwidth: float = 0.05,
+        init_threshold: float = 0.01,
     ):
         self.be, self.ops = be, be.family("sae")
         self.d_in, self.d_sae, self.arch, self.k = d_in, d_sae, arch, k
@@ -203,6 +205,9 @@ class _Trainer:
             "W_dec": W_dec,
             "b_dec": np.zeros(d_in, np.float32),
         }
+        if arch == "jumprelu":
+            init["threshold"] = np.full(d_sae, init_threshold, np.float32)
+        self.bandwidth = bandwidth
         self.device = device
         self.names = list(init)
         self.params = [self.ops.parameter(self.ops.tensor(init[n], device, "float32")) for n in self.names]
@@ -224,6 +229,10 @@ class _Trainer:
         if self.arch == "standard":
             f = ops.relu(h)
             out = f @ p["W_dec"] + p["b_dec"]
+        elif self.arch == "jumprelu":  # SAELens's JumpReLU: a threshold kept >= 0, learned through the STE
+            ops.assign(p["threshold"], ops.relu(self.be.detach(p["threshold"])))
+            f = ops.jumprelu(h, p["threshold"], self.bandwidth)
+            out = f @ p["W_dec"] + p["b_dec"]
         else:  # SAELens's rescale_acts_by_decoder_norm: the decoder acts as if its rows had unit norm
             norms = ops.row_norm(p["W_dec"])
             h = h * norms
@@ -236,9 +245,11 @@ class _Trainer:
         self.since_fired += 1
         self.since_fired[fired] = 0
         dead = self.since_fired > self.dead_window
+        coef = self.l1 * min(1.0, (self.step_n + 1) / self.l1_warm_up) if self.l1_warm_up else self.l1
         if self.arch == "standard":
-            coef = self.l1 * min(1.0, (self.step_n + 1) / self.l1_warm_up) if self.l1_warm_up else self.l1
             loss = loss + coef * ops.sum_last(f * ops.row_norm(p["W_dec"])).mean()
+        elif self.arch == "jumprelu":  # the L0 penalty (SAELens's "step" sparsity loss)
+            loss = loss + coef * ops.sum_last(ops.step_l0(h, p["threshold"], self.bandwidth)).mean()
         elif dead.any() and self.aux_coef and norms is not None:
             k_aux = min(self.d_in // 2, int(dead.sum()))
             scale = min(int(dead.sum()) / (self.d_in // 2), 1.0)
@@ -277,7 +288,7 @@ class _Trainer:
     def inference(self, hook_name: str | None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(cfg, weights) of the inference SAE, SAELens's form, with the normalisation folded in."""
         w = self.arrays()
-        if self.arch != "standard":  # fold the decoder norms in (SAELens's inference form of a top-k SAE)
+        if self.arch in ("topk", "batchtopk"):  # fold the decoder norms in (SAELens's inference form of a top-k SAE)
             n = np.linalg.norm(w["W_dec"], axis=1).astype(np.float32)
             w["b_enc"], w["W_enc"], w["W_dec"] = w["b_enc"] * n, w["W_enc"] * n[None, :], w["W_dec"] / n[:, None]
         if self.scale != 1.0:  # fold the scaling factor as SAELens's fold_activation_norm_scaling_factor
@@ -347,6 +358,10 @@ def train_sae(
     lr_decay_steps: int = 0,
     l1_coefficient: float = 5.0,
     l1_warm_up_steps: int = 0,
+    l0_coefficient: float = 1.0,
+    l0_warm_up_steps: int = 0,
+    jumprelu_bandwidth: float = 0.05,
+    jumprelu_init_threshold: float = 0.01,
     aux_k_coefficient: float = 1 / 32,
     dead_feature_window: int = 1000,
     topk_threshold_lr: float = 0.01,
@@ -363,10 +378,12 @@ def train_sae(
     like: Any = None,
     hook_name: str | None = None,
 ) -> Trained:
-    """Train an SAE (``architecture``: "topk", "batchtopk" or "standard", SAELens's names) of
+    """Train an SAE (``architecture``: "topk", "batchtopk", "jumprelu" or "standard", SAELens's names) of
     ``d_sae`` features on ``source``: an ``extract`` folder (``site=``: which layer), an array
     ``[..., d_in]``, or ``(model, site, data)``. Streams in bounded memory (``buffer_size`` rows
-    shuffled); ``normalize_activations="expected_average_only_in"`` scales inputs to norm sqrt(d_in)
+    shuffled). Sparsity: ``k`` (top-k, batch-top-k: the mean per row), ``l1_coefficient`` (standard),
+    ``l0_coefficient`` (JumpReLU's L0 penalty, through a straight-through estimator of
+    ``jumprelu_bandwidth``); ``normalize_activations="expected_average_only_in"`` scales inputs to norm sqrt(d_in)
     and folds the factor into the saved weights. ``out``: a folder for the final SAE (SAELens's
     format), ``metrics.jsonl`` and, every ``checkpoint_every`` steps, resumable checkpoints
     (``resume=True`` continues a killed run). ``writer``: TensorBoard's ``SummaryWriter`` or anything
@@ -413,12 +430,14 @@ def train_sae(
         d_sae,
         architecture,
         k,
-        l1_coefficient,
-        l1_warm_up_steps,
+        l0_coefficient if architecture == "jumprelu" else l1_coefficient,
+        l0_warm_up_steps if architecture == "jumprelu" else l1_warm_up_steps,
         aux_k_coefficient,
         dead_feature_window,
         topk_threshold_lr,
         seed,
+        jumprelu_bandwidth,
+        jumprelu_init_threshold,
     )
     opt = tr.ops.adam(tr.params, lr, (0.9, 0.999))
     batches = _batches(chunks, batch_size, max(buffer_size, 2 * batch_size), seed)

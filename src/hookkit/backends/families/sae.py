@@ -100,3 +100,14 @@ class SaeOps:
         """A new parameter-free layer returning its input (the features' pseudo-layer of a splice,
         called so that the router's hooks on it run)."""
         raise NotImplementedError
+
+    def jumprelu(self, t: Any, threshold: Any, bandwidth: float) -> Any:
+        """``t * (t > threshold)`` whose gradient reaches ``threshold`` through a straight-through
+        estimator (a rectangle kernel of width ``bandwidth``, as SAELens's ``JumpReLU``); ``t`` gets
+        the gradient of the kept entries."""
+        raise NotImplementedError
+
+    def step_l0(self, t: Any, threshold: Any, bandwidth: float) -> Any:
+        """``(t > threshold)`` as ``t``'s dtype, whose gradient reaches ``threshold`` only, through
+        the same estimator (SAELens's ``Step``: the L0 penalty of a JumpReLU SAE)."""
+        raise NotImplementedError

@@ -10,6 +10,40 @@ import paddle
 from hookkit.backends.families.sae import SaeOps
 
 
+def _rectangle(x: Any) -> Any:
+    return ((x > -0.5) & (x < 0.5)).astype(x.dtype)
+
+
+class _JumpReLU(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx: Any, x: Any, threshold: Any, bandwidth: float) -> Any:
+        ctx.save_for_backward(x, threshold)
+        ctx.bandwidth = bandwidth
+        return x * (x > threshold).astype(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, threshold = ctx.saved_tensor()
+        bw = ctx.bandwidth
+        ste = (threshold / bw) * _rectangle((x - threshold) / bw) * grad
+        return (x > threshold).astype(x.dtype) * grad, -ste.reshape([-1, x.shape[-1]]).sum(0)
+
+
+class _Step(paddle.autograd.PyLayer):
+    @staticmethod
+    def forward(ctx: Any, x: Any, threshold: Any, bandwidth: float) -> Any:
+        ctx.save_for_backward(x, threshold)
+        ctx.bandwidth = bandwidth
+        return (x > threshold).astype(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, threshold = ctx.saved_tensor()
+        bw = ctx.bandwidth
+        ste = (1.0 / bw) * _rectangle((x - threshold) / bw) * grad
+        return paddle.zeros_like(x), -ste.reshape([-1, x.shape[-1]]).sum(0)
+
+
 class PaddleSaeOps(SaeOps):
     def tensor(self, array: Any, device: str | None, dtype: str) -> Any:
         array = np.asarray(array)
@@ -93,6 +127,12 @@ class PaddleSaeOps(SaeOps):
 
     def sum_first(self, t: Any) -> Any:
         return t.sum(axis=0)
+
+    def jumprelu(self, t: Any, threshold: Any, bandwidth: float) -> Any:
+        return _JumpReLU.apply(t, threshold, bandwidth)
+
+    def step_l0(self, t: Any, threshold: Any, bandwidth: float) -> Any:
+        return _Step.apply(t, threshold, bandwidth)
 
     def identity_layer(self) -> Any:
         return paddle.nn.Identity()

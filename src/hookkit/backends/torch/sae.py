@@ -10,6 +10,40 @@ import torch
 from hookkit.backends.families.sae import SaeOps
 
 
+def _rectangle(x: Any) -> Any:
+    return ((x > -0.5) & (x < 0.5)).to(x)
+
+
+class _JumpReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any, threshold: Any, bandwidth: float) -> Any:
+        ctx.save_for_backward(x, threshold)
+        ctx.bandwidth = bandwidth
+        return x * (x > threshold).to(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, threshold = ctx.saved_tensors
+        bw = ctx.bandwidth
+        ste = (threshold / bw) * _rectangle((x - threshold) / bw) * grad
+        return (x > threshold).to(x) * grad, -ste.reshape(-1, x.shape[-1]).sum(0), None
+
+
+class _Step(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any, threshold: Any, bandwidth: float) -> Any:
+        ctx.save_for_backward(x, threshold)
+        ctx.bandwidth = bandwidth
+        return (x > threshold).to(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, threshold = ctx.saved_tensors
+        bw = ctx.bandwidth
+        ste = (1.0 / bw) * _rectangle((x - threshold) / bw) * grad
+        return None, -ste.reshape(-1, x.shape[-1]).sum(0), None
+
+
 class TorchSaeOps(SaeOps):
     def tensor(self, array: Any, device: str | None, dtype: str) -> Any:
         array = np.asarray(array)
@@ -103,6 +137,12 @@ class TorchSaeOps(SaeOps):
 
     def sum_first(self, t: Any) -> Any:
         return t.sum(dim=0)
+
+    def jumprelu(self, t: Any, threshold: Any, bandwidth: float) -> Any:
+        return _JumpReLU.apply(t, threshold, bandwidth)
+
+    def step_l0(self, t: Any, threshold: Any, bandwidth: float) -> Any:
+        return _Step.apply(t, threshold, bandwidth)
 
     def identity_layer(self) -> Any:
         return torch.nn.Identity()
