@@ -68,10 +68,12 @@ from hookkit.observers.summary import Summary, summary
 from hookkit.sae import (  # sparse autoencoders (issue 42)
     SAE,
     FeatureStats,
+    FeatureViews,
     SAEFileError,
     Splice,
     TopFeatures,
     Trained,
+    feature_views,
     read_sae_metrics,
     splice,
     train_sae,
@@ -171,6 +173,8 @@ __all__ = [
     "Trained",
     "read_sae_metrics",
     "train_sae",
+    "FeatureViews",
+    "feature_views",
 ]
 
 

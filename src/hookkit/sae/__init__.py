@@ -7,6 +7,7 @@ from hookkit.sae.model import SAE, SAE_ARCHITECTURES
 from hookkit.sae.splice import FeatureStats, Splice, TopFeatures, splice
 from hookkit.sae.train import Trained, train_sae
 from hookkit.sae.train import read_metrics as read_sae_metrics
+from hookkit.sae.views import FeatureView, FeatureViews, feature_views
 
 __all__ = [
     "SAE",
@@ -19,4 +20,7 @@ __all__ = [
     "Trained",
     "read_sae_metrics",
     "train_sae",
+    "FeatureView",
+    "FeatureViews",
+    "feature_views",
 ]
