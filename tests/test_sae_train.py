@@ -146,3 +146,40 @@ def test_jumprelu_trades_l0_and_its_estimator_matches_the_formula(fw, digits, rn
         if want_h is not None:
             np.testing.assert_allclose(fw.grad(ht), want_h, rtol=1e-6)
             np.testing.assert_array_equal(fw.numpy(out), h * (h > thr))
+
+
+def test_ce_loss_recovered_when_a_model_is_given(torch_fw, rng):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=2, n_embd=16, n_head=2, vocab_size=40, n_positions=16)).eval()
+    data = [torch.randint(0, 40, (8, 12)) for _ in range(6)]
+
+    def loss(m, ids):
+        return m(ids, labels=ids).loss
+
+    run = train_sae(
+        (model, "transformer.h.0", data),
+        64,
+        "topk",
+        k=8,
+        steps=60,
+        batch_size=96,
+        lr=3e-3,
+        buffer_size=384,
+        ce_loss=loss,
+        ce_every=30,
+        log_every=30,
+    )
+    ce = [m["ce_loss_recovered"] for m in run.metrics if "ce_loss_recovered" in m]
+    assert len(ce) == 3 and ce[-1] > ce[0]  # training recovers more of the loss
+    # by hand at the end: (zero - spliced) / (zero - clean)
+    with torch.no_grad():
+        clean = loss(model, data[0]).item()
+        with hookkit.ablate(model, "transformer.h.0"):
+            zero = loss(model, data[0]).item()
+        with hookkit.splice(model, "transformer.h.0", run.sae, error_term=False):
+            spliced = loss(model, data[0]).item()
+    assert ce[-1] == pytest.approx((zero - spliced) / (zero - clean), rel=1e-4)
+    with pytest.raises(InvalidArgument, match="ce_loss"):
+        train_sae(np.zeros((10, 4), np.float32), 8, k=2, ce_loss=loss)

@@ -19,7 +19,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -377,13 +377,18 @@ def train_sae(
     framework: str | None = None,
     like: Any = None,
     hook_name: str | None = None,
+    ce_loss: Callable[[Any, Any], Any] | None = None,
+    ce_every: int = 100,
 ) -> Trained:
     """Train an SAE (``architecture``: "topk", "batchtopk", "jumprelu" or "standard", SAELens's names) of
     ``d_sae`` features on ``source``: an ``extract`` folder (``site=``: which layer), an array
     ``[..., d_in]``, or ``(model, site, data)``. Streams in bounded memory (``buffer_size`` rows
     shuffled). Sparsity: ``k`` (top-k, batch-top-k: the mean per row), ``l1_coefficient`` (standard),
     ``l0_coefficient`` (JumpReLU's L0 penalty, through a straight-through estimator of
-    ``jumprelu_bandwidth``); ``normalize_activations="expected_average_only_in"`` scales inputs to norm sqrt(d_in)
+    ``jumprelu_bandwidth``). With ``(model, site, data)`` and ``ce_loss(model, batch) -> loss``,
+    every ``ce_every`` steps the metrics get ``ce_loss_recovered``: ``(zero - spliced) / (zero - clean)``
+    on the first batch (the model's loss clean, with the SAE's reconstruction spliced in, and with the
+    site zero-ablated); ``normalize_activations="expected_average_only_in"`` scales inputs to norm sqrt(d_in)
     and folds the factor into the saved weights. ``out``: a folder for the final SAE (SAELens's
     format), ``metrics.jsonl`` and, every ``checkpoint_every`` steps, resumable checkpoints
     (``resume=True`` continues a killed run). ``writer``: TensorBoard's ``SummaryWriter`` or anything
@@ -457,11 +462,23 @@ def train_sae(
     if normalize_activations == "expected_average_only_in" and tr.scale == 1.0:
         first = next(_batches(chunks, batch_size, max(buffer_size, 2 * batch_size), seed + 1))
         tr.scale = float(math.sqrt(d_in) / np.linalg.norm(first, axis=-1).mean())
+    ce = None
+    if ce_loss is not None:
+        if not (isinstance(source, tuple) and len(source) == 3):
+            fail(fn, "ce_loss", "None unless source is (model, site, data): the loss needs the model", ce_loss)
+        if not callable(ce_loss):
+            fail(fn, "ce_loss", "a function (model, batch) -> loss", ce_loss, kind=ArgumentTypeError)
+        ce = _CeProbe(source[0], source[1], next(iter(source[2])), ce_loss, be)
     t0, seen0 = time.perf_counter(), tr.samples
     while tr.step_n < steps:
         x = next(batches)
         log = (tr.step_n % log_every == 0) or tr.step_n == steps - 1
+        at = tr.step_n
         m = tr.step(x, _lr_at(tr.step_n, steps, lr, lr_warm_up_steps, lr_decay_steps), opt, log)
+        if ce is not None and (at % ce_every == 0 or tr.step_n == steps):
+            m = m if m is not None else {"step": at}
+            cfg_now, w_now = tr.inference(hook_name)
+            m["ce_loss_recovered"] = ce.recovered(SAE(cfg_now, w_now, backend=be, device=device, dtype="float32", where="train_sae()"))
         if m is not None:
             m["samples_per_s"] = (tr.samples - seen0) / max(time.perf_counter() - t0, 1e-9)
             metrics.append(m)
@@ -482,6 +499,31 @@ def train_sae(
         write_json(os.path.join(final, "cfg.json"), cfg)
     sae = SAE(cfg, w, backend=be, device=device, dtype="float32", where="train_sae()")
     return Trained(sae, metrics, out_dir, tr.step_n, tr.samples)
+
+
+class _CeProbe:
+    """The model's loss on one batch clean, with an SAE's reconstruction spliced in at the site, and
+    with the site zero-ablated (clean and zero computed once)."""
+
+    def __init__(self, model: Any, site: Any, batch: Any, loss: Callable[[Any, Any], Any], be: Backend):
+        from hookkit.interventions.output_edits import ablate
+
+        self.model, self.site, self.batch, self.loss, self.be = model, site, batch, loss, be
+        self.clean = self._value()
+        with ablate(model, site):
+            self.zero = self._value()
+
+    def _value(self) -> float:
+        with self.be.no_grad():
+            return float(np.asarray(self.be.to_numpy(self.be.detach(self.loss(self.model, self.batch)))))
+
+    def recovered(self, sae: SAE) -> float:
+        from hookkit.sae.splice import splice
+
+        with splice(self.model, self.site, sae, error_term=False):
+            spliced = self._value()
+        gap = self.zero - self.clean
+        return (self.zero - spliced) / gap if gap else float("nan")
 
 
 def _checkpoint(tr: _Trainer, opt: Any, out: str, hook_name: str | None) -> None:
