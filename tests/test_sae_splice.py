@@ -170,3 +170,13 @@ def test_features_during_generate(rng):
     assert not st.missing()
     prompt_part = site.sequence("transformer.h.0.mlp")[:, :5]
     torch.testing.assert_close(prompt_part, clean.sequence("transformer.h.0.mlp")[:, :5])  # the prompt is untouched
+
+
+def test_site_defaults_to_the_saes_hook_name(fw, rng):
+    model = _mlp(fw)
+    w = random_weights("standard", D, DS, rng)
+    sae = SAE.from_arrays(**w, hook_name="1", framework=fw.name)
+    with hookkit.splice(model, None, sae) as sp:
+        assert sp.site == "1" and sp.features == "1.sae"
+    with pytest.raises(InvalidArgument, match="hook_name"):
+        hookkit.splice(model, None, SAE.from_arrays(**w, framework=fw.name))

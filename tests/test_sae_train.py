@@ -54,8 +54,8 @@ def test_batchtopk_saves_its_jumprelu_form_and_standard_trades_l1(torch_fw, digi
     assert loose.metrics[-1]["explained_variance"] > 0.8
 
 
-def test_killed_run_resumes_to_the_uninterrupted_weights(torch_fw, digits, tmp_path):
-    whole = _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "whole")
+def test_killed_run_resumes_to_the_uninterrupted_weights(fw, digits, tmp_path):
+    whole = _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "whole", framework=fw.name)
 
     class Kill:
         def add_scalar(self, tag, value, step):
@@ -63,10 +63,10 @@ def test_killed_run_resumes_to_the_uninterrupted_weights(torch_fw, digits, tmp_p
                 raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "killed", writer=Kill(), log_every=1)
-    resumed = _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "killed")
+        _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "killed", writer=Kill(), log_every=1, framework=fw.name)
+    resumed = _fit(digits, steps=60, checkpoint_every=20, out=tmp_path / "killed", framework=fw.name)
     for key in ("W_enc", "W_dec", "b_enc", "b_dec"):
-        np.testing.assert_array_equal(torch_fw.numpy(resumed.sae.weights[key]), torch_fw.numpy(whole.sae.weights[key]))
+        np.testing.assert_array_equal(fw.numpy(resumed.sae.weights[key]), fw.numpy(whole.sae.weights[key]))
     assert resumed.steps == 60 and resumed.samples == 60 * 128
 
 

@@ -62,6 +62,10 @@ class Splice(HandleGroup):
             fail("splice", "output_site", "the site a transcoder writes (it reads site=)", output_site)
         if output_site is not None and not sae.is_transcoder:
             fail("splice", "output_site", "None for an SAE (only a transcoder writes another site)", output_site)
+        if site is None:
+            if not sae.hook_name:
+                fail("splice", "site", "a site (the SAE's config names no hook_name)", site)
+            site = sae.hook_name
         sites = select(model, site)
         if len(sites) != 1:
             fail("splice", "site", "one site (a layer name, an operation site or a standard name)", sites.names)
@@ -111,6 +115,8 @@ class Splice(HandleGroup):
     def _site_tensor(self, t: Any, pos: int, ev: Event) -> Any:
         clean, feats, state = self._encode(t, ev)
         if self.sae.is_transcoder:
+            if len(self._pending) >= 64:  # an output site that never ran for these: keep memory bounded
+                del self._pending[0]
             self._pending.append((t, feats, clean, state))
             return t
         if self.error_term:
@@ -254,7 +260,7 @@ def splice(
     index: int | None = 0,
 ) -> Splice:
     """Splice ``sae`` into ``model`` at ``site`` (a layer name; any spec ``select`` resolves to one
-    site). ``error_term=True``: the model's outputs are unchanged while ``sp.features`` exposes the
+    site; None: the SAE's ``hook_name``). ``error_term=True``: the model's outputs are unchanged while ``sp.features`` exposes the
     features (a site every verb takes); ``False``: the reconstruction replaces the activation. A
     transcoder reads ``site`` and writes ``output_site``. ``name``: the features' site name
     (default ``"<site>.sae"``).

@@ -112,10 +112,23 @@ class PaddleSaeOps(SaeOps):
             param.set_value(value)
 
     def optimizer_state(self, opt: Any, params: list[Any]) -> dict[str, Any]:
-        raise NotImplementedError("resuming hookkit.train_sae is implemented for PyTorch only")
+        # Paddle keys its accumulators by parameter name ("<name>_moment1_0"): saved by position
+        state = opt.state_dict()
+        out: dict[str, Any] = {}
+        for i, p in enumerate(params):
+            prefix = p.name + "_"
+            for key, value in state.items():
+                if key.startswith(prefix) and hasattr(value, "numpy"):
+                    out[f"{key[len(prefix) :]}.{i}"] = np.asarray(value.numpy())
+        return out
 
     def load_optimizer_state(self, opt: Any, params: list[Any], state: dict[str, Any]) -> None:
-        raise NotImplementedError("resuming hookkit.train_sae is implemented for PyTorch only")
+        restored = {}
+        for key, value in state.items():
+            suffix, _, i = key.rpartition(".")
+            if suffix and i.isdigit() and int(i) < len(params):
+                restored[f"{params[int(i)].name}_{suffix}"] = paddle.to_tensor(np.asarray(value))
+        opt.set_state_dict(restored)
 
     def masked_topk_dense(self, t: Any, mask: Any, k: int) -> Any:
         latents = paddle.where(mask.unsqueeze(0), t, paddle.full_like(t, -float("inf")))
