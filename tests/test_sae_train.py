@@ -183,3 +183,28 @@ def test_ce_loss_recovered_when_a_model_is_given(torch_fw, rng):
     assert ce[-1] == pytest.approx((zero - spliced) / (zero - clean), rel=1e-4)
     with pytest.raises(InvalidArgument, match="ce_loss"):
         train_sae(np.zeros((10, 4), np.float32), 8, k=2, ce_loss=loss)
+
+
+def _dp_rank(out: str) -> int:
+    import torch.distributed as dist
+
+    x = (load_digits().data / 16).astype(np.float32)
+    run = train_sae(x, 96, "topk", k=8, steps=3, batch_size=128, lr=1e-3, buffer_size=1024, out=out, framework="torch")
+    np.savez(f"{out}-rank{dist.get_rank()}.npz", **{k: v.detach().numpy() for k, v in run.sae.weights.items()}, samples=run.samples)
+    return 0
+
+
+def test_data_parallel_ranks_train_one_sae(digits, tmp_path):
+    from hookkit.core.registry import backend_named
+
+    out = str(tmp_path / "dp")
+    assert backend_named("torch").launch(2, _dp_rank, (out,)) == [0, 0]
+    r0, r1 = np.load(f"{out}-rank0.npz"), np.load(f"{out}-rank1.npz")
+    single = train_sae(digits, 96, "topk", k=8, steps=3, batch_size=256, lr=1e-3, buffer_size=1024, framework="torch")
+    for key in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        np.testing.assert_array_equal(r0[key], r1[key])  # gradients averaged: the ranks agree exactly
+        # two ranks of 128 rows each step == one process of 256 (the same rows): equal up to rounding
+        np.testing.assert_allclose(r0[key], single.sae.state_arrays()[key], rtol=1e-4, atol=1e-5)
+    assert int(r0["samples"]) == single.samples == 3 * 256
+    loaded = SAE.load(tmp_path / "dp" / "final")  # written once, by rank 0
+    np.testing.assert_array_equal(loaded.state_arrays()["W_dec"], r0["W_dec"])

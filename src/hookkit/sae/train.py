@@ -14,6 +14,7 @@ resumes from its latest checkpoint and gives the weights an uninterrupted run gi
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -208,6 +209,7 @@ class _Trainer:
         if arch == "jumprelu":
             init["threshold"] = np.full(d_sae, init_threshold, np.float32)
         self.bandwidth = bandwidth
+        self.rank, self.world = be.world()
         self.device = device
         self.names = list(init)
         self.params = [self.ops.parameter(self.ops.tensor(init[n], device, "float32")) for n in self.names]
@@ -241,7 +243,10 @@ class _Trainer:
         err = out - x
         mse = ops.sum_last(err * err).mean()
         loss = mse
-        fired = np.asarray(self.be.to_numpy(ops.sum_first(ops.greater(self.be.detach(f), 0.0)))) > 0
+        fired = np.asarray(self.be.to_numpy(ops.sum_first(ops.greater(self.be.detach(f), 0.0))))
+        if self.world > 1:  # a feature is alive when it fired on any rank
+            fired = ops.all_reduce(fired, "sum")
+        fired = fired > 0
         self.since_fired += 1
         self.since_fired[fired] = 0
         dead = self.since_fired > self.dead_window
@@ -272,14 +277,17 @@ class _Trainer:
                 "lr": lr,
             }
         ops.set_lr(opt, lr)
-        ops.step(opt, loss, self.params, 1.0)
+        ops.step(opt, loss, self.params, 1.0, self.world)
         if self.arch == "batchtopk":
             fd = np.asarray(self.be.to_numpy(self.be.detach(f)))
             pos = fd[fd > 0]
-            if pos.size:
-                self.topk_threshold = (1 - self.threshold_lr) * self.topk_threshold + self.threshold_lr * float(pos.min())
+            low = float(pos.min()) if pos.size else np.inf
+            if self.world > 1:  # the smallest kept activation of the whole (all ranks') batch
+                low = float(ops.all_reduce(np.asarray([low]), "min")[0])
+            if np.isfinite(low):
+                self.topk_threshold = (1 - self.threshold_lr) * self.topk_threshold + self.threshold_lr * low
         self.step_n += 1
-        self.samples += len(x_np)
+        self.samples += len(x_np) * self.world
         return metrics
 
     def arrays(self) -> dict[str, np.ndarray]:
@@ -391,7 +399,9 @@ def train_sae(
     site zero-ablated); ``normalize_activations="expected_average_only_in"`` scales inputs to norm sqrt(d_in)
     and folds the factor into the saved weights. ``out``: a folder for the final SAE (SAELens's
     format), ``metrics.jsonl`` and, every ``checkpoint_every`` steps, resumable checkpoints
-    (``resume=True`` continues a killed run). ``writer``: TensorBoard's ``SummaryWriter`` or anything
+    (``resume=True`` continues a killed run). Under a process group (``torch.distributed``, Paddle's
+    launcher) it trains data parallel: rank r takes every world-th batch of the one stream, gradients
+    and dead-feature counts are reduced over the ranks, rank 0 writes; the ranks end with equal weights. ``writer``: TensorBoard's ``SummaryWriter`` or anything
     with ``add_scalar`` (``hookkit.integrations.writers.as_writer`` adapts W&B and VisualDL).
 
     >>> run = hookkit.train_sae("feats", d_sae=4096, architecture="topk", k=32, steps=20_000, out="runs/sae")   # doctest: +SKIP
@@ -446,10 +456,14 @@ def train_sae(
     )
     opt = tr.ops.adam(tr.params, lr, (0.9, 0.999))
     batches = _batches(chunks, batch_size, max(buffer_size, 2 * batch_size), seed)
+    if tr.world > 1:  # data parallel: rank r trains on batches r, r + world, ... of the one stream
+        batches = itertools.islice(batches, tr.rank, None, tr.world)
+    lead = tr.rank == 0  # writes metrics, checkpoints and the final SAE
     out_dir = os.fspath(out) if out is not None else None
     metrics: list[dict[str, float]] = []
     if out_dir is not None:
-        os.makedirs(out_dir, exist_ok=True)
+        if lead:
+            os.makedirs(out_dir, exist_ok=True)
         ckpt = _latest_checkpoint(out_dir) if resume else None
         if ckpt is not None:
             _restore(tr, opt, ckpt)
@@ -457,7 +471,7 @@ def train_sae(
                 next(batches)
             if os.path.exists(os.path.join(out_dir, METRICS_FILE)):
                 metrics = [m for m in read_metrics(out_dir) if m.get("step", 0) < tr.step_n]
-        elif not resume and os.path.isdir(os.path.join(out_dir, "checkpoints")):
+        elif lead and not resume and os.path.isdir(os.path.join(out_dir, "checkpoints")):
             shutil.rmtree(os.path.join(out_dir, "checkpoints"))
     if normalize_activations == "expected_average_only_in" and tr.scale == 1.0:
         first = next(_batches(chunks, batch_size, max(buffer_size, 2 * batch_size), seed + 1))
@@ -482,17 +496,17 @@ def train_sae(
         if m is not None:
             m["samples_per_s"] = (tr.samples - seen0) / max(time.perf_counter() - t0, 1e-9)
             metrics.append(m)
-            if writer is not None:
+            if writer is not None and lead:
                 for key, v in m.items():
                     if key != "step":
                         writer.add_scalar(f"sae/{key}", v, int(m["step"]))
-            if out_dir is not None:
+            if out_dir is not None and lead:
                 with open(os.path.join(out_dir, METRICS_FILE), "a") as f:
                     f.write(json.dumps(m) + "\n")
-        if out_dir is not None and checkpoint_every and tr.step_n % checkpoint_every == 0 and tr.step_n < steps:
+        if out_dir is not None and lead and checkpoint_every and tr.step_n % checkpoint_every == 0 and tr.step_n < steps:
             _checkpoint(tr, opt, out_dir, hook_name)
     cfg, w = tr.inference(hook_name)
-    if out_dir is not None:
+    if out_dir is not None and lead:
         final = os.path.join(out_dir, "final")
         os.makedirs(final, exist_ok=True)
         write_safetensors(os.path.join(final, "sae_weights.safetensors"), w)

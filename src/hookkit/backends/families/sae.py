@@ -66,8 +66,9 @@ class SaeOps:
         """Set the optimizer's learning rate."""
         raise NotImplementedError
 
-    def step(self, opt: Any, loss: Any, params: list[Any], max_grad_norm: float | None) -> None:
-        """Back-propagate ``loss``, clip the gradients' global norm to ``max_grad_norm`` (None: no
+    def step(self, opt: Any, loss: Any, params: list[Any], max_grad_norm: float | None, world: int = 1) -> None:
+        """Back-propagate ``loss``, average the gradients over the ``world`` ranks of the default
+        process group (data parallel; 1: alone), clip their global norm to ``max_grad_norm`` (None: no
         clipping), take one optimizer step and clear the gradients."""
         raise NotImplementedError
 
@@ -86,6 +87,10 @@ class SaeOps:
     def masked_topk_dense(self, t: Any, mask: Any, k: int) -> Any:
         """The ``k`` largest entries of ``t`` along the last axis among the columns where ``mask``
         (bool ``[d]``) is true, zeros elsewhere (no ReLU: the top-k auxiliary loss's activations)."""
+        raise NotImplementedError
+
+    def all_reduce(self, array: Any, op: str) -> Any:
+        """A numpy array reduced over the ranks of the default process group (``op``: "sum" or "min")."""
         raise NotImplementedError
 
     def sum_last(self, t: Any) -> Any:

@@ -96,8 +96,16 @@ class PaddleSaeOps(SaeOps):
     def set_lr(self, opt: Any, lr: float) -> None:
         opt.set_lr(lr)
 
-    def step(self, opt: Any, loss: Any, params: list[Any], max_grad_norm: float | None) -> None:
+    def step(self, opt: Any, loss: Any, params: list[Any], max_grad_norm: float | None, world: int = 1) -> None:
         loss.backward()
+        if world > 1:
+            import paddle.distributed as dist
+
+            for p in params:
+                if p.grad is not None:
+                    g = p.grad
+                    dist.all_reduce(g)
+                    g.set_value(g / world)
         if max_grad_norm is not None:
             grads = [p.grad for p in params if p.grad is not None]
             total = paddle.sqrt(paddle.add_n([(g * g).sum() for g in grads]))
@@ -134,6 +142,13 @@ class PaddleSaeOps(SaeOps):
         latents = paddle.where(mask.unsqueeze(0), t, paddle.full_like(t, -float("inf")))
         values, indices = paddle.topk(latents, k, axis=-1, sorted=False)
         return paddle.put_along_axis(paddle.zeros_like(t), indices, values, axis=-1)
+
+    def all_reduce(self, array: Any, op: str) -> Any:
+        import paddle.distributed as dist
+
+        t = paddle.to_tensor(np.array(array, dtype=np.float64))
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MIN)
+        return t.numpy()
 
     def sum_last(self, t: Any) -> Any:
         return t.sum(axis=-1)

@@ -94,8 +94,15 @@ class TorchSaeOps(SaeOps):
         for group in opt.param_groups:
             group["lr"] = lr
 
-    def step(self, opt: Any, loss: Any, params: list[Any], max_grad_norm: float | None) -> None:
+    def step(self, opt: Any, loss: Any, params: list[Any], max_grad_norm: float | None, world: int = 1) -> None:
         loss.backward()
+        if world > 1:
+            import torch.distributed as dist
+
+            for p in params:
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad.div_(world)
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         opt.step()
@@ -131,6 +138,13 @@ class TorchSaeOps(SaeOps):
         latents = torch.where(mask[None], t, -torch.inf)
         top = latents.topk(k, dim=-1, sorted=False)
         return torch.zeros_like(t).scatter_(-1, top.indices, top.values)
+
+    def all_reduce(self, array: Any, op: str) -> Any:
+        import torch.distributed as dist
+
+        t = torch.from_numpy(np.array(array, dtype=np.float64))
+        dist.all_reduce(t, op=dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MIN)
+        return t.numpy()
 
     def sum_last(self, t: Any) -> Any:
         return t.sum(dim=-1)
