@@ -180,3 +180,19 @@ def test_site_defaults_to_the_saes_hook_name(fw, rng):
         assert sp.site == "1" and sp.features == "1.sae"
     with pytest.raises(InvalidArgument, match="hook_name"):
         hookkit.splice(model, None, SAE.from_arrays(**w, framework=fw.name))
+
+
+def test_patching_features_flows_through_the_decoder(fw, rng):
+    model = _mlp(fw)
+    sae, w = _sae(fw, rng)
+    clean, corrupt = fw.randn(4, 5), fw.randn(4, 5)
+    with hookkit.splice(model, "1", sae) as sp:
+        with hookkit.capture(model, [sp.features, "1"]) as cap:
+            model(clean)
+        with hookkit.capture(model, [sp.features, "1"]) as cc:
+            model(corrupt)
+        with hookkit.patch(model, sp.features, cap):
+            out = fw.numpy(model(corrupt))
+    delta = (fw.numpy(cap[sp.features]) - fw.numpy(cc[sp.features])) @ w["W_dec"]
+    with hookkit.edit(model, "1", lambda o, ev: o + fw.tensor(delta.astype(np.float32))):
+        np.testing.assert_allclose(out, fw.numpy(model(corrupt)), **TOL)

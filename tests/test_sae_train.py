@@ -208,3 +208,9 @@ def test_data_parallel_ranks_train_one_sae(digits, tmp_path):
     assert int(r0["samples"]) == single.samples == 3 * 256
     loaded = SAE.load(tmp_path / "dp" / "final")  # written once, by rank 0
     np.testing.assert_array_equal(loaded.state_arrays()["W_dec"], r0["W_dec"])
+
+
+def test_one_shot_iterators_are_refused(torch_fw):
+    model = torch_fw.mlp((6, 16, 3))
+    with pytest.raises(ArgumentTypeError, match="re-iterable"):
+        train_sae((model, "1", (torch_fw.randn(4, 6) for _ in range(3))), 8, k=2)

@@ -240,12 +240,12 @@ class TopFeatures(HandleGroup):
         super().__init__()
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 0 < top_k <= sp.sae.d_sae:
             fail("capture_top", "top_k", f"an int in 1..{sp.sae.d_sae}", top_k)
-        self.k, self.ops = top_k, sp.sae.ops
+        self.k, self.ops, self.be = top_k, sp.sae.ops, sp.sae.backend
         self.records: list[tuple[Any, Any]] = []
         self.add(attach(sp.model_ref, select(sp.model_ref, sp.features), "forward", self._on, OBSERVER))
 
     def _on(self, ev: Event) -> None:
-        values, indices = self.ops.topk(ev.output.detach() if hasattr(ev.output, "detach") else ev.output, self.k)
+        values, indices = self.ops.topk(self.be.detach(ev.output), self.k)
         self.records.append((values, indices))
 
 

@@ -115,6 +115,14 @@ def _chunks(source: Any, site: str | None, chunk_rows: int, fn: str) -> tuple[It
 
 
 def _model_chunks(model: Any, site: Any, data: Iterable[Any], fn: str) -> tuple[Iterable[np.ndarray], int]:
+    if iter(data) is data:  # a generator: the stream reads it once per epoch
+        fail(
+            fn,
+            "source",
+            "(model, site, data) with a re-iterable data set (a list, a DataLoader), not a one-shot iterator",
+            type(data).__name__,
+            kind=ArgumentTypeError,
+        )
     from hookkit.observers.capture import capture
 
     be = backend_for(model)
