@@ -181,3 +181,30 @@ def test_equals_sae_lens_on_folders_save_model_wrote(tmp_path, arch):
         torch.testing.assert_close(mine.encode(x), ref.encode(x), rtol=0, atol=1e-6)
         torch.testing.assert_close(mine(x), ref(x), rtol=0, atol=1e-6)
     torch.testing.assert_close(SAE.from_sae_lens(ref)(x), mine(x), rtol=0, atol=0)
+
+
+def test_layer_norm_and_hook_z_settings(fw, tmp_path, rng):
+    w = random_weights("standard", 12, 32, rng)
+    folder = write_folder(str(tmp_path / "ln"), "standard", w, normalize_activations="layer_norm")
+    sae = SAE.load(folder, framework=fw.name)
+    x = (rng.normal(size=(5, 12)) * 3 + 2).astype(np.float32)
+    mu, sd = x.mean(-1, keepdims=True), x.std(-1, ddof=1, keepdims=True)  # SAELens: torch's unbiased std, eps 1e-5
+    feats = np.maximum(((x - mu) / (sd + 1e-5) - w["b_dec"]) @ w["W_enc"] + w["b_enc"], 0)
+    np.testing.assert_allclose(fw.numpy(sae(fw.tensor(x))), (feats @ w["W_dec"] + w["b_dec"]) * sd + mu, **TOL)
+    z = write_folder(str(tmp_path / "z"), "standard", w, reshape_activations="hook_z")
+    sae = SAE.load(z, framework=fw.name)
+    xz = rng.normal(size=(2, 3, 4, 3)).astype(np.float32)  # [batch, pos, heads, d_head]: 4 x 3 = d_in
+    want = np_forward("standard", w, xz.reshape(2, 3, 12)).reshape(2, 3, 4, 3)
+    np.testing.assert_allclose(fw.numpy(sae(fw.tensor(xz))), want, **TOL)
+
+
+def test_the_same_sae_on_the_other_framework(tmp_path, rng):
+    pytest.importorskip("paddle")
+    folder, w = _folder(tmp_path, "gated", rng)
+    a = SAE.load(folder, framework="torch")
+    b = a.to(framework="paddle")
+    x = rng.normal(size=(3, 12)).astype(np.float32)
+    import torch
+
+    np.testing.assert_allclose(b(b.backend.from_numpy(x)).numpy(), a(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+    assert b.backend.name == "paddle" and "paddle" in repr(b)
