@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-CODES = {"float32": "F32", "float64": "F64", "float16": "F16"}
+CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "int32": "I32"}
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:

@@ -143,11 +143,16 @@ def test_malformed_files_and_escaping_links_are_refused(tmp_path, rng):
         SAE.load(linked)
 
 
-def test_bad_config_values_are_refused(tmp_path, rng):
+def test_bad_config_values_and_dtypes_are_refused(tmp_path, rng):
+    w = random_weights("standard", 12, 32, rng)
+    w["b_enc"] = w["b_enc"].astype(np.int32)
+    with pytest.raises(SAEFileError, match=r"sae_weights\.safetensors.*'b_enc' has dtype int32; expected a floating dtype"):
+        SAE.load(write_folder(str(tmp_path / "int"), "standard", w))
     for cfg, match in [
         ({"architecture": "nope"}, "architecture 'nope'"),
         ({"normalize_activations": "x"}, "normalize_activations"),
         ({"k": 99}, "'k' must be"),
+        ({"dtype": "int8"}, "dtype 'int8' is not a floating"),
     ]:
         folder, _ = _folder(tmp_path / str(len(match)), "topk", rng, **cfg)
         with pytest.raises(SAEFileError, match=match):

@@ -117,6 +117,12 @@ class SAE:
                 raise SAEFileError(
                     f"{where}: key {key!r} has shape {list(got)}; expected {list(shape)} (from d_in={d_in}, d_sae={d_sae}, {dims} in the config)"
                 )
+        for key in shapes:
+            kind = np.asarray(arrays[key]).dtype
+            if not np.issubdtype(kind, np.floating):
+                raise SAEFileError(
+                    f"{where}: key {key!r} has dtype {kind}; expected a floating dtype (the config's {cfg.get('dtype', 'float32')!r})"
+                )
         extra = sorted(set(arrays) - set(shapes))
         if extra:
             raise SAEFileError(
@@ -151,6 +157,8 @@ class SAE:
         self.backend = backend
         self.ops = backend.family("sae")
         self.dtype: str = _dtype_name(dtype or cfg.get("dtype"))
+        if self.dtype not in ("float16", "bfloat16", "float32", "float64"):
+            raise SAEFileError(f"{where}: dtype {self.dtype!r} is not a floating dtype (float32, float16, bfloat16, float64)")
         self.device = device
         self.weights: dict[str, Any] = {}
         for key, a in arrays.items():
