@@ -196,3 +196,21 @@ def test_patching_features_flows_through_the_decoder(fw, rng):
     delta = (fw.numpy(cap[sp.features]) - fw.numpy(cc[sp.features])) @ w["W_dec"]
     with hookkit.edit(model, "1", lambda o, ev: o + fw.tensor(delta.astype(np.float32))):
         np.testing.assert_allclose(out, fw.numpy(model(corrupt)), **TOL)
+
+
+def test_features_equal_sae_lens_encode_of_the_site(torch_fw, tmp_path):
+    sae_lens = pytest.importorskip("sae_lens")
+    import torch
+
+    torch.manual_seed(0)
+    theirs = sae_lens.TopKSAE(sae_lens.TopKSAEConfig(d_in=D, d_sae=DS, k=4))
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.copy_(torch.randn_like(p) * 0.5)
+    theirs.save_model(str(tmp_path))
+    model = _mlp(torch_fw)
+    x = torch.randn(6, 5)
+    with hookkit.splice(model, "1", SAE.load(tmp_path, like=model)) as sp, hookkit.capture(model, [sp.features, "1"]) as cap:
+        model(x)
+    with torch.no_grad():
+        torch.testing.assert_close(cap[sp.features], theirs.encode(cap["1"]), rtol=0, atol=1e-6)
