@@ -107,6 +107,8 @@ def test_bad_arguments(digits):
         train_sae(digits, 32, "gated")
     with pytest.raises(InvalidArgument, match="k"):
         train_sae(digits, 32, "topk", k=64)
+    with pytest.raises(InvalidArgument, match=r"batch_size must be at most the number of rows of the source \(10\)"):
+        train_sae(digits[:10], 32, k=4, batch_size=16)
     with pytest.raises(ArgumentTypeError, match="writer"):
         train_sae(digits, 32, writer=object())
 

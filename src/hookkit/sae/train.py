@@ -152,10 +152,9 @@ def _batches(chunks: Iterable[np.ndarray], batch: int, buffer: int, seed: int) -
     epoch = 0
     while True:
         pool: list[np.ndarray] = []
-        held = 0
-        any_rows = False
+        held = total = 0
         for chunk in chunks:
-            any_rows = any_rows or len(chunk) > 0
+            total += len(chunk)
             pool.append(chunk)
             held += len(chunk)
             if held >= buffer:
@@ -167,8 +166,8 @@ def _batches(chunks: Iterable[np.ndarray], batch: int, buffer: int, seed: int) -
                     yield out[s : s + batch]
                 left = len(out) % batch
                 pool, held = [out[len(out) - left :], rest] if left else [rest], left + len(rest)
-        if not any_rows:
-            raise ValueError("train_sae(): the source holds no rows")
+        if total < batch:
+            fail("train_sae", "batch_size", f"at most the number of rows of the source ({total})", batch)
         rows = np.concatenate(pool) if pool else np.empty((0, 0), np.float32)
         rows = rows[rng.permutation(len(rows))]
         for s in range(0, len(rows) - batch + 1, batch):
