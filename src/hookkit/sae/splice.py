@@ -71,6 +71,7 @@ class Splice(HandleGroup):
             fail("splice", "site", "one site (a layer name, an operation site or a standard name)", sites.names)
         site_name = sites.names[0]
         self._model = weakref.ref(model)
+        self._be, self._index = be, index
         self.sae, self.site, self.error_term = sae, site_name, error_term
         self.features: str = name or f"{site_name}.sae"
         self.layer = sae.ops.identity_layer()
@@ -88,7 +89,6 @@ class Splice(HandleGroup):
         except BaseException:
             self.remove()
             raise
-        self._be, self._index = be, index
 
     @property
     def model_ref(self) -> Any:
