@@ -41,6 +41,13 @@ def test_error_term_keeps_the_output_and_exposes_the_features(fw, rng):
     feats = fw.numpy(cap[sp.features])
     assert feats.shape == (4, DS) and (feats > 0).any()
     np.testing.assert_array_equal(feats, fw.numpy(sae.encode(cap["1"])))
+    with hookkit.splice(model, "1", sae) as sp:
+        assert hookkit.select(model, "1.sae").layers == [sp.layer]  # the name typed as a plain string
+        assert hookkit.select(model, [sp.layer, "0"]).names == ["0", "1.sae"]  # the object, beside layers
+        other = _mlp(fw)
+        with pytest.raises(LayerNotFound, match="not open on this model"):
+            hookkit.select(other, sp.features)
+        assert "1.sae" not in hookkit.select(model, hookkit.ALL).names  # never by a glob or preset
     with pytest.raises(LayerNotFound):
         hookkit.select(model, "1.sae")  # gone with the splice
     assert hookkit.remove_all(model) == 0

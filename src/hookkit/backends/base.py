@@ -399,7 +399,7 @@ class Summary:
 
     def mult_add_counter(self) -> Any:
         """A fresh ``hookkit.backends.counting.MultAddCounter`` for one forward; this one counts nothing."""
-        from hookkit.backends.counting import MultAddCounter
+        from hookkit.backends.counting import MultAddCounter  # lazy: only hookkit.summary counts mult-adds, on its first use
 
         return MultAddCounter()
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any, overload
 
 from hookkit.core.errors import UnsupportedModel
+from hookkit.core.registry import backend_for
 from hookkit.core.validate import ArgumentTypeError, fail
 
 
@@ -292,7 +293,6 @@ def token_dim(model: Any, default: int | None = 1) -> int | None:
     fam = stack_family(model)
     if fam is not None:
         return fam.token_axis
-    from hookkit.core.registry import backend_for
 
     for _, layer in backend_for(model).named_layers(model):
         af = attention_family(layer)

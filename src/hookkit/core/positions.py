@@ -18,6 +18,8 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
+from hookkit.core.architectures import token_dim
+from hookkit.core.registry import backend_for
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
 from hookkit.core.weakmap import IdentityWeakMap
 
@@ -98,14 +100,11 @@ def model_token_dim(model: Any, ops: Any = None) -> int | None:
     """The token axis of ``model`` as far as hookkit knows it: the model-family registry
     (``hookkit.core.architectures``) first, then the backend's ``tokens`` family (``ops``: it, when
     the caller has it), which knows the frameworks' own transformer layers; None when neither does."""
-    from hookkit.core.architectures import token_dim
 
     dim = token_dim(model, default=None)
     if dim is not None:
         return dim
     if ops is None:
-        from hookkit.core.registry import backend_for
-
         try:
             ops = backend_for(model).family("tokens")
         except (NotImplementedError, ImportError, TypeError):

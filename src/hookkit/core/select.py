@@ -162,12 +162,9 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
-    if _spliced:  # a spliced pseudo-layer (an SAE's features) named or given as an object
-        extra = _spliced.get(backend.unwrap(model))
-        if extra:
-            picked, rest = _split_spliced(layers, extra)
-            if picked:
-                return Selection([*(select(model, rest) if rest is not None else []), *picked])
+    for claims, resolve_kind in _SPEC_KINDS:  # a spec kind of a layer above core: "layer::op" (hookkit.sites)
+        if claims(layers):
+            return resolve_kind(model, layers, select, Selection)
     key = _spec_key(layers)
     kept = _kept.get(model) if key is not None else None
     if kept is not None and key in kept:
@@ -194,50 +191,16 @@ _kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]
 _KEPT_PER_MODEL = 256
 
 
-# Pseudo-layers a splice places in a model's call path (``hookkit.splice``'s features): not children
-# of the model (its state_dict and named layers are unchanged), selected only by their exact name or
-# as the object, never by a glob, class or preset.
-_spliced: IdentityWeakMap[dict[str, Any]] = IdentityWeakMap()
+#: spec kinds that layers above core add (``register_spec_kind``): (claims(spec), resolve(model, spec, select, Selection))
+_SPEC_KINDS: list[tuple[Callable[[Any], bool], Callable[..., Selection]]] = []
 
 
-def add_spliced(model: Layer, name: str, layer: Any) -> Callable[[], None]:
-    """Make ``layer`` selectable on ``model`` as ``name`` (an exact name only); returns its remover.
-
-    >>> remove = add_spliced(model, "h.1.sae", features_layer)   # doctest: +SKIP
-    """
-    backend = backend_for(model)
-    root = backend.unwrap(model)
-    extra = _spliced.get(root)
-    if extra is None:
-        extra = _spliced[root] = {}
-    if name in extra or any(n == name for n, _ in backend.named_layers(root)):
-        fail("splice", "name", f"a name no layer or other splice of the model has (taken: {name!r})", name)
-    extra[name] = layer
-
-    def remove() -> None:
-        live = _spliced.get(root)
-        if live is not None and live.get(name) is layer:
-            del live[name]
-
-    return remove
-
-
-def _split_spliced(layers: Any, extra: dict[str, Any]) -> tuple[list[tuple[str, Any]], Any]:
-    """The spliced pseudo-layers ``layers`` names, and the rest of the spec (None when nothing is left)."""
-    specs = layers if isinstance(layers, list) else [layers]
-    picked, rest = [], []
-    for spec in specs:
-        if isinstance(spec, str):
-            hit = (spec, extra[spec]) if spec in extra else None
-        else:
-            hit = next(((n, m) for n, m in extra.items() if m is spec), None)
-        if hit is not None:
-            picked.append(hit)
-        else:
-            rest.append(spec)
-    if not picked:
-        return [], layers
-    return picked, (rest if isinstance(layers, list) else rest[0]) if rest else None
+def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Selection]) -> None:
+    """Teach ``select`` a new kind of spec: where ``claims(spec)`` is true, ``select(model, spec)``
+    returns ``resolve(model, spec, select, Selection)``. The sites layer adds operation sites
+    (``"h.0::add_0"``) this way, so core never imports it."""
+    if (claims, resolve) not in _SPEC_KINDS:
+        _SPEC_KINDS.append((claims, resolve))
 
 
 def _spec_key(layers: Any) -> Any:

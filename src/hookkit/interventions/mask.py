@@ -13,7 +13,8 @@ from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_int, check_model, check_number, check_tensor_like, fail
-from hookkit.interventions.output_edits import Converted, cast_like, edit_outputs, shape_str
+from hookkit.interventions.output_edits import edit_outputs
+from hookkit.sites import Converted, cast_like, shape_str
 
 
 def _work(be: Any, t: Any) -> Any:

@@ -35,7 +35,7 @@ from hookkit.core.router import INTERVENTION, Event, attach, attach_params
 from hookkit.core.select import LayerSpec, select, shown_name
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, check_number, check_probability, check_str, fail
-from hookkit.interventions.output_edits import cast_like
+from hookkit.sites import cast_like
 
 METHODS = ("l1_unstructured", "ln_structured")
 

@@ -63,7 +63,7 @@ class Stop(HandleGroup):
         self.capture: Capture | None = None
         try:
             if capture is not None:
-                from hookkit.observers.capture import capture as Capture
+                from hookkit.observers.capture import capture as Capture  # lazy: a run composes a capture only when asked (capture=)
 
                 self.capture = self.add(Capture(model, capture, **capture_kwargs))
             elif capture_kwargs:

@@ -18,9 +18,11 @@ from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.sequences import select_output, stitch
+from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model, fail
+from hookkit.sites import RecordSource, Site, attach_sites, names_of, resolve
 
 _SLOT = object()
 _NO_GRADS: list[Any] = []  # shared by records of captures without grads=True (nobody reads or writes it)
@@ -155,7 +157,7 @@ def _keep_limit(keep: Any) -> int | None:
     fail("capture", "keep", "'all', 'last' or a number of forwards >= 1", keep)
 
 
-class capture(HandleGroup):
+class capture(HandleGroup, RecordSource):
     """Record what selected layers see, per call. A context manager; also usable with ``.remove()``.
 
     >>> with hookkit.capture(model, "h.*.attn", grads=True) as cap:   # doctest: +SKIP
@@ -222,14 +224,7 @@ class capture(HandleGroup):
         self._index = index
         self._steps: deque[int] = deque()
         self._backend = check_model(model, fn="capture")
-        flags = (inputs, outputs, grads, detach, clone)
-        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
-            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
-                check_bool(value, fn="capture", arg=arg)
-        if to is not None:
-            problem = self._backend.device_problem(to)
-            if problem:
-                fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
+        self._check_flags(inputs, outputs, grads, detach, clone, to)
         self._model = weakref.ref(model)
         if self._positions is not None and self._token_dim is None:
             self._token_dim = token_dim_of(model, fn="capture")
@@ -243,7 +238,7 @@ class capture(HandleGroup):
         self._records: dict[str, list[Record]] = {}
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
-            self._heads(model, layers, heads, head_layout)
+            self._attach_views(model, resolve(model, layers, heads=heads, head_layout=head_layout), "heads", heads)
             return
         named = select(model, layers)
         self.names: list[str] = named.names
@@ -262,21 +257,41 @@ class capture(HandleGroup):
             self.remove()
             raise
 
+    def _check_flags(self, inputs: Any, outputs: Any, grads: Any, detach: Any, clone: Any, to: Any) -> None:
+        flags = (inputs, outputs, grads, detach, clone)
+        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
+            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
+                check_bool(value, fn="capture", arg=arg)
+        if to is not None:
+            problem = self._backend.device_problem(to)
+            if problem:
+                fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
+
     @property
     def grads(self) -> _Grads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
         return _Grads(self)  # made per access: a capture holds no reference to itself
 
-    def _heads(self, model: Any, layers: LayerSpec, heads: Any, head_layout: Any) -> None:
-        from hookkit.interventions.heads import attach_capture
-
+    def _attach_views(self, model: Any, found: list[Site], kind: str, given: Any) -> None:
+        """Sites whose value is a view of a tensor (``heads=``: ``[B, H, T, d_head]``): each call's
+        ``site.read`` recorded as the layer's output."""
         if self._inputs or self._grads or not self._outputs:
-            fail("capture", "heads", "None with inputs=True, grads=True or outputs=False (head records are outputs)", heads)
+            fail("capture", kind, f"None with inputs=True, grads=True or outputs=False ({kind[:-1]} records are outputs)", given)
         if self._positions is not None or self._gen_steps is not None:
-            fail("capture", "heads", "None with positions= or steps= (head records hold every position)", heads)
-        self.names = []
+            fail("capture", kind, f"None with positions= or steps= ({kind[:-1]} records hold every position)", given)
+        self.names = names_of(found)
+        be, record = self._backend, self.record_value
+
+        def consumer(site: Site) -> Callable[[Event], None]:
+            def consume(ev: Event) -> None:
+                value = site.read(be, ev)
+                if value is not None:
+                    record(site.name, ev, value)
+
+            return consume
+
         try:
-            self.names = attach_capture(self, model, layers, heads, head_layout)
+            attach_sites(model, found, consumer, OBSERVER, group=self)
         except BaseException:
             self.remove()
             raise
@@ -378,8 +393,6 @@ class capture(HandleGroup):
     def _last(self, name: str) -> Record:
         recs = self._records.get(name)
         if recs is None:
-            from hookkit.core.suggest import close_matches
-
             raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(close_matches(name, self.names) or self.names[:8])}")
         if not recs:
             raise KeyError(f"layer {name!r} has not run since the capture started{self._swapped(name)}")

@@ -21,11 +21,12 @@ from hookkit.backends import backend_for
 from hookkit.core.entry import entered
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
-from hookkit.core.select import LayerSpec, add_spliced, select
+from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_model, fail
 from hookkit.interventions.output_edits import Edits, apply_to, check_index, edit, steer
 from hookkit.sae.model import SAE
+from hookkit.sae.site import FeaturesSpec, add_spliced
 
 
 class Splice(HandleGroup):
@@ -73,10 +74,10 @@ class Splice(HandleGroup):
         self._model = weakref.ref(model)
         self._be, self._index = be, index
         self.sae, self.site, self.error_term = sae, site_name, error_term
-        self.features: str = name or f"{site_name}.sae"
         self.layer = sae.ops.identity_layer()
         self._pending: list[tuple[Any, Any, Any, Any]] = []  # transcoder: (x, features, clean, state) per call of site
-        remove = add_spliced(model, self.features, self.layer)
+        self.features: FeaturesSpec
+        self.features, remove = add_spliced(model, name or f"{site_name}.sae", self.layer)
         self.add(Handle(remove))
         try:
             self.add(attach(model, sites, "forward", self._on_site, INTERVENTION))

@@ -34,7 +34,6 @@ class StatsData:
     """
 
     kind: ClassVar[str] = ""  # file stem: "activation_stats" / "gradient_stats"
-    settings_keys: ClassVar[tuple[str, ...]] = ("every",)
 
     def __init__(self, names: list[str], framework: str, settings: dict[str, Any], tables: dict[str, dict[str, np.ndarray]] | None = None):
         self.names = list(names)

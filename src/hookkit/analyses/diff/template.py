@@ -14,18 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hookkit.analyses.diff_inputs import to_host
-from hookkit.analyses.diff_pairing import Map, Plan, check_map
-from hookkit.analyses.diff_result import Diff
-from hookkit.analyses.diff_sides import SideA, SideB
+from hookkit.analyses.diff.inputs import to_host
+from hookkit.analyses.diff.pairing import Map, Plan, check_map
+from hookkit.analyses.diff.result import Diff
+from hookkit.analyses.diff.sides import SideA, SideB
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import HookkitError
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_callable, check_model, check_number, fail
 
-FN = "diff"
 
-
+@public_entry("diff")
 def diff(
     a: Layer,
     b: Layer,
@@ -60,21 +60,22 @@ def diff(
     Row(phase='forward', layer='blocks.7.mlp.fc1', call=0, max_abs=0.0021, ...)
     >>> print(d)        # the table, first divergence and growing errors marked
     """
-    be_a = check_model(a, fn=FN, arg="a")
-    be_b = check_model(b, fn=FN, arg="b")
+    fn = entry_name()
+    be_a = check_model(a, fn=fn, arg="a")
+    be_b = check_model(b, fn=fn, arg="b")
     if a is b:
-        fail(FN, "b", "a model other than a (to compare a model with itself changed, compare it with a copy: copy.deepcopy(a))", b)
-    backward = check_bool(backward, fn=FN, arg="backward")
-    local = check_bool(local, fn=FN, arg="local")
-    check_callable(loss, fn=FN, arg="loss", signature="loss(output) -> scalar tensor", optional=True)
-    rtol = check_number(rtol, fn=FN, arg="rtol", low=0, optional=True)
-    atol = check_number(atol, fn=FN, arg="atol", low=0, optional=True)
-    check_map(map, FN)
-    host_args, host_kwargs = to_host(inputs, FN)
-    plan = Plan(a, be_a, b, be_b, layers, map, FN)
+        fail(fn, "b", "a model other than a (to compare a model with itself changed, compare it with a copy: copy.deepcopy(a))", b)
+    backward = check_bool(backward, fn=fn, arg="backward")
+    local = check_bool(local, fn=fn, arg="local")
+    check_callable(loss, fn=fn, arg="loss", signature="loss(output) -> scalar tensor", optional=True)
+    rtol = check_number(rtol, fn=fn, arg="rtol", low=0, optional=True)
+    atol = check_number(atol, fn=fn, arg="atol", low=0, optional=True)
+    check_map(map)
+    host_args, host_kwargs = to_host(inputs)
+    plan = Plan(a, be_a, b, be_b, layers, map)
     if local and plan.mode == "structure":
         fail(
-            FN,
+            fn,
             "local",
             "False when layers pair by structure (local=True feeds each layer of b its partner's inputs: give map= to pair by name)",
             local,

@@ -3,23 +3,25 @@ the inputs. Each runs the scaled rows in the chunks of its plan and sums on the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hookkit.analyses import attribution_steps as st
-from hookkit.analyses.attribution_budget import spans
-from hookkit.analyses.attribution_job import Job
-from hookkit.analyses.attribution_rules import quadrature
+from hookkit.analyses.attribution import steps as st
+from hookkit.analyses.attribution.budget import spans
+from hookkit.analyses.attribution.rules import quadrature
+
+if TYPE_CHECKING:  # annotations only: job.py reads this module's table
+    from hookkit.analyses.attribution.job import Job
 
 
 def _layer_ig(job: Job) -> Any:
     y_x, saved = st.probe(job, job.x, "input", measure=True)
     y_b, _ = st.probe(job, job.base, "baseline")
-    weights, alphas = quadrature(job.rule, job.n_steps)
-    plan = st.plan(job, job.n_steps, saved, y_x)
+    weights, alphas = quadrature(job.opts.rule, job.opts.n_steps)
+    plan = st.plan(job, job.opts.n_steps, saved, y_x)
     tap, blocks = job.tap, []
     for j0, j1 in spans(job.n, plan.samples):
         acc = None
-        for s0, s1 in spans(job.n_steps, plan.points):
+        for s0, s1 in spans(job.opts.n_steps, plan.points):
             k = s1 - s0
             leaf = st.leaf(job, st.scaled(job, y_b, y_x, alphas[s0:s1], j0, j1))
             tap.replace = st.replacer(job, leaf)
@@ -33,13 +35,13 @@ def _layer_ig(job: Job) -> Any:
 def _layer_conductance(job: Job) -> Any:
     y_x, saved = st.probe(job, job.x, "input", measure=True)
     st.probe(job, job.base, "baseline")
-    _, alphas = quadrature(job.rule, job.n_steps + 1)
-    plan = st.plan(job, job.n_steps + 1, saved, y_x, endpoint=True)
+    _, alphas = quadrature(job.opts.rule, job.opts.n_steps + 1)
+    plan = st.plan(job, job.opts.n_steps + 1, saved, y_x, endpoint=True)
     tap, blocks = job.tap, []
     cut = st.Cut(job)
     for j0, j1 in spans(job.n, plan.samples):
         acc, b = None, j1 - j0
-        for p0, p1 in spans(job.n_steps + 1, plan.points, overlap=1):
+        for p0, p1 in spans(job.opts.n_steps + 1, plan.points, overlap=1):
             k = p1 - p0
             tap.replace = cut
             out = st.forward(job, st.scaled(job, job.base, job.x, alphas[p0:p1], j0, j1), st.rows(j0, j1, k))
@@ -73,13 +75,13 @@ def _neuron_path(job: Job) -> Any:
     """Neuron integrated gradients and conductance: attributions of one neuron to the inputs."""
     conductance = job.method == "conductance"
     _, saved = st.probe(job, job.x, "input", measure=True)
-    weights, alphas = quadrature(job.rule, job.n_steps)
-    plan = st.plan(job, job.n_steps, saved)
+    weights, alphas = quadrature(job.opts.rule, job.opts.n_steps)
+    plan = st.plan(job, job.opts.n_steps, saved)
     tap, blocks = job.tap, []
     cut = st.Cut(job)
     for j0, j1 in spans(job.n, plan.samples):
         acc, b = None, j1 - j0
-        for s0, s1 in spans(job.n_steps, plan.points):
+        for s0, s1 in spans(job.opts.n_steps, plan.points):
             k = s1 - s0
             x = st.leaf(job, st.scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
             tap.replace, tap.stop = (cut if conductance else None), not conductance
@@ -111,12 +113,12 @@ def _neuron_point(job: Job) -> Any:
 def _input_ig(job: Job) -> Any:
     _, saved = st.probe(job, job.x, "input", measure=True)
     st.probe(job, job.base, "baseline")
-    weights, alphas = quadrature(job.rule, job.n_steps)
-    plan = st.plan(job, job.n_steps, saved)
+    weights, alphas = quadrature(job.opts.rule, job.opts.n_steps)
+    plan = st.plan(job, job.opts.n_steps, saved)
     blocks = []
     for j0, j1 in spans(job.n, plan.samples):
         acc = None
-        for s0, s1 in spans(job.n_steps, plan.points):
+        for s0, s1 in spans(job.opts.n_steps, plan.points):
             k = s1 - s0
             x = st.leaf(job, st.scaled(job, job.base, job.x, alphas[s0:s1], j0, j1))
             part = st.weighted(
@@ -144,11 +146,11 @@ def _smoothgrad(job: Job) -> Any:
     """The mean gradient over ``nt_samples`` noisy copies of each sample (captum's NoiseTunnel on
     Saliency with abs=False: the same noise for the same seed, sample-major)."""
     _, saved = st.probe(job, job.x, "input", measure=True)
-    nt, be = job.nt_samples, job.be
-    if job.seed is not None:
-        job.m.seed(job.seed)
+    nt, be = job.opts.nt_samples, job.be
+    if job.opts.seed is not None:
+        job.m.seed(job.opts.seed)
     noisy = job.m.repeat_rows(job.x, nt)
-    noisy = noisy + be.randn_like(noisy) * job.stdevs
+    noisy = noisy + be.randn_like(noisy) * job.opts.stdevs
     plan = st.plan(job, nt, saved)
     blocks = []
     for j0, j1 in spans(job.n, max(1, plan.samples * plan.points // nt)):
@@ -160,19 +162,32 @@ def _smoothgrad(job: Job) -> Any:
     return job.m.cat(blocks, 0)
 
 
+#: the table of methods: a method is one runner function and one entry per place it attributes to
+#: ("layer": the layer's output or input, "neuron": one neuron of it, to the inputs; "input": the model's
+#: inputs). Adding a method touches this file only: the lists of valid methods below derive from it.
 RUNNERS = {
     "layer:integrated_gradients": _layer_ig,
     "layer:conductance": _layer_conductance,
-    "layer:gradient": _layer_point,
     "layer:gradient_x_activation": _layer_point,
     "layer:activation": _layer_point,
+    "layer:gradient": _layer_point,
     "neuron:integrated_gradients": _neuron_path,
     "neuron:conductance": _neuron_path,
-    "neuron:gradient": _neuron_point,
     "neuron:gradient_x_activation": _neuron_point,
+    "neuron:gradient": _neuron_point,
     "input:integrated_gradients": _input_ig,
+    "input:gradient_x_activation": _input_point,
     "input:gradient": _input_point,
     "input:saliency": _input_point,
-    "input:gradient_x_activation": _input_point,
     "input:smoothgrad": _smoothgrad,
 }
+#: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
+PATH_METHODS = ("integrated_gradients", "conductance")
+
+
+def _at(where: str) -> tuple[str, ...]:
+    return tuple(k.split(":", 1)[1] for k in RUNNERS if k.startswith(where + ":"))
+
+
+LAYER_METHODS, NEURON_METHODS, INPUT_METHODS = _at("layer"), _at("neuron"), _at("input")
+METHODS = tuple(dict.fromkeys(LAYER_METHODS + INPUT_METHODS))

@@ -10,18 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.diff_inputs import float_tensors, model_place, to_model
-from hookkit.analyses.diff_metrics import compare, host, looser, precision, tolerance
-from hookkit.analyses.diff_pairing import Plan, StructureAligner
-from hookkit.analyses.diff_result import Row, Unpaired
+from hookkit.analyses.diff.inputs import float_tensors, model_place, to_model
+from hookkit.analyses.diff.metrics import compare, host, looser, precision, tolerance
+from hookkit.analyses.diff.pairing import Plan, StructureAligner
+from hookkit.analyses.diff.result import Row, Unpaired
 from hookkit.analyses.passes import analysis_pass
+from hookkit.core.entry import entry_name
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, attach
 from hookkit.core.tree import leaves
 from hookkit.core.validate import fail
-
-FN = "diff"
 
 
 class _Record:
@@ -66,7 +65,7 @@ def _loss(be: Any, output: Any, loss: Any) -> Any:
     if loss is not None:
         score = loss(output)
         if not be.is_tensor(score):
-            fail(FN, "loss", "a callable returning a scalar tensor of the model's framework", score)
+            fail(entry_name(), "loss", "a callable returning a scalar tensor of the model's framework", score)
         return score
     floats = [t for t in leaves(output, be.is_tensor) if be.dtype_kind(t) == "float" and be.requires_grad(t)]
     if not floats:

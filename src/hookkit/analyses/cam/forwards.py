@@ -1,6 +1,6 @@
-"""The many forwards of ScoreCAM and AblationCAM (``analyses/cam.py``'s ``_Layer`` and ``_Run`` take these
-methods): rows of masked inputs, ablated layer outputs multiplied as late as the model allows, and the
-memory layout the framework runs them fastest in. Every shortcut keeps the arithmetic.
+"""One layer of a ``cam`` call (``LayerView``) and the many forwards of ScoreCAM and AblationCAM on it: rows
+of masked inputs, ablated layer outputs multiplied as late as the model allows, and the memory layout the
+framework runs them fastest in. Every shortcut keeps the arithmetic.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam_layouts import Layout
+from hookkit.analyses.cam.layouts import Layout
 from hookkit.analyses.targets import logits_of
 from hookkit.core.router import attach
 from hookkit.core.tree import first_tensor, map_tensors
@@ -62,28 +62,25 @@ class RowMismatch(Exception):
     """The model's output does not have one row per row fed at the layer."""
 
 
-class LayerForwards:
-    """One layer's forwards: what ``_Layer`` holds (the run, the backend and its ``tensor_math`` ops, the
-    layer, its output ``raw`` and ``layout``, its channels-first ``acts``, the inputs ``x``, their ``size``)
-    and where AblationCAM's rows multiply (``level`` into ``candidates``, ``settled`` once found, ``hinted`` while
-    that is only what an earlier batch or call found); ``calls``: the layer's calls per forward (the last is explained)."""
+class LayerView:
+    """One layer in one batch of a ``cam`` call: what a method's weight function sees (``acts``, ``grads``:
+    channels-first, float32; the layer's own output ``raw`` and ``layout``; for methods that run the model
+    again ``x``, ``size``, ``scores`` (the targets' scores on ``x``), ``chunk``) and those forwards: rows of
+    masked inputs or ablated outputs, and where AblationCAM's rows multiply (``level`` into ``candidates``,
+    ``settled`` once found, ``hinted`` while that is only what an earlier batch or call found); ``calls``: the
+    layer's calls per forward (the last is explained). ``run`` is the call's ``_Run``."""
 
-    run: Any
-    be: Any
-    m: Any
-    name: str
-    layer: Any
-    raw: Any
-    layout: Layout
-    acts: Any
-    x: Any
-    size: tuple[int, ...]
-    level: int | None
-    calls: int
-    candidates: list[tuple[str, Any] | None]
-    settled: bool
-    hinted: bool
-    eye: Any
+    def __init__(self, run: Any, name: str, layer: Any, raw: Any, layout: Layout, acts: Any, grads: Any, x: Any, scores: Any):
+        self.run, self.name, self.layer, self.raw, self.layout = run, name, layer, raw, layout
+        self.be, self.m = run.be, run.m
+        self.acts, self.grads, self.x, self.scores = acts, grads, x, scores
+        self.size: tuple[int, ...] = run.size
+        self.chunk = max(1, run.rows // max(1, acts.shape[0]))
+        self.calls = 1  # the layer's calls per forward: the last one is explained
+        self.level: int | None = None  # AblationCAM: where the rows multiply, an index into ``levels()``
+        self.candidates: list[tuple[str, Any] | None] = []
+        self.settled = self.hinted = False
+        self.eye: Any = None  # AblationCAM's one-hot channel groups: rows of one identity on the device
 
     def row_scores(self, rows: Any, k: int, replace: Any = None, check: bool = False, tile: tuple[str, Any] | None = None) -> Any:
         """Run the model on ``rows`` (``replace``: this layer's output instead of its own; ``tile``: a
@@ -272,32 +269,3 @@ class LayerForwards:
             shape[1 + axis] = c
             self.eye = self.be.from_numpy(np.eye(c, dtype=bool).reshape(shape), like=self.raw)
         return self.eye[start : start + k]
-
-
-class RunForwards:
-    """The call's side: the model, whether it takes masked rows in ``conv_layout`` (``fast_layout``) and
-    ablated outputs so (``fast_ablated``), and what this and earlier calls learned of the model (``learned``:
-    where each layer's rows multiplied, which layouts it refused)."""
-
-    model: Any
-    m: Any
-    fast_layout: bool | None
-    fast_ablated: bool | None
-    learned: Learned
-
-    def forward_masked(self, rows: Any) -> Any:
-        """The model on ScoreCAM's masked inputs, in the layout the framework's convolutions run fastest on
-        (``conv_layout``: the same values); a model that refuses it gets them as they are from then on."""
-        if self.fast_layout is not False:
-            fast = self.m.conv_layout(rows)
-            if fast is not rows:
-                try:
-                    output = self.model(fast)
-                    self.fast_layout = True
-                    return output
-                except Exception:  # noqa: BLE001 - run again as given below, where a real error shows
-                    if self.fast_layout:
-                        raise
-                    self.fast_layout = False
-                    self.learned.layout_refused = True
-        return self.model(rows)

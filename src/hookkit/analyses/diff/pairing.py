@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hookkit.core.entry import entry_name
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.select import ALL, LayerSpec, select
 from hookkit.core.suggest import close_matches
@@ -48,7 +49,8 @@ def _fill(value: str, groups: Sequence[str]) -> str:
     return "".join(out)
 
 
-def check_map(map: Any, fn: str) -> None:
+def check_map(map: Any) -> None:
+    fn = entry_name()
     if map is None or callable(map) or map in ("name", "structure"):
         return
     if not isinstance(map, dict):
@@ -58,11 +60,10 @@ def check_map(map: Any, fn: str) -> None:
             fail(fn, "map", "a dict whose keys are a's layer names (str) and values b's names (str or None)", map, kind=ArgumentTypeError)
 
 
-def resolve(
-    map: Map, names_a: Sequence[str], names_b: Sequence[str], fn: str, model_a: str = "a", model_b: str = "b"
-) -> dict[str, str | None]:
+def resolve(map: Map, names_a: Sequence[str], names_b: Sequence[str], model_a: str = "a", model_b: str = "b") -> dict[str, str | None]:
     """``{a name: b name or None}`` for every name of ``names_a`` the map covers (a dict's keys must
     each match some name of ``a``, and every b name it gives must exist in ``b``)."""
+    fn = entry_name()
     if map is None or isinstance(map, str):
         return {}
     set_b = set(names_b)
@@ -139,33 +140,58 @@ class StructureAligner:
         return self.skipped + [k for k, _ in self.calls[self.pos :]]
 
 
+def _operations_in(b: Any, layers: Any) -> list:
+    """``b``'s operation sites ("layer::op", see ``hookkit.ops``) that ``layers`` names: operations
+    pair by spec."""
+    found: list = []
+    for spec in layers if isinstance(layers, list) else [layers]:
+        if isinstance(spec, str) and "::" in spec:
+            try:
+                found += select(b, spec)
+            except LookupError:
+                pass
+    return found
+
+
 class Plan:
     """Which layers of each model take part (``layers_a``, ``layers_b``), how they pair (``mode``: "name",
     "map" or "structure"), and for name / map pairing which of ``a``'s layers each ``b`` layer answers to."""
 
-    def __init__(self, a: Any, be_a: Any, b: Any, be_b: Any, layers: LayerSpec | None, map: Map, fn: str):
-        sel_a = [(n, m) for n, m in select(a, ALL if layers is None else layers) if be_a.has_forward(m)]
-        all_b = [(n, m) for n, m in select(b, ALL) if be_b.has_forward(m)]
-        names_b = [n for n, _ in all_b if n]
-        known_b = set(names_b)
-        leaves_a = [n for n, m in sel_a if n and not be_a.children(m)]
+    def __init__(self, a: Any, be_a: Any, b: Any, be_b: Any, layers: LayerSpec | None, map: Map):
+        sel_a = _with_forward(a, be_a, ALL if layers is None else layers)
+        all_b = _with_forward(b, be_b, ALL) + _operations_in(b, layers)
+        self.b_to_a: dict[str, list[str]] = {}
+        known_b = {n for n, _ in all_b if n}
+        leaves_a = [n for n, _ in _leaves(sel_a, be_a) if n]
         # by structure when most of a's leaves have no namesake in b
         if map == "structure" or (map is None and leaves_a and 2 * sum(n in known_b for n in leaves_a) < len(leaves_a)):
             self.mode = "structure"
-            self.layers_a = [(n, m) for n, m in sel_a if not n or not be_a.children(m)]
-            self.layers_b = [(n, m) for n, m in all_b if not n or not be_b.children(m)]
-            self.b_to_a: dict[str, list[str]] = {"": [""]} if any(not n for n, _ in self.layers_a) else {}
+            self.layers_a, self.layers_b = _leaves(sel_a, be_a), _leaves(all_b, be_b)
+            if any(not n for n, _ in self.layers_a):
+                self.b_to_a[""] = [""]
             return
         self.mode = "map" if map is not None and map != "name" else "name"
-        all_a = [n for n, m in select(a, ALL) if n and be_a.has_forward(m)]
-        covered = resolve(map, all_a, names_b, fn)
-        pairs = name_pairs([n for n, _ in sel_a if n], names_b, covered)
+        self._by_name(a, be_a, layers, map, sel_a, all_b)
+
+    def _by_name(self, a: Any, be_a: Any, layers: LayerSpec | None, map: Map, sel_a: list, all_b: list) -> None:
+        names_b = [n for n, _ in all_b if n]
+        all_a = [n for n, _ in _with_forward(a, be_a, ALL) if n]
+        pairs = name_pairs([n for n, _ in sel_a if n], names_b, resolve(map, all_a, names_b))
         if any(not n for n, _ in sel_a):
             pairs[""] = ""  # the models' outputs always pair
         self.layers_a = sel_a
         # with the default layers, b's layers nobody pairs with are attached too, to list their calls
         wanted = set(pairs.values()) if layers is not None else {n for n, _ in all_b}
         self.layers_b = [(n, m) for n, m in all_b if n in wanted]
-        self.b_to_a = {}
         for na, nb in pairs.items():
             self.b_to_a.setdefault(nb, []).append(na)
+
+
+def _with_forward(model: Any, be: Any, spec: LayerSpec) -> list[tuple[str, Any]]:
+    """The selected layers that have a forward (a container of parameters alone has none)."""
+    return [(n, m) for n, m in select(model, spec) if be.has_forward(m)]
+
+
+def _leaves(named: list[tuple[str, Any]], be: Any) -> list[tuple[str, Any]]:
+    """The root (``""``) and the layers without children."""
+    return [(n, m) for n, m in named if not n or not be.children(m)]

@@ -10,7 +10,6 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-PHASES = ("forward", "output-grad", "param-grad")
 #: a row is marked as "error grows here" when its relative error is this many times the largest before it in its pass
 GROWTH = 4.0
 

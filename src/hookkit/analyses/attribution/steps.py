@@ -5,13 +5,16 @@ quadrature sums, the chunk plan and the completeness delta."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hookkit.analyses.attribution_budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost
-from hookkit.analyses.attribution_job import FN, Job
+from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost
 from hookkit.analyses.targets import expand_target, resolve_target, target_scores
+from hookkit.core.entry import entry_name
 from hookkit.core.tree import leaves
 from hookkit.core.validate import InvalidArgument, fail
+
+if TYPE_CHECKING:  # annotations only: job.py reads the table of methods, which runs these steps
+    from hookkit.analyses.attribution.job import Job
 
 
 def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
@@ -35,14 +38,14 @@ def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
     if job.neuron is None or job.method == "conductance":  # the other neuron methods explain the neuron alone
         if key == "input":
             job.target = resolve_target(be, out, job.target, job.n)
-        job.scores[key] = be.detach(target_scores(be, out, job.target, job.n, FN))
+        job.scores[key] = be.detach(target_scores(be, out, job.target, job.n))
     value = None
     if tap is not None:
         _check_ran(job)
         value = be.detach(tap.value)
         if job.method != "activation" and be.dtype_kind(value) != "float":
             raise InvalidArgument(
-                f"{FN}(): layer {job.name!r} has integer values at its {job.where} (token ids?), which take no gradient; "
+                f"{entry_name()}(): layer {job.name!r} has integer values at its {job.opts.attribute_to} (token ids?), which take no gradient; "
                 "attribute to a layer with floating-point values (e.g. the embedding's output)"
             )
     return value, saved
@@ -64,26 +67,28 @@ def forward(job: Job, x: Any, samples: Sequence[int]) -> Any:
 
 
 def _check_ran(job: Job) -> None:
-    tap, where = job.tap, "output" if job.where == "output" else "tensor input"
+    tap, where = job.tap, "output" if job.opts.attribute_to == "output" else "tensor input"
     if tap.calls == 0:
-        raise InvalidArgument(f"{FN}(): layer {job.name or '(root)'!r} did not run in the model's forward")
+        raise InvalidArgument(f"{entry_name()}(): layer {job.name or '(root)'!r} did not run in the model's forward")
     if tap.calls > 1:
         raise InvalidArgument(
-            f"{FN}(): layer {job.name or '(root)'!r} ran {tap.calls} times in one forward; attribution needs a layer that runs once (name one of its uses)"
+            f"{entry_name()}(): layer {job.name or '(root)'!r} ran {tap.calls} times in one forward; attribution needs a layer that runs once (name one of its uses)"
         )
     if tap.value is None:
-        raise InvalidArgument(f"{FN}(): layer {job.name or '(root)'!r} has no tensor {where} to attribute to")
+        raise InvalidArgument(f"{entry_name()}(): layer {job.name or '(root)'!r} has no tensor {where} to attribute to")
 
 
 def plan(job: Job, n_points: int, saved: int, layer_value: Any = None, endpoint: bool = False) -> Plan:
     be = job.be
     budget = 0
-    if job.batch == "auto":
-        budget = int(job.max_memory) if job.max_memory is not None else int(DEFAULT_FRACTION * job.ops.free_bytes(job.x))
+    if job.opts.internal_batch_size == "auto":
+        budget = int(job.opts.max_memory) if job.opts.max_memory is not None else int(DEFAULT_FRACTION * job.ops.free_bytes(job.x))
     per_row = 3 * be.numel(job.x) // job.n * be.itemsize(job.x)
     if layer_value is not None:
         per_row += 4 * be.numel(layer_value) // job.n * be.itemsize(layer_value)
-    return plan_chunks(job.n, n_points, job.batch, budget=budget, row_bytes=row_cost(saved, job.n, per_row), endpoint=endpoint)
+    return plan_chunks(
+        job.n, n_points, job.opts.internal_batch_size, budget=budget, row_bytes=row_cost(saved, job.n, per_row), endpoint=endpoint
+    )
 
 
 def scaled(job: Job, start: Any, end: Any, alphas: Sequence[float], j0: int, j1: int) -> Any:
@@ -93,7 +98,7 @@ def scaled(job: Job, start: Any, end: Any, alphas: Sequence[float], j0: int, j1:
 
 
 def score(job: Job, out: Any, samples: list[int]) -> Any:
-    s = target_scores(job.be, out, expand_target(job.target, samples), len(samples), FN)
+    s = target_scores(job.be, out, expand_target(job.target, samples), len(samples))
     return s.sum() if len(job.be.shape(s)) else s
 
 
@@ -101,7 +106,7 @@ def neuron_of(job: Job, value: Any) -> Any:
     """The selected neuron's value per row ``[rows]``."""
     neuron, shape = tuple(job.neuron or ()), tuple(job.be.shape(value))[1:]
     if len(neuron) != len(shape) or not all(-s <= i < s for i, s in zip(neuron, shape)):
-        fail(FN, "neuron", f"an index into the layer's output per sample, shape {list(shape)}", job.neuron)
+        fail(entry_name(), "neuron", f"an index into the layer's output per sample, shape {list(shape)}", job.neuron)
     return value[(slice(None),) + neuron]
 
 
@@ -109,7 +114,9 @@ def grad(job: Job, score: Any, wrt: Any) -> Any:
     g = job.ops.grads_or_none(score, [wrt])[0]
     if g is None:
         what = "the inputs" if job.layer is None else f"layer {job.name or '(root)'!r}"
-        raise InvalidArgument(f"{FN}(): the target's score does not depend on {what}: it is not on the path from the inputs to the target")
+        raise InvalidArgument(
+            f"{entry_name()}(): the target's score does not depend on {what}: it is not on the path from the inputs to the target"
+        )
     return g
 
 
@@ -133,7 +140,7 @@ def rows(j0: int, j1: int, k: int) -> list[int]:
 def delta(job: Job, attr: Any) -> Any:
     shape = job.be.shape(job.scores["input"])
     if len(shape) != 1:
-        raise InvalidArgument(f"{FN}(): return_delta needs one score per sample; the target gave shape {list(shape)}")
+        raise InvalidArgument(f"{entry_name()}(): return_delta needs one score per sample; the target gave shape {list(shape)}")
     dims = list(range(1, len(job.be.shape(attr))))
     total = job.m.sum(attr, dims) if dims else attr
     return job.be.detach(total - (job.scores["input"] - job.scores["baseline"]))
@@ -143,7 +150,7 @@ def replacer(job: Job, new: Any) -> Any:
     def replace(value: Any) -> Any:
         if tuple(job.be.shape(value)) != tuple(job.be.shape(new)):
             raise InvalidArgument(
-                f"{FN}(): layer {job.name!r} gave a value of shape {list(job.be.shape(value))} for scaled inputs; expected {list(job.be.shape(new))}"
+                f"{entry_name()}(): layer {job.name!r} gave a value of shape {list(job.be.shape(value))} for scaled inputs; expected {list(job.be.shape(new))}"
             )
         return new
 

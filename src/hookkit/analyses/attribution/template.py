@@ -13,15 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hookkit.analyses.attribution_job import check_call
-from hookkit.analyses.attribution_methods import RUNNERS
-from hookkit.analyses.attribution_steps import delta
+from hookkit.analyses.attribution.job import AttributeOptions, check_call
+from hookkit.analyses.attribution.methods import RUNNERS
+from hookkit.analyses.attribution.steps import delta
 from hookkit.analyses.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
+from hookkit.core.entry import public_entry
 from hookkit.core.types import Layer
 
 
+@public_entry("attribute")
 def attribute(
     model: Layer,
     layer: Any,
@@ -66,7 +68,12 @@ def attribute(
     >>> attr, delta = hookkit.attribute(model, None, x, n_steps=64, return_delta=True)     # doctest: +SKIP
     >>> attr = hookkit.attribute(bert, "bert.embeddings", ids, baselines=pad_ids)          # doctest: +SKIP
     """
-    job = check_call(**locals())  # the arguments above, by name
+    opts = AttributeOptions(
+        baselines=baselines, n_steps=n_steps, rule=rule, attribute_to=attribute_to, internal_batch_size=internal_batch_size,
+        max_memory=max_memory, neuron=neuron, stdevs=stdevs, nt_samples=nt_samples, seed=seed, forward_kwargs=forward_kwargs,
+        return_delta=return_delta, eval=eval,
+    )  # fmt: skip
+    job = check_call(model, layer, inputs, method, target, opts)
     with analysis_pass(model, job.be, eval=eval):
         tap = LayerTap(model, job.name, job.layer, job.be, attribute_to) if job.layer is not None else None
         try:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hookkit.core.entry import entry_name
 from hookkit.core.validate import InvalidArgument, fail
 
 NAMES = ("channels_first", "channels_last", "tokens")
@@ -96,11 +97,11 @@ def token_grid(tokens: int, size: Sequence[int], prefix: int | None = None) -> t
     return None if best is None else (best[1], best[2])
 
 
-def _refuse(name: str, shape: Sequence[int], size: Sequence[int], fn: str, why: str = "") -> InvalidArgument:
+def _refuse(name: str, shape: Sequence[int], size: Sequence[int], why: str = "") -> InvalidArgument:
     s = len(size)
     want = {1: "[N, C, L]", 2: "[N, C, h, w]", 3: "[N, C, D, H, W]"}.get(s, "[N, C, *spatial]")
     return InvalidArgument(
-        f"{fn}(): layer {name or '(root)'!r} outputs {list(shape)}, which hookkit cannot map onto the input's spatial size "
+        f"{entry_name()}(): layer {name or '(root)'!r} outputs {list(shape)}, which hookkit cannot map onto the input's spatial size "
         f"{tuple(size)}{why}; give a layer whose output is {want} feature maps (channels-first or channels-last) or ViT tokens "
         f"[N, T, C], or reshape=f(output) -> {want}"
     )
@@ -112,7 +113,6 @@ def plan_layout(
     reshape: Any,
     prefix_tokens: int | None,
     name: str,
-    fn: str,
     n: int | None = None,
     *,
     declared: Callable[[], str | None] | None = None,
@@ -125,29 +125,38 @@ def plan_layout(
     if n is not None and (not shape or shape[0] != n):
         # A layer that folds positions into the batch axis (MobileViT's transformer: [N * patch area, P, C])
         # would otherwise give one map per row, not per input; only reshape= can unfold it.
-        raise _refuse(name, shape, size, fn, f": its first axis holds {shape[0] if shape else 0} rows for the {n} inputs")
+        raise _refuse(name, shape, size, f": its first axis holds {shape[0] if shape else 0} rows for the {n} inputs")
     if reshape is not None and reshape not in NAMES:
-        fail(fn, "reshape", f"None, a callable f(output) -> [N, C, *spatial], or one of {', '.join(map(repr, NAMES))}", reshape)
-    r = len(shape)
-    if reshape == "tokens" or (reshape is None and r == 3 and s == 2):
-        if r != 3 or s != 2:
-            raise _refuse(name, shape, size, fn, ": reshape='tokens' needs [N, T, C] outputs and a 2-D input")
-        found = token_grid(shape[1], size, prefix_tokens)
-        if found is None:
-            extra = f" after dropping prefix_tokens={prefix_tokens}" if prefix_tokens is not None else ""
-            raise _refuse(name, shape, size, fn, f": its {shape[1]} tokens{extra} form no grid of the input's proportions")
-        return Layout("tokens", prefix=found[0], grid=found[1])
-    if r != 2 + s:
-        raise _refuse(name, shape, size, fn, _input_hint(declared))
+        fail(entry_name(), "reshape", f"None, a callable f(output) -> [N, C, *spatial], or one of {', '.join(map(repr, NAMES))}", reshape)
+    if reshape == "tokens" or (reshape is None and len(shape) == 3 and s == 2):
+        return _tokens(shape, size, prefix_tokens, name)
+    if len(shape) != 2 + s:
+        raise _refuse(name, shape, size, _input_hint(declared))
     if reshape is not None:
         return Layout(reshape)
+    return _channels(shape, size, name, declared)
+
+
+def _tokens(shape: tuple[int, ...], size: Sequence[int], prefix_tokens: int | None, name: str) -> Layout:
+    """ViT tokens ``[N, prefix + h*w, C]`` on a 2-D input: the grid of the input's proportions."""
+    if len(shape) != 3 or len(size) != 2:
+        raise _refuse(name, shape, size, ": reshape='tokens' needs [N, T, C] outputs and a 2-D input")
+    found = token_grid(shape[1], size, prefix_tokens)
+    if found is None:
+        extra = f" after dropping prefix_tokens={prefix_tokens}" if prefix_tokens is not None else ""
+        raise _refuse(name, shape, size, f": its {shape[1]} tokens{extra} form no grid of the input's proportions")
+    return Layout("tokens", prefix=found[0], grid=found[1])
+
+
+def _channels(shape: tuple[int, ...], size: Sequence[int], name: str, declared: Callable[[], str | None] | None) -> Layout:
+    """Feature maps with as many spatial axes as the input: channels-first or channels-last, by what fits."""
     first, last = _fits(shape[2:], size), _fits(shape[1:-1], size)
     if first and last and declared is not None and declared() == "channels_last":
         # [N, 16, 16, 16] on a 32 x 32 input fits both readings: a Paddle NHWC convolution says which
         return Layout("channels_last")
     if first or not last:
-        if not first and s > 1:
-            raise _refuse(name, shape, size, fn, _input_hint(declared))
+        if not first and len(size) > 1:
+            raise _refuse(name, shape, size, _input_hint(declared))
         return Layout("channels_first")
     return Layout("channels_last")
 
@@ -162,12 +171,12 @@ def _input_hint(declared: Callable[[], str | None] | None) -> str:
     )
 
 
-def check_mapped(t: Any, n: int, size: Sequence[int], name: str, fn: str) -> None:
+def check_mapped(t: Any, n: int, size: Sequence[int], name: str) -> None:
     """What ``reshape=`` returned must be ``[N, C, *spatial]`` with as many spatial axes as the input."""
     shape = tuple(getattr(t, "shape", ()) or ())
     if len(shape) != 2 + len(size) or shape[0] != n:
         axes = {1: "L", 2: "h, w", 3: "D, H, W"}.get(len(size), "*spatial")
         raise InvalidArgument(
-            f"{fn}(): reshape must return [N, C, {axes}] (N={n}, {len(size)} spatial axes like the input) for layer "
+            f"{entry_name()}(): reshape must return [N, C, {axes}] (N={n}, {len(size)} spatial axes like the input) for layer "
             f"{name!r}; it returned shape {list(shape)}"
         )

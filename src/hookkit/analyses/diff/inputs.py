@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
+from hookkit.core.entry import entry_name
 from hookkit.core.errors import UnsupportedModel
 from hookkit.core.validate import ArgumentTypeError, fail
 
@@ -15,7 +16,7 @@ _PLAIN = (bool, int, float, str, type(None))
 INPUTS = "a tensor (either framework) or numpy array, a tuple / list of them (positional inputs) or a dict (keyword inputs)"
 
 
-def to_host(inputs: Any, fn: str) -> tuple[list[Any], dict[str, Any]]:
+def to_host(inputs: Any) -> tuple[list[Any], dict[str, Any]]:
     """``(args, kwargs)`` with every tensor replaced by a numpy copy of its values."""
     if isinstance(inputs, dict):
         args, kwargs = [], dict(inputs)
@@ -24,15 +25,15 @@ def to_host(inputs: Any, fn: str) -> tuple[list[Any], dict[str, Any]]:
     else:
         args, kwargs = [inputs], {}
     if not args and not kwargs:
-        fail(fn, "inputs", INPUTS, inputs)
-    return [_host(x, fn, f"inputs[{i}]") for i, x in enumerate(args)], {k: _host(v, fn, f"inputs[{k!r}]") for k, v in kwargs.items()}
+        fail(entry_name(), "inputs", INPUTS, inputs)
+    return [_host(x, f"inputs[{i}]") for i, x in enumerate(args)], {k: _host(v, f"inputs[{k!r}]") for k, v in kwargs.items()}
 
 
-def _host(x: Any, fn: str, where: str) -> Any:
+def _host(x: Any, where: str) -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "biufc":
             fail(
-                fn,
+                entry_name(),
                 where,
                 "numeric values (bool, int, float, complex); numpy arrays of objects or strings cannot become tensors",
                 x,
@@ -42,16 +43,16 @@ def _host(x: Any, fn: str, where: str) -> Any:
     if isinstance(x, _PLAIN):
         return x
     if isinstance(x, (tuple, list)):
-        return type(x)(_host(v, fn, f"{where}[{i}]") for i, v in enumerate(x))
+        return type(x)(_host(v, f"{where}[{i}]") for i, v in enumerate(x))
     if isinstance(x, dict):
-        return {k: _host(v, fn, f"{where}[{k!r}]") for k, v in x.items()}
+        return {k: _host(v, f"{where}[{k!r}]") for k, v in x.items()}
     try:
         be = backend_for(x)
     except UnsupportedModel:
         be = None
     if be is None or not be.is_tensor(x):
         fail(
-            fn,
+            entry_name(),
             where,
             "a tensor of a framework hookkit knows, a numpy array, a number, or a tuple / list / dict of them",
             x,

@@ -20,9 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam import prepare_inputs, tensor_target
+from hookkit.analyses.cam.call import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, fail
 
@@ -100,6 +101,31 @@ def _keep_mask(maps: np.ndarray, percentile: float, most_first: bool) -> np.ndar
     return keep
 
 
+def _percentiles(percentiles: float | Sequence[float]) -> list[float]:
+    pcts = list(percentiles) if isinstance(percentiles, Iterable) else [percentiles]
+    # numbers.Real: numpy's numbers too (np.arange(10, 100, 10) was refused)
+    if not pcts or not all(isinstance(p, numbers.Real) and not isinstance(p, (bool, np.bool_)) and 0 < p < 100 for p in pcts):
+        fail(entry_name(), "percentiles", "a number or a list of numbers in (0, 100)", percentiles)
+    return pcts
+
+
+def _maps(be: Any, x: Any, maps: Any, metric: str) -> np.ndarray:
+    """``maps`` as float32 ``[N, *spatial]`` of the inputs ``x``, checked."""
+    fn = entry_name()
+    shape = be.shape(x)
+    n, size = shape[0], tuple(shape[2:])
+    if be.is_tensor(maps):
+        maps = be.to_numpy(maps)
+    if not isinstance(maps, np.ndarray) or maps.dtype.kind != "f":
+        fail(fn, "maps", f"a float array [N, {', '.join(map(str, size))}] (what hookkit.cam returns)", maps, kind=ArgumentTypeError)
+    if maps.shape != (n, *size):
+        fail(fn, "maps", f"maps of shape [{n}, {', '.join(map(str, size))}], one per input at the input's size", maps)
+    if metric.startswith("road") and len(size) != 2:
+        fail(fn, "metric", "'confidence-drop' for inputs that are not images (ROAD imputes 2-D images)", metric)
+    return maps.astype(np.float32)
+
+
+@public_entry("cam_metric")
 def cam_metric(
     model: Layer,
     inputs: Any,
@@ -123,30 +149,18 @@ def cam_metric(
     (None: each sample's predicted class on ``inputs``). ``noise``: std of the imputation noise,
     ``seed`` its generator's seed. The model runs under no_grad, in eval mode unless ``eval=False``.
     """
-    fn = "cam_metric"
+    fn = entry_name()
     be = check_model(model, fn=fn)
     check_choice(metric, METRICS, fn=fn, arg="metric")
     check_bool(eval, fn=fn, arg="eval")
     check_number(noise, fn=fn, arg="noise", low=0.0)
     check_int(seed, fn=fn, arg="seed", low=0)
-    pcts = list(percentiles) if isinstance(percentiles, Iterable) else [percentiles]
-    # numbers.Real: numpy's numbers too (np.arange(10, 100, 10) was refused)
-    if not pcts or not all(isinstance(p, numbers.Real) and not isinstance(p, (bool, np.bool_)) and 0 < p < 100 for p in pcts):
-        fail(fn, "percentiles", "a number or a list of numbers in (0, 100)", percentiles)
-    x = prepare_inputs(be, model, inputs, fn)
-    shape = be.shape(x)
-    n, size = shape[0], tuple(shape[2:])
-    if be.is_tensor(maps):
-        maps = be.to_numpy(maps)
-    if not isinstance(maps, np.ndarray) or maps.dtype.kind != "f":
-        fail(fn, "maps", f"a float array [N, {', '.join(map(str, size))}] (what hookkit.cam returns)", maps, kind=ArgumentTypeError)
-    if maps.shape != (n, *size):
-        fail(fn, "maps", f"maps of shape [{n}, {', '.join(map(str, size))}], one per input at the input's size", maps)
-    maps = maps.astype(np.float32)
-    if metric.startswith("road") and len(size) != 2:
-        fail(fn, "metric", "'confidence-drop' for inputs that are not images (ROAD imputes 2-D images)", metric)
+    pcts = _percentiles(percentiles)
+    x = prepare_inputs(be, model, inputs)
+    maps = _maps(be, x, maps, metric)
+    n = maps.shape[0]
     target = tensor_target(be, target)
-    check_target(target, n, fn)
+    check_target(target, n)
     images = be.to_numpy(x).astype(np.float32)
 
     def like_x(a: np.ndarray) -> Any:  # float32 arrays back in the inputs' dtype (a float64 model refused float32)
@@ -158,7 +172,7 @@ def cam_metric(
             target = predicted_classes(be, out, n)
 
         def scores(batch: Any) -> np.ndarray:
-            s = be.to_numpy(target_scores(be, model(batch) if batch is not None else out, target, n, fn))
+            s = be.to_numpy(target_scores(be, model(batch) if batch is not None else out, target, n))
             if s.shape != (n,):
                 fail(fn, "target", f"a callable returning one score per sample ([{n}])", target)
             return s.astype(np.float32)

@@ -13,39 +13,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.cam_forwards import LayerForwards, RunForwards, learned, replace_first
-from hookkit.analyses.cam_layouts import NAMES, Layout, check_mapped, plan_layout
-from hookkit.analyses.cam_methods import METHODS, Method, project
+from hookkit.analyses.cam.call import CamOptions, prepare_inputs, tensor_target
+from hookkit.analyses.cam.forwards import LayerView, learned, replace_first
+from hookkit.analyses.cam.layouts import Layout, check_mapped, plan_layout
+from hookkit.analyses.cam.methods import METHODS, Method, project
+from hookkit.analyses.cam.stream import stream
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import (
-    ArgumentTypeError,
-    InvalidArgument,
-    check_bool,
-    check_choice,
-    check_int,
-    check_model,
-    check_tensor_like,
-    fail,
-)
+from hookkit.core.validate import InvalidArgument, check_model, fail
 
-if TYPE_CHECKING:
-    import os
-
-    from hookkit.observers.features import Features
-
-#: rows per forward of ScoreCAM (pytorch-grad-cam's 16: on a CPU, larger batches of full forwards are not faster)
-#: and AblationCAM (its rows multiply at the target layer or an enclosing one: the more per forward, the fewer
-#: runs of the layers before; 128 rather than 64 rows took 0.7-0.95x the time on small CNNs, a ViT and a Swin)
-DEFAULT_BATCH = {"scorecam": 16, "ablationcam": 128}
 AUGMENTATIONS = [(flip, factor) for flip in (False, True) for factor in (0.9, 1.0, 1.1)]  # aug_smooth
 
 
@@ -110,36 +95,17 @@ class _Recorder:
         return on_forward
 
 
-class _Layer(LayerForwards):
-    """What a method's weight function sees for one layer: ``acts``, ``grads`` (channels-first, float32),
-    the layer's own output ``raw`` and ``layout``, and for methods that run the model again: ``x``,
-    ``size``, ``scores`` (the targets' scores on ``x``), ``chunk`` and ``row_scores``."""
-
-    def __init__(self, run: _Run, name: str, layer: Any, raw: Any, layout: Layout, acts: Any, grads: Any, x: Any, scores: Any):
-        self.run, self.name, self.layer, self.raw, self.layout = run, name, layer, raw, layout
-        self.be, self.m = run.be, run.m
-        self.acts, self.grads, self.x, self.scores = acts, grads, x, scores
-        self.size = run.size
-        self.chunk = max(1, run.rows // max(1, acts.shape[0]))
-        self.calls = 1  # the layer's calls per forward: the last one is explained
-        self.level: int | None = None  # AblationCAM: where the rows multiply, an index into ``levels()``
-        self.candidates: list[tuple[str, Any] | None] = []
-        self.settled = self.hinted = False
-        self.eye: Any = None  # AblationCAM's one-hot channel groups: rows of one identity on the device
-
-
-class _Run(RunForwards):
+class _Run:
     """One call of ``cam``: the settings, and the template applied to a batch."""
 
-    def __init__(self, model: Any, be: Any, named: list[tuple[str, Any]], method: str, target: Target, opts: dict[str, Any]):
+    def __init__(self, model: Any, be: Any, named: list[tuple[str, Any]], method: str, target: Target, opts: CamOptions):
         self.model, self.be, self.named, self.name = model, be, named, method
         self.method: Method = METHODS[method]
         self.m = be.family("tensor_math")
         self.target = target
-        self.reshape, self.prefix = opts["reshape"], opts["prefix_tokens"]
-        self.eigen, self.aug, self.eval = opts["eigen_smooth"], opts["aug_smooth"], opts["eval"]
-        self.rows = opts["batch_size"] or DEFAULT_BATCH.get(method, 64)
-        self.fn = opts.get("fn", "cam")
+        self.reshape, self.prefix = opts.reshape, opts.prefix_tokens
+        self.eigen, self.aug, self.eval = opts.eigen_smooth, opts.aug_smooth, opts.eval
+        self.rows = opts.batch_size or self.method.batch
         self.size: tuple[int, ...] = ()
         self.n = 0
         self.classes: list[int] | None = None
@@ -149,6 +115,23 @@ class _Run(RunForwards):
         # them so at the layer? None: to be tried (not where an earlier call saw the model refuse it)
         self.fast_layout: bool | None = False if self.learned.layout_refused else None
         self.fast_ablated: bool | None = False if self.learned.ablated_refused else None
+
+    def forward_masked(self, rows: Any) -> Any:
+        """The model on ScoreCAM's masked inputs, in the layout the framework's convolutions run fastest on
+        (``conv_layout``: the same values); a model that refuses it gets them as they are from then on."""
+        if self.fast_layout is not False:
+            fast = self.m.conv_layout(rows)
+            if fast is not rows:
+                try:
+                    output = self.model(fast)
+                    self.fast_layout = True
+                    return output
+                except Exception:  # noqa: BLE001 - run again as given below, where a real error shows
+                    if self.fast_layout:
+                        raise
+                    self.fast_layout = False
+                    self.learned.layout_refused = True
+        return self.model(rows)
 
     # -- the template ----------------------------------------------------------------------------
     def __call__(self, x: Any) -> Any:
@@ -185,18 +168,18 @@ class _Run(RunForwards):
                 for (name, layer), g in zip(self.named, grads):
                     raw = rec.outputs[name][-1]
                     layout = plan_layout(
-                        raw.shape, self.size, self.reshape, self.prefix, name, self.fn, self.n, declared=partial(self.declared, layer)
+                        raw.shape, self.size, self.reshape, self.prefix, name, self.n, declared=partial(self.declared, layer)
                     )
                     acts = self._mapped(layout, be.detach(raw), name)
                     grad = self._mapped(layout, g, name) if g is not None else None
-                    p = _Layer(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
+                    p = LayerView(self, name, layer, be.detach(raw), layout, acts, grad, x, scores)
                     p.calls = len(rec.outputs[name])
                     maps.append(self.layer_map(p))
         if len(maps) == 1:
             return self.minmax(m.relu(maps[0]))
         return self.minmax(m.mean(m.relu(m.stack(maps, 1)), [1]))
 
-    def layer_map(self, p: _Layer) -> Any:
+    def layer_map(self, p: LayerView) -> Any:
         """One layer's map at the input's size, min-max scaled (pytorch-grad-cam's per-layer step)."""
         m, kind = self.m, self.method.kind
         w = self.method.weigh(p)
@@ -212,13 +195,15 @@ class _Run(RunForwards):
     def _mapped(self, layout: Layout, t: Any, name: str) -> Any:
         out = layout.to_channels_first(self.m, t)
         if layout.kind == "custom":
-            check_mapped(out, self.n, self.size, name, self.fn)
+            check_mapped(out, self.n, self.size, name)
         return self.float32(out)
 
     def _check_ran(self, rec: _Recorder) -> None:
         for name, _ in self.named:
             if not rec.outputs[name]:
-                raise InvalidArgument(f"{self.fn}(): layer {name or '(root)'!r} did not run in the model's forward (or output no tensor)")
+                raise InvalidArgument(
+                    f"{entry_name()}(): layer {name or '(root)'!r} did not run in the model's forward (or output no tensor)"
+                )
 
     def _scores(self, output: Any) -> Any:
         """The targets' scores on the batch; fixes the class of each sample for the forwards to come."""
@@ -230,9 +215,9 @@ class _Run(RunForwards):
                 self.classes = [int(target)] * n if isinstance(target, (int, np.integer)) else [int(c) for c in target]
                 self.class_index = None
             self.resolved = target
-        scores = target_scores(self.be, output, target, n, self.fn)
+        scores = target_scores(self.be, output, target, n)
         if self.method.forwards and tuple(scores.shape) != (n,):
-            fail(self.fn, "target", f"a callable returning one score per sample ([{n}]) for method={self.name!r}", target)
+            fail(entry_name(), "target", f"a callable returning one score per sample ([{n}]) for method={self.name!r}", target)
         return scores
 
     def _grads(self, scores: Any, tensors: list[Any]) -> list[Any]:
@@ -242,7 +227,7 @@ class _Run(RunForwards):
         except (RuntimeError, ValueError) as e:
             names = ", ".join(repr(n) for n, _ in self.named)
             raise InvalidArgument(
-                f"{self.fn}(): no gradient reached layer(s) {names}: the target's score does not depend on their output ({e})"
+                f"{entry_name()}(): no gradient reached layer(s) {names}: the target's score does not depend on their output ({e})"
             ) from None
 
     def declared(self, layer: Any) -> str | None:
@@ -268,7 +253,7 @@ class _Run(RunForwards):
             return m.reshape(m.gather(m.reshape(logits, [k, n, -1]), 2, self.class_index[:k]), [k, n])
         parts = []
         for j in range(k):
-            s = target_scores(be, rows_of(output, j * n, (j + 1) * n, k * n, be.is_tensor), self.resolved, n, self.fn)
+            s = target_scores(be, rows_of(output, j * n, (j + 1) * n, k * n, be.is_tensor), self.resolved, n)
             parts.append(m.reshape(s, [n]))
         return m.stack(parts, 0)
 
@@ -299,7 +284,9 @@ class _Run(RunForwards):
         lb = be.family("layer_bias")
         named = [(n, layer) for n, layer in be.named_layers(self.model) if lb.has_bias(layer)]
         if not named:
-            raise InvalidArgument(f"{self.fn}(): method='fullgrad' needs convolution or batch norm layers with a bias; the model has none")
+            raise InvalidArgument(
+                f"{entry_name()}(): method='fullgrad' needs convolution or batch norm layers with a bias; the model has none"
+            )
         rec = _Recorder(be, named, grads=True)
         with analysis_pass(self.model, be, eval=self.eval, grad=True):
             x = be.set_requires_grad(be.detach(x))
@@ -311,7 +298,7 @@ class _Run(RunForwards):
             # float32 like the bias terms: Paddle's concat does not promote (a float64 model failed)
             terms = [self.scaled_channels(self.float32(abs(grads[0] * be.detach(x))), self.size)]
             for (name, layer, t), g in zip(calls, grads[1:]):
-                layout = plan_layout(t.shape, self.size, None, None, name, self.fn, declared=partial(self.declared, layer))
+                layout = plan_layout(t.shape, self.size, None, None, name, declared=partial(self.declared, layer))
                 g = self._mapped(layout, g, name)
                 bias = be.cast(lb.bias(layer), "float32")
                 bias = m.reshape(bias, [1, g.shape[1], *[1] * len(self.size)])
@@ -325,99 +312,7 @@ class _Run(RunForwards):
 
 
 # -- the entry point --------------------------------------------------------------------------------
-def prepare_inputs(be: Any, model: Layer, inputs: Any, fn: str) -> Any:
-    """Floating-point ``[N, C, *spatial]`` (1 to 3 spatial axes) on the model's device."""
-    x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
-    shape = be.shape(x)
-    if len(shape) not in (3, 4, 5):
-        fail(fn, "inputs", "inputs [N, C, *spatial] with 1, 2 or 3 spatial axes (signals, images, volumes)", x)
-    if be.dtype_kind(x) != "float":
-        fail(fn, "inputs", "floating-point inputs (integer pixels cast to float32 and / 255)", x, kind=ArgumentTypeError)
-    params = be.parameters(model)
-    if params and be.device_of(x) != be.device_of(params[0]):
-        x = be.to(x, be.device_of(params[0]))
-    return x
-
-
-def tensor_target(be: Any, target: Target) -> Target:
-    """A tensor of class indices (a batch's labels as a loader gives them) as a list, a 0-d one as an int:
-    one host read, before the model runs."""
-    return be.to_numpy(target).tolist() if be.is_tensor(target) else target
-
-
-def check_options(method: Any, reshape: Any, opts: dict[str, Any], fn: str) -> None:
-    check_choice(method, METHODS, fn=fn, arg="method")
-    if reshape is not None and not callable(reshape) and reshape not in NAMES:
-        fail(fn, "reshape", f"None, a callable f(output) -> [N, C, *spatial], or one of {', '.join(map(repr, NAMES))}", reshape)
-    for arg in ("aug_smooth", "eigen_smooth", "eval", "as_tensor"):
-        check_bool(opts[arg], fn=fn, arg=arg)
-    check_int(opts["batch_size"], fn=fn, arg="batch_size", low=1, optional=True)
-    check_int(opts["prefix_tokens"], fn=fn, arg="prefix_tokens", low=0, optional=True)
-
-
-@overload
-def cam(
-    model: Layer,
-    layers: LayerSpec,
-    inputs: Any,
-    method: str = "gradcam",
-    target: Target = None,
-    *,
-    reshape: Callable[[Any], Any] | str | None = None,
-    prefix_tokens: int | None = None,
-    aug_smooth: bool = False,
-    eigen_smooth: bool = False,
-    batch_size: int | None = None,
-    eval: bool = True,
-    as_tensor: Literal[False] = False,
-    out: None = None,
-    shard_size: int | str = 16 * 2**20,
-    progress: bool | None = None,
-) -> np.ndarray: ...
-
-
-@overload
-def cam(
-    model: Layer,
-    layers: LayerSpec,
-    inputs: Any,
-    method: str = "gradcam",
-    target: Target = None,
-    *,
-    reshape: Callable[[Any], Any] | str | None = None,
-    prefix_tokens: int | None = None,
-    aug_smooth: bool = False,
-    eigen_smooth: bool = False,
-    batch_size: int | None = None,
-    eval: bool = True,
-    as_tensor: Literal[True],
-    out: None = None,
-    shard_size: int | str = 16 * 2**20,
-    progress: bool | None = None,
-) -> Any: ...
-
-
-@overload
-def cam(
-    model: Layer,
-    layers: LayerSpec,
-    inputs: Any,
-    method: str = "gradcam",
-    target: Target = None,
-    *,
-    reshape: Callable[[Any], Any] | str | None = None,
-    prefix_tokens: int | None = None,
-    aug_smooth: bool = False,
-    eigen_smooth: bool = False,
-    batch_size: int | None = None,
-    eval: bool = True,
-    as_tensor: bool = False,
-    out: str | os.PathLike[str],
-    shard_size: int | str = 16 * 2**20,
-    progress: bool | None = None,
-) -> Features: ...
-
-
+@public_entry("cam")
 def cam(
     model: Layer,
     layers: LayerSpec,
@@ -460,43 +355,24 @@ def cam(
     ``out=FOLDER``: ``inputs`` is an iterable of batches, the maps are streamed to sharded safetensors
     files (key ``"cam"``, resumable) and ``load_features(FOLDER)`` is returned.
     The model's training flags, its parameters' ``.grad`` and its hooks are left as they were.
+    Returns numpy float32 maps, a tensor (``as_tensor=True``) or ``Features`` (``out=``).
     """
-    return run_cam(
-        "cam", model, layers, inputs, method, target, reshape=reshape, prefix_tokens=prefix_tokens, aug_smooth=aug_smooth,
-        eigen_smooth=eigen_smooth, batch_size=batch_size, eval=eval, as_tensor=as_tensor, out=out, shard_size=shard_size,
-        progress=progress,
+    opts = CamOptions(
+        reshape=reshape, prefix_tokens=prefix_tokens, aug_smooth=aug_smooth, eigen_smooth=eigen_smooth, batch_size=batch_size,
+        eval=eval, as_tensor=as_tensor, out=out, shard_size=shard_size, progress=progress,
     )  # fmt: skip
+    return run_cam(model, layers, inputs, method, target, opts)
 
 
-def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, **kw: Any) -> Any:
-    """``cam`` with errors naming ``fn`` (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
-    be = check_model(model, fn=fn)
-    opts = {k: kw.get(k, d) for k, d in DEFAULTS.items()}
-    opts["fn"] = fn
-    check_options(method, opts["reshape"], opts, fn)
+def run_cam(model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, opts: CamOptions) -> Any:
+    """``cam`` with its options made (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
+    be = check_model(model, fn=entry_name())
+    opts.check(method)
     named = select(model, layers) if method != "fullgrad" else []
     target = tensor_target(be, target)
-    if opts["out"] is not None:
-        from hookkit.analyses.cam_stream import stream
-
-        if opts["as_tensor"]:
-            fail(fn, "as_tensor", "False with out= (the maps go to files)", opts["as_tensor"])
-        return stream(_Run(model, be, named, method, target, opts), inputs, opts["out"], layers, opts["shard_size"], opts["progress"])
-    x = prepare_inputs(be, model, inputs, fn)
-    check_target(target, be.shape(x)[0], fn)
+    if opts.out is not None:
+        return stream(_Run(model, be, named, method, target, opts), inputs, opts.out, layers, opts.shard_size, opts.progress)
+    x = prepare_inputs(be, model, inputs)
+    check_target(target, be.shape(x)[0])
     maps = _Run(model, be, named, method, target, opts)(x)
-    return maps if opts["as_tensor"] else be.to_numpy(maps)
-
-
-DEFAULTS: dict[str, Any] = {
-    "reshape": None,
-    "prefix_tokens": None,
-    "aug_smooth": False,
-    "eigen_smooth": False,
-    "batch_size": None,
-    "eval": True,
-    "as_tensor": False,
-    "out": None,
-    "shard_size": 16 * 2**20,
-    "progress": None,
-}
+    return maps if opts.as_tensor else be.to_numpy(maps)
