@@ -84,28 +84,34 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
             raise SAEFileError(f"{path}: the header must be a JSON object")
         header.pop("__metadata__", None)
         data = f.read()
-    out: dict[str, np.ndarray] = {}
-    for key, entry in header.items():
-        at = f"{path}, key {key!r}"
-        if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
-            raise SAEFileError(f"{at}: expected dtype, shape, data_offsets")
-        dtype = _CODES.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
-        if dtype is None:
-            raise SAEFileError(f"{at}: dtype {entry['dtype']!r} is not readable; readable: {', '.join(_CODES)}")
-        shape, offs = entry["shape"], entry["data_offsets"]
-        if not (isinstance(shape, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape)):
-            raise SAEFileError(f"{at}: shape must be a list of non-negative integers; got {shape!r}"[:300])
-        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) and not isinstance(o, bool) for o in offs)):
-            raise SAEFileError(f"{at}: data_offsets must be [start, end]; got {offs!r}"[:300])
-        start, end = offs
-        count = int(np.prod(shape, dtype=np.int64))
-        if not 0 <= start <= end <= len(data) or end - start != count * _ITEMSIZE[dtype]:
-            raise SAEFileError(f"{at}: data_offsets [{start}, {end}] do not hold shape {shape} of {dtype} inside the file")
-        raw = np.frombuffer(data, dtype="<u2" if dtype == "bfloat16" else np.dtype(dtype).newbyteorder("<"), count=count, offset=start)
-        if dtype == "bfloat16":
-            raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        out[key] = raw.reshape(shape).astype(raw.dtype.newbyteorder("="), copy=True)
-    return out
+    return {key: _entry(path, key, entry, data) for key, entry in header.items()}
+
+
+def _entry(path: str, key: str, entry: Any, data: bytes) -> np.ndarray:
+    """One tensor of a safetensors file, its header entry checked against the data region."""
+    at = f"{path}, key {key!r}"
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+        raise SAEFileError(f"{at}: expected dtype, shape, data_offsets")
+    dtype = _CODES.get(entry["dtype"]) if isinstance(entry["dtype"], str) else None
+    if dtype is None:
+        raise SAEFileError(f"{at}: dtype {entry['dtype']!r} is not readable; readable: {', '.join(_CODES)}")
+    shape, offs = entry["shape"], entry["data_offsets"]
+    if not (isinstance(shape, list) and all(_count(s) for s in shape)):
+        raise SAEFileError(f"{at}: shape must be a list of non-negative integers; got {shape!r}"[:300])
+    if not (isinstance(offs, list) and len(offs) == 2 and all(_count(o) for o in offs)):
+        raise SAEFileError(f"{at}: data_offsets must be [start, end]; got {offs!r}"[:300])
+    start, end = offs
+    count = int(np.prod(shape, dtype=np.int64))
+    if not start <= end <= len(data) or end - start != count * _ITEMSIZE[dtype]:
+        raise SAEFileError(f"{at}: data_offsets [{start}, {end}] do not hold shape {shape} of {dtype} inside the file")
+    raw = np.frombuffer(data, dtype="<u2" if dtype == "bfloat16" else np.dtype(dtype).newbyteorder("<"), count=count, offset=start)
+    if dtype == "bfloat16":
+        raw = (raw.astype(np.uint32) << 16).view(np.float32)
+    return raw.reshape(shape).astype(raw.dtype.newbyteorder("="), copy=True)
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def write_safetensors(path: str, tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> None:

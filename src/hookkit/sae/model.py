@@ -92,57 +92,11 @@ class SAE:
         where: str = "arrays",
     ):
         cfg = dict(cfg)
-        arch = cfg.get("architecture", "standard")
-        if arch not in SAE_ARCHITECTURES:
-            raise SAEFileError(f"{where}: architecture {arch!r} is not supported; supported: {', '.join(SAE_ARCHITECTURES)}")
+        arch, d_in, d_sae, d_out, norm, reshape = _check_cfg(cfg, where)
         self.is_transcoder = "transcoder" in arch
-        d_in, d_sae = _dim(cfg, "d_in", where), _dim(cfg, "d_sae", where)
-        d_out = _dim(cfg, "d_out", where) if self.is_transcoder else d_in
-        norm = cfg.get("normalize_activations", "none")
-        if norm not in NORMALIZATIONS:
-            raise SAEFileError(f"{where}: normalize_activations {norm!r} is not one of {', '.join(NORMALIZATIONS)}")
-        reshape = cfg.get("reshape_activations", "none")
-        if reshape not in ("none", "hook_z"):
-            raise SAEFileError(f"{where}: reshape_activations {reshape!r} is not 'none' or 'hook_z'")
-        shapes = expected_shapes(arch, d_in, d_sae, d_out)
-        dims = "d_out" if self.is_transcoder else "d_in"
-        for key, shape in shapes.items():
-            if key not in arrays:
-                raise SAEFileError(
-                    f"{where}: key {key!r} missing (expected shape {list(shape)} from d_in={d_in}, d_sae={d_sae}"
-                    f"{f', d_out={d_out}' if self.is_transcoder else ''}; architecture {arch!r} holds {', '.join(shapes)})"
-                )
-            got = tuple(np.shape(arrays[key]))
-            if got != shape:
-                raise SAEFileError(
-                    f"{where}: key {key!r} has shape {list(got)}; expected {list(shape)} (from d_in={d_in}, d_sae={d_sae}, {dims} in the config)"
-                )
-        for key in shapes:
-            kind = np.asarray(arrays[key]).dtype
-            if not np.issubdtype(kind, np.floating):
-                raise SAEFileError(
-                    f"{where}: key {key!r} has dtype {kind}; expected a floating dtype (the config's {cfg.get('dtype', 'float32')!r})"
-                )
-        extra = sorted(set(arrays) - set(shapes))
-        if extra:
-            raise SAEFileError(
-                f"{where}: unexpected keys {', '.join(map(repr, extra))} for architecture {arch!r} (holds {', '.join(shapes)})"
-            )
-        arrays = {k: np.asarray(arrays[k]) for k in shapes}
-        if arch == "batchtopk":  # SAELens's inference form of a batch-top-k SAE: a JumpReLU at the learned threshold
-            thr = float(arrays.pop("topk_threshold"))
-            if cfg.get("rescale_acts_by_decoder_norm"):
-                norms = np.linalg.norm(arrays["W_dec"].astype(np.float64), axis=-1).astype(arrays["W_dec"].dtype)
-                arrays["b_enc"] = arrays["b_enc"] * norms
-                arrays["W_dec"] = arrays["W_dec"] / norms[:, None]
-                arrays["W_enc"] = arrays["W_enc"] * norms[None, :]
-                cfg["rescale_acts_by_decoder_norm"] = False
-            arrays["threshold"] = np.full((d_sae,), thr, dtype=arrays["b_enc"].dtype)
-            arch = cfg["architecture"] = "jumprelu"
-        if arch == "topk":
-            k = cfg.get("k", 100)
-            if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= d_sae:
-                raise SAEFileError(f"{where}: 'k' must be an integer in 1..d_sae={d_sae}; got {k!r}")
+        arrays = _checked_weights(cfg, arrays, expected_shapes(arch, d_in, d_sae, d_out), where)
+        if arch == "batchtopk":
+            arch = _batchtopk_as_jumprelu(cfg, arrays, d_sae)
         self.architecture: str = arch
         self.cfg = cfg
         self.d_in, self.d_sae, self.d_out = d_in, d_sae, d_out
@@ -160,10 +114,10 @@ class SAE:
         if self.dtype not in ("float16", "bfloat16", "float32", "float64"):
             raise SAEFileError(f"{where}: dtype {self.dtype!r} is not a floating dtype (float32, float16, bfloat16, float64)")
         self.device = device
-        self.weights: dict[str, Any] = {}
-        for key, a in arrays.items():
-            floating = np.issubdtype(a.dtype, np.floating)
-            self.weights[key] = self.ops.tensor(a.astype(np.float32) if self.dtype == "bfloat16" and floating else a, device, self.dtype)
+        # bfloat16 has no numpy dtype: its values go as float32 and are cast on the framework's side
+        self.weights: dict[str, Any] = {
+            key: self.ops.tensor(a.astype(np.float32) if self.dtype == "bfloat16" else a, device, self.dtype) for key, a in arrays.items()
+        }
         self.cfg["dtype"] = self.dtype
         self._derived()
         self._last_state: Any = None
@@ -414,6 +368,69 @@ class SAE:
         extra = f", k={self.k}" if self.k else ""
         out = f", d_out={self.d_out}" if self.is_transcoder else ""
         return f"SAE({self.architecture!r}, d_in={self.d_in}, d_sae={self.d_sae}{out}{extra}, hook_name={self.hook_name!r}, {self.backend.name} {self.dtype})"
+
+
+def _check_cfg(cfg: dict[str, Any], where: str) -> tuple[str, int, int, int, str, str]:
+    """``(architecture, d_in, d_sae, d_out, normalize_activations, reshape_activations)``, checked."""
+    arch = cfg.get("architecture", "standard")
+    if arch not in SAE_ARCHITECTURES:
+        raise SAEFileError(f"{where}: architecture {arch!r} is not supported; supported: {', '.join(SAE_ARCHITECTURES)}")
+    d_in, d_sae = _dim(cfg, "d_in", where), _dim(cfg, "d_sae", where)
+    d_out = _dim(cfg, "d_out", where) if "transcoder" in arch else d_in
+    norm = cfg.get("normalize_activations", "none")
+    if norm not in NORMALIZATIONS:
+        raise SAEFileError(f"{where}: normalize_activations {norm!r} is not one of {', '.join(NORMALIZATIONS)}")
+    reshape = cfg.get("reshape_activations", "none")
+    if reshape not in ("none", "hook_z"):
+        raise SAEFileError(f"{where}: reshape_activations {reshape!r} is not 'none' or 'hook_z'")
+    if arch == "topk":
+        k = cfg.get("k", 100)
+        if not isinstance(k, int) or isinstance(k, bool) or not 0 < k <= d_sae:
+            raise SAEFileError(f"{where}: 'k' must be an integer in 1..d_sae={d_sae}; got {k!r}")
+    return arch, d_in, d_sae, d_out, norm, reshape
+
+
+def _checked_weights(
+    cfg: dict[str, Any], arrays: Mapping[str, Any], shapes: dict[str, tuple[int, ...]], where: str
+) -> dict[str, np.ndarray]:
+    """The weights an architecture holds, each present, of its shape and a floating dtype; no others."""
+    dims = f"d_in={cfg['d_in']}, d_sae={cfg['d_sae']}"
+    if "transcoder" in cfg.get("architecture", ""):
+        dims += f", d_out={cfg['d_out']}"
+    for key, shape in shapes.items():
+        if key not in arrays:
+            raise SAEFileError(
+                f"{where}: key {key!r} missing (expected shape {list(shape)} from {dims}; architecture {cfg.get('architecture')!r} holds {', '.join(shapes)})"
+            )
+        got = tuple(np.shape(arrays[key]))
+        if got != shape:
+            raise SAEFileError(f"{where}: key {key!r} has shape {list(got)}; expected {list(shape)} (from {dims} in the config)")
+        kind = np.asarray(arrays[key]).dtype
+        if not np.issubdtype(kind, np.floating):
+            raise SAEFileError(
+                f"{where}: key {key!r} has dtype {kind}; expected a floating dtype (the config's {cfg.get('dtype', 'float32')!r})"
+            )
+    extra = sorted(set(arrays) - set(shapes))
+    if extra:
+        raise SAEFileError(
+            f"{where}: unexpected keys {', '.join(map(repr, extra))} for architecture {cfg.get('architecture')!r} (holds {', '.join(shapes)})"
+        )
+    return {k: np.asarray(arrays[k]) for k in shapes}
+
+
+def _batchtopk_as_jumprelu(cfg: dict[str, Any], arrays: dict[str, np.ndarray], d_sae: int) -> str:
+    """SAELens's inference form of a batch-top-k checkpoint, in place: a JumpReLU at the learned
+    threshold, the decoder norms folded in when it rescaled by them."""
+    thr = float(arrays.pop("topk_threshold"))
+    if cfg.get("rescale_acts_by_decoder_norm"):
+        norms = np.linalg.norm(arrays["W_dec"].astype(np.float64), axis=-1).astype(arrays["W_dec"].dtype)
+        arrays["b_enc"] = arrays["b_enc"] * norms
+        arrays["W_dec"] = arrays["W_dec"] / norms[:, None]
+        arrays["W_enc"] = arrays["W_enc"] * norms[None, :]
+        cfg["rescale_acts_by_decoder_norm"] = False
+    arrays["threshold"] = np.full((d_sae,), thr, dtype=arrays["b_enc"].dtype)
+    cfg["architecture"] = "jumprelu"
+    return "jumprelu"
 
 
 def _host(be: Backend, t: Any) -> np.ndarray:

@@ -60,7 +60,9 @@ class Splice(HandleGroup):
         if sae.backend is not be:
             fail("splice", "sae", f"an SAE on the model's framework ({be.name}): sae.to(like=model)", f"an SAE on {sae.backend.name}")
         if sae.is_transcoder and output_site is None:
-            fail("splice", "output_site", "the site a transcoder writes (it reads site=)", output_site)
+            output_site = sae.hook_name_out  # SAELens's config may name it
+            if output_site is None:
+                fail("splice", "output_site", "the site a transcoder writes (it reads site=)", output_site)
         if output_site is not None and not sae.is_transcoder:
             fail("splice", "output_site", "None for an SAE (only a transcoder writes another site)", output_site)
         if site is None:
@@ -263,7 +265,7 @@ def splice(
     """Splice ``sae`` into ``model`` at ``site`` (a layer name; any spec ``select`` resolves to one
     site; None: the SAE's ``hook_name``). ``error_term=True``: the model's outputs are unchanged while ``sp.features`` exposes the
     features (a site every verb takes); ``False``: the reconstruction replaces the activation. A
-    transcoder reads ``site`` and writes ``output_site``. ``name``: the features' site name
+    transcoder reads ``site`` and writes ``output_site`` (default: its config's ``hook_name_out``). ``name``: the features' site name
     (default ``"<site>.sae"``).
 
     >>> with hookkit.splice(model, "transformer.h.6", sae) as sp, hookkit.capture(model, sp.features) as cap:   # doctest: +SKIP

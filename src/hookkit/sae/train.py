@@ -361,40 +361,16 @@ def _latest_checkpoint(out: str) -> str | None:
 
 @public_entry("train_sae")
 def train_sae(
-    source: Any,
-    d_sae: int,
-    architecture: str = "topk",
-    *,
-    k: float = 32,
-    steps: int = 1000,
-    batch_size: int = 4096,
-    lr: float = 3e-4,
-    lr_warm_up_steps: int = 0,
-    lr_decay_steps: int = 0,
-    l1_coefficient: float = 5.0,
-    l1_warm_up_steps: int = 0,
-    l0_coefficient: float = 1.0,
-    l0_warm_up_steps: int = 0,
-    jumprelu_bandwidth: float = 0.05,
-    jumprelu_init_threshold: float = 0.01,
-    aux_k_coefficient: float = 1 / 32,
-    dead_feature_window: int = 1000,
-    topk_threshold_lr: float = 0.01,
-    normalize_activations: str = "none",
-    buffer_size: int = 65536,
-    site: str | None = None,
-    out: str | os.PathLike | None = None,
-    checkpoint_every: int = 0,
-    resume: bool = True,
-    writer: Any = None,
-    log_every: int = 1,
-    seed: int = 0,
-    framework: str | None = None,
-    like: Any = None,
-    hook_name: str | None = None,
-    ce_loss: Callable[[Any, Any], Any] | None = None,
-    ce_every: int = 100,
-) -> Trained:
+    source: Any, d_sae: int, architecture: str = "topk", *, k: float = 32, steps: int = 1000, batch_size: int = 4096,
+    lr: float = 3e-4, lr_warm_up_steps: int = 0, lr_decay_steps: int = 0,
+    l1_coefficient: float = 5.0, l1_warm_up_steps: int = 0, l0_coefficient: float = 1.0, l0_warm_up_steps: int = 0,
+    jumprelu_bandwidth: float = 0.05, jumprelu_init_threshold: float = 0.01,
+    aux_k_coefficient: float = 1 / 32, dead_feature_window: int = 1000, topk_threshold_lr: float = 0.01,
+    normalize_activations: str = "none", buffer_size: int = 65536, site: str | None = None,
+    out: str | os.PathLike | None = None, checkpoint_every: int = 0, resume: bool = True, writer: Any = None,
+    log_every: int = 1, seed: int = 0, framework: str | None = None, like: Any = None, hook_name: str | None = None,
+    ce_loss: Callable[[Any, Any], Any] | None = None, ce_every: int = 100,
+) -> Trained:  # fmt: skip
     """Train an SAE (``architecture``: "topk", "batchtopk", "jumprelu" or "standard", SAELens's names) of
     ``d_sae`` features on ``source``: an ``extract`` folder (``site=``: which layer), an array
     ``[..., d_in]``, or ``(model, site, data)``. Streams in bounded memory (``buffer_size`` rows
@@ -415,111 +391,160 @@ def train_sae(
     >>> run.sae, run.metrics[-1]["explained_variance"]
     """
     fn = "train_sae"
+    _check_args(
+        fn,
+        architecture,
+        normalize_activations,
+        d_sae,
+        k,
+        writer,
+        steps=steps,
+        batch_size=batch_size,
+        buffer_size=buffer_size,
+        log_every=log_every,
+        checkpoint_every=checkpoint_every,
+    )
+    from_model = isinstance(source, tuple) and len(source) == 3
+    be, device, _ = _placement(framework, source[0] if from_model and like is None else like, None, None, fn)
+    chunks, d_in = _chunks(source, site, max(batch_size, 4096), fn)
+    if hook_name is None and from_model:
+        hook_name = source[1] if isinstance(source[1], str) else None
+    jump = architecture == "jumprelu"
+    tr = _Trainer(
+        be, device, d_in, d_sae, architecture, k,
+        l0_coefficient if jump else l1_coefficient, l0_warm_up_steps if jump else l1_warm_up_steps,
+        aux_k_coefficient, dead_feature_window, topk_threshold_lr, seed, jumprelu_bandwidth, jumprelu_init_threshold,
+    )  # fmt: skip
+    opt = tr.ops.adam(tr.params, lr, (0.9, 0.999))
+    buffer = max(buffer_size, 2 * batch_size)
+    batches: Iterator[np.ndarray] = _batches(chunks, batch_size, buffer, seed)
+    if tr.world > 1:  # data parallel: rank r trains on batches r, r + world, ... of the one stream
+        batches = itertools.islice(batches, tr.rank, None, tr.world)
+    run = _Run(
+        steps,
+        lr,
+        lr_warm_up_steps,
+        lr_decay_steps,
+        log_every,
+        checkpoint_every,
+        writer,
+        os.fspath(out) if out is not None else None,
+        tr.rank == 0,
+        hook_name,
+    )
+    metrics = _resume(tr, opt, batches, run, resume)
+    if normalize_activations == "expected_average_only_in" and tr.scale == 1.0:
+        first = next(_batches(chunks, batch_size, buffer, seed + 1))
+        tr.scale = float(math.sqrt(d_in) / np.linalg.norm(first, axis=-1).mean())
+    if ce_loss is not None:
+        run.ce, run.ce_every = _ce_probe(fn, source if from_model else None, ce_loss, be), ce_every
+    _loop(tr, opt, batches, run, metrics)
+    return _finish(tr, run, metrics)
+
+
+def _ce_probe(fn: str, source: Any, ce_loss: Any, be: Backend) -> _CeProbe:
+    if source is None:
+        fail(fn, "ce_loss", "None unless source is (model, site, data): the loss needs the model", ce_loss)
+    if not callable(ce_loss):
+        fail(fn, "ce_loss", "a function (model, batch) -> loss", ce_loss, kind=ArgumentTypeError)
+    return _CeProbe(source[0], source[1], next(iter(source[2])), ce_loss, be)
+
+
+def _finish(tr: _Trainer, run: _Run, metrics: list[dict[str, float]]) -> Trained:
+    """The trained SAE in its inference form, written to ``out/final`` (by the lead rank)."""
+    cfg, w = tr.inference(run.hook_name)
+    if run.out is not None and run.lead:
+        final = os.path.join(run.out, "final")
+        os.makedirs(final, exist_ok=True)
+        write_safetensors(os.path.join(final, "sae_weights.safetensors"), w)
+        write_json(os.path.join(final, "cfg.json"), cfg)
+    sae = SAE(cfg, w, backend=tr.be, device=tr.device, dtype="float32", where="train_sae()")
+    return Trained(sae, metrics, run.out, tr.step_n, tr.samples)
+
+
+def _check_args(fn: str, architecture: str, normalize: str, d_sae: Any, k: Any, writer: Any, **ints: Any) -> None:
     check_choice(architecture, TRAIN_ARCHITECTURES, fn=fn, arg="architecture")
-    check_choice(normalize_activations, ("none", "expected_average_only_in"), fn=fn, arg="normalize_activations")
-    for name, value, low in (
-        ("d_sae", d_sae, 1),
-        ("steps", steps, 1),
-        ("batch_size", batch_size, 1),
-        ("buffer_size", buffer_size, 1),
-        ("log_every", log_every, 1),
-        ("checkpoint_every", checkpoint_every, 0),
-    ):
+    check_choice(normalize, ("none", "expected_average_only_in"), fn=fn, arg="normalize_activations")
+    for name, value in {"d_sae": d_sae, **ints}.items():
+        low = 0 if name == "checkpoint_every" else 1
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
             fail(fn, name, f"an int >= {low}", value)
     if writer is not None and not callable(getattr(writer, "add_scalar", None)):
-        fail(
-            fn,
-            "writer",
-            "an object with add_scalar(tag, value, step) (SummaryWriter, or hookkit.integrations.writers.as_writer(run))",
-            writer,
-            kind=ArgumentTypeError,
-        )
+        valid = "an object with add_scalar(tag, value, step) (SummaryWriter, or hookkit.integrations.writers.as_writer(run))"
+        fail(fn, "writer", valid, writer, kind=ArgumentTypeError)
     if architecture == "topk" and not (isinstance(k, int) and 0 < k <= d_sae):
         fail(fn, "k", f"an int in 1..d_sae={d_sae} for architecture='topk'", k)
     if architecture == "batchtopk" and not 0 < k <= d_sae:
         fail(fn, "k", f"a number in (0, d_sae={d_sae}] for architecture='batchtopk'", k)
-    if isinstance(source, tuple) and len(source) == 3 and like is None:
-        like = source[0]
-    be, device, _ = _placement(framework, like, None, None, fn)
-    chunks, d_in = _chunks(source, site, max(batch_size, 4096), fn)
-    if hook_name is None and isinstance(source, tuple):
-        hook_name = source[1] if isinstance(source[1], str) else None
-    tr = _Trainer(
-        be,
-        device,
-        d_in,
-        d_sae,
-        architecture,
-        k,
-        l0_coefficient if architecture == "jumprelu" else l1_coefficient,
-        l0_warm_up_steps if architecture == "jumprelu" else l1_warm_up_steps,
-        aux_k_coefficient,
-        dead_feature_window,
-        topk_threshold_lr,
-        seed,
-        jumprelu_bandwidth,
-        jumprelu_init_threshold,
-    )
-    opt = tr.ops.adam(tr.params, lr, (0.9, 0.999))
-    batches = _batches(chunks, batch_size, max(buffer_size, 2 * batch_size), seed)
-    if tr.world > 1:  # data parallel: rank r trains on batches r, r + world, ... of the one stream
-        batches = itertools.islice(batches, tr.rank, None, tr.world)
-    lead = tr.rank == 0  # writes metrics, checkpoints and the final SAE
-    out_dir = os.fspath(out) if out is not None else None
-    metrics: list[dict[str, float]] = []
-    if out_dir is not None:
-        if lead:
-            os.makedirs(out_dir, exist_ok=True)
-        ckpt = _latest_checkpoint(out_dir) if resume else None
-        if ckpt is not None:
-            _restore(tr, opt, ckpt)
-            for _ in range(tr.step_n):  # the same stream: skip the batches already trained on
-                next(batches)
-            if os.path.exists(os.path.join(out_dir, METRICS_FILE)):
-                metrics = [m for m in read_metrics(out_dir) if m.get("step", 0) < tr.step_n]
-        elif lead and not resume and os.path.isdir(os.path.join(out_dir, "checkpoints")):
-            shutil.rmtree(os.path.join(out_dir, "checkpoints"))
-    if normalize_activations == "expected_average_only_in" and tr.scale == 1.0:
-        first = next(_batches(chunks, batch_size, max(buffer_size, 2 * batch_size), seed + 1))
-        tr.scale = float(math.sqrt(d_in) / np.linalg.norm(first, axis=-1).mean())
-    ce = None
-    if ce_loss is not None:
-        if not (isinstance(source, tuple) and len(source) == 3):
-            fail(fn, "ce_loss", "None unless source is (model, site, data): the loss needs the model", ce_loss)
-        if not callable(ce_loss):
-            fail(fn, "ce_loss", "a function (model, batch) -> loss", ce_loss, kind=ArgumentTypeError)
-        ce = _CeProbe(source[0], source[1], next(iter(source[2])), ce_loss, be)
+
+
+@dataclass
+class _Run:
+    """The settings of the training loop, and where it writes (``lead``: this rank writes)."""
+
+    steps: int
+    lr: float
+    warm_up: int
+    decay: int
+    log_every: int
+    checkpoint_every: int
+    writer: Any
+    out: str | None
+    lead: bool
+    hook_name: str | None
+    ce: Any = None
+    ce_every: int = 100
+
+
+def _resume(tr: _Trainer, opt: Any, batches: Iterator[np.ndarray], run: _Run, resume: bool) -> list[dict[str, float]]:
+    """The metrics of the run so far: from the latest checkpoint of ``run.out`` (weights, optimizer,
+    counters restored; the batches already trained on skipped), or none."""
+    if run.out is None:
+        return []
+    if run.lead:
+        os.makedirs(run.out, exist_ok=True)
+    ckpt = _latest_checkpoint(run.out) if resume else None
+    if ckpt is None:
+        if run.lead and not resume and os.path.isdir(os.path.join(run.out, "checkpoints")):
+            shutil.rmtree(os.path.join(run.out, "checkpoints"))
+        return []
+    _restore(tr, opt, ckpt)
+    for _ in range(tr.step_n):  # the same stream: skip the batches already trained on
+        next(batches)
+    if not os.path.exists(os.path.join(run.out, METRICS_FILE)):
+        return []
+    return [m for m in read_metrics(run.out) if m.get("step", 0) < tr.step_n]
+
+
+def _loop(tr: _Trainer, opt: Any, batches: Iterator[np.ndarray], run: _Run, metrics: list[dict[str, float]]) -> None:
     t0, seen0 = time.perf_counter(), tr.samples
-    while tr.step_n < steps:
-        x = next(batches)
-        log = (tr.step_n % log_every == 0) or tr.step_n == steps - 1
+    while tr.step_n < run.steps:
         at = tr.step_n
-        m = tr.step(x, _lr_at(tr.step_n, steps, lr, lr_warm_up_steps, lr_decay_steps), opt, log)
-        if ce is not None and (at % ce_every == 0 or tr.step_n == steps):
+        log = at % run.log_every == 0 or at == run.steps - 1
+        m = tr.step(next(batches), _lr_at(at, run.steps, run.lr, run.warm_up, run.decay), opt, log)
+        if run.ce is not None and (at % run.ce_every == 0 or tr.step_n == run.steps):
             m = m if m is not None else {"step": at}
-            cfg_now, w_now = tr.inference(hook_name)
-            m["ce_loss_recovered"] = ce.recovered(SAE(cfg_now, w_now, backend=be, device=device, dtype="float32", where="train_sae()"))
+            cfg_now, w_now = tr.inference(run.hook_name)
+            m["ce_loss_recovered"] = run.ce.recovered(
+                SAE(cfg_now, w_now, backend=tr.be, device=tr.device, dtype="float32", where="train_sae()")
+            )
         if m is not None:
             m["samples_per_s"] = (tr.samples - seen0) / max(time.perf_counter() - t0, 1e-9)
             metrics.append(m)
-            if writer is not None and lead:
-                for key, v in m.items():
-                    if key != "step":
-                        writer.add_scalar(f"sae/{key}", v, int(m["step"]))
-            if out_dir is not None and lead:
-                with open(os.path.join(out_dir, METRICS_FILE), "a") as f:
-                    f.write(json.dumps(m) + "\n")
-        if out_dir is not None and lead and checkpoint_every and tr.step_n % checkpoint_every == 0 and tr.step_n < steps:
-            _checkpoint(tr, opt, out_dir, hook_name)
-    cfg, w = tr.inference(hook_name)
-    if out_dir is not None and lead:
-        final = os.path.join(out_dir, "final")
-        os.makedirs(final, exist_ok=True)
-        write_safetensors(os.path.join(final, "sae_weights.safetensors"), w)
-        write_json(os.path.join(final, "cfg.json"), cfg)
-    sae = SAE(cfg, w, backend=be, device=device, dtype="float32", where="train_sae()")
-    return Trained(sae, metrics, out_dir, tr.step_n, tr.samples)
+            if run.lead:
+                _write_metrics(run, m)
+        if run.out is not None and run.lead and run.checkpoint_every and tr.step_n % run.checkpoint_every == 0 and tr.step_n < run.steps:
+            _checkpoint(tr, opt, run.out, run.hook_name)
+
+
+def _write_metrics(run: _Run, m: dict[str, float]) -> None:
+    if run.writer is not None:
+        for key, v in m.items():
+            if key != "step":
+                run.writer.add_scalar(f"sae/{key}", v, int(m["step"]))
+    if run.out is not None:
+        with open(os.path.join(run.out, METRICS_FILE), "a") as f:
+            f.write(json.dumps(m) + "\n")
 
 
 class _CeProbe:

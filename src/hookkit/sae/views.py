@@ -162,32 +162,36 @@ def feature_views(
         ids_np = np.asarray(be.to_numpy(ids)) if ids is not None else None
         if acts.ndim == 2:
             acts = acts[:, None, :]
-        B, T = acts.shape[:2]
+        B = acts.shape[0]
         for j, f in enumerate(feats):
-            v = views[f]
-            a = acts[..., j].reshape(-1)
-            nz = a[a > 0]
-            v.fired += int(nz.size)
-            v.seen += int(a.size)
-            if v.edges is None and nz.size:
-                v.edges = np.linspace(0.0, float(nz.max()) * 1.5, bins + 1)
-                v.counts = np.zeros(bins, np.int64)
-            if v.edges is not None and v.counts is not None and nz.size:
-                v.counts += np.bincount(np.clip(np.searchsorted(v.edges, nz, side="right") - 1, 0, bins - 1), minlength=bins)
-            n = min(top, a.size)
-            best = np.argpartition(-a, n - 1)[:n]
-            for flat in best:
-                if a[flat] <= 0:
-                    continue
-                b, t = divmod(int(flat), T)
-                lo, hi = max(0, t - window), min(T, t + window + 1)
-                ctx = [int(x) for x in ids_np[b, lo:hi]] if ids_np is not None and ids_np.ndim == 2 else []
-                v.contexts.append(Context(float(a[flat]), sample0 + b, t, ctx, t - lo))
-            v.contexts.sort(key=lambda c: -c.activation)
-            del v.contexts[top:]
+            _add(views[f], acts[..., j], ids_np, sample0, top, window, bins)
         sample0 += B
     _top_tokens(model, be, sae, views, unembed, top_tokens)
     return views
+
+
+def _add(v: FeatureView, acts: np.ndarray, ids: np.ndarray | None, sample0: int, top: int, window: int, bins: int) -> None:
+    """One batch's activations ``[B, T]`` of one feature into its view."""
+    T = acts.shape[1]
+    a = acts.reshape(-1)
+    nz = a[a > 0]
+    v.fired += int(nz.size)
+    v.seen += int(a.size)
+    if v.edges is None and nz.size:
+        v.edges = np.linspace(0.0, float(nz.max()) * 1.5, bins + 1)
+        v.counts = np.zeros(bins, np.int64)
+    if v.edges is not None and v.counts is not None and nz.size:
+        v.counts += np.bincount(np.clip(np.searchsorted(v.edges, nz, side="right") - 1, 0, bins - 1), minlength=bins)
+    n = min(top, a.size)
+    for flat in np.argpartition(-a, n - 1)[:n]:
+        if a[flat] <= 0:
+            continue
+        b, t = divmod(int(flat), T)
+        lo, hi = max(0, t - window), min(T, t + window + 1)
+        ctx = [int(x) for x in ids[b, lo:hi]] if ids is not None and ids.ndim == 2 else []
+        v.contexts.append(Context(float(a[flat]), sample0 + b, t, ctx, t - lo))
+    v.contexts.sort(key=lambda c: -c.activation)
+    del v.contexts[top:]
 
 
 def _top_tokens(model: Any, be: Any, sae: Any, views: FeatureViews, unembed: Any, k: int) -> None:
