@@ -219,6 +219,23 @@ def test_unreadable_source_and_never_executed(torch_fw):
         cap["::mul_0"]
 
 
+def test_frame_reading_calls_see_the_forward(torch_fw):
+    import sys
+
+    import torch
+
+    class Framed(torch.nn.Module):
+        def forward(self, x):
+            name = sys._getframe(0).f_code.co_name
+            return x + (1 if name == "forward" else 100)
+
+    m = Framed()
+    assert "_getframe_0" not in hookkit.ops(m, m).names
+    with hookkit.capture(m, "::add_0") as cap:
+        out = m(torch.zeros(1))
+    assert float(out) == float(cap["::add_0"]) == 1.0  # the frame read is the forward's, not the dispatcher's
+
+
 def test_tracebacks_show_the_original_lines(torch_fw):
     import traceback
 
@@ -299,8 +316,11 @@ def test_llama_rotary_q_k_equal_the_formula(torch_fw):
     listed = hookkit.ops(model, "model.layers.0.self_attn")
     assert listed["apply_rotary_pos_emb_0"].kind == "function"
     spec = "model.layers.0.self_attn::apply_rotary_pos_emb_0"
-    with hookkit.capture(model, [spec, "model.layers.0.self_attn.q_proj"], inputs=True) as cap:
+    resid = ["model.layers.0::add_0", "model.layers.0.post_attention_layernorm"]
+    with hookkit.capture(model, [spec, "model.layers.0.self_attn.q_proj", *resid], inputs=True) as cap:
         model(ids())
+    # the residual stream between attention and MLP is what the post-attention norm normalizes
+    close(torch_fw, cap[resid[0]], cap.calls(resid[1])[0].inputs[0], rtol=0, atol=0)
     rec = cap.calls(spec)[0]
     q, k, cos, sin = rec.inputs[:4]
     # q as the attention computes it from its projection, then the rotary formula written out
@@ -496,3 +516,105 @@ def test_values_equal_nnsight_source(torch_fw):
             mine = cap[name]
             for a, b in zip(mine if isinstance(mine, tuple) else (mine,), value if isinstance(value, tuple) else (value,)):
                 assert torch.equal(a, b), name
+
+
+def test_gradients_at_an_operation(fw):
+    model = make_model(fw)
+    x = fw.randn(2, 4, requires_grad=True)
+    with hookkit.capture(model, ["block::add_1", "block"], grads=True) as cap:
+        model(x).sum().backward()
+    # the block returns 2 * add_1 (its decorator doubles the output): d/d add_1 = 2 * d/d output
+    close(fw, cap.grads["block::add_1"], 2 * cap.grads["block"])
+    assert "forward" not in model.block.__dict__
+
+
+def test_deepcopy_while_active(fw):
+    model = make_model(fw)
+    x = fw.randn(2, 4)
+    with hookkit.capture(model, "block::gelu_0") as cap:
+        twin = copy.deepcopy(model)
+        close(fw, twin(x), model(x))
+    assert len(cap.calls("block::gelu_0")) == 1  # the copy fed nothing
+    assert not isinstance(twin.block.__dict__.get("forward"), _Installed)
+    with hookkit.capture(twin, "block::gelu_0") as c2:
+        twin(x)
+    close(fw, c2["block::gelu_0"], cap["block::gelu_0"])
+    assert not isinstance(twin.block.__dict__.get("forward"), _Installed)
+
+
+def test_steps_on_generate(torch_fw):
+    model = gpt2()
+    with hookkit.capture(model, "transformer.h.0::add_0", steps=[1, 2]) as cap:
+        model.generate(ids(1, 4), max_new_tokens=3, do_sample=False, pad_token_id=0)
+    assert [r.gen_step for r in cap.calls("transformer.h.0::add_0")] == [1, 2]
+    assert all(r.output.shape == (1, 1, 16) for r in cap.calls("transformer.h.0::add_0"))
+
+
+def test_other_hooks_untouched(torch_fw):
+    fw = torch_fw
+    model = make_model(fw)
+    fired = []
+    native = model.block.register_forward_hook(lambda m, a, out: fired.append(out))
+    with hookkit.capture(model, "block::add_1") as cap:
+        model(fw.randn(2, 4))
+    model(fw.randn(2, 4))
+    assert len(fired) == 2 and len(model.block._forward_hooks) == 1
+    close(fw, fired[0], 2 * cap["block::add_1"])  # the native hook saw the block's output, made by the rewritten forward
+    native.remove()
+
+
+def test_a_class_forward_patched_later_is_rewritten_again(torch_fw):
+    import torch
+
+    class Twice(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    m = Twice()
+    assert hookkit.ops(m, m).names == ["mul_0"]
+
+    def forward(self, x):
+        return x + 1
+
+    Twice.forward = forward
+    assert hookkit.ops(m, m).names == ["add_0"]
+    with hookkit.capture(m, "::add_0") as cap:
+        m(torch.ones(2))
+    close(torch_fw, cap["::add_0"], torch.full((2,), 2.0))
+
+
+def test_paddle_recompute_is_the_same_call(paddle_fw):
+    import paddle
+    from paddle.distributed.fleet.utils import recompute
+
+    fw = paddle_fw
+
+    class Wrapped(fw.Layer):
+        """The toy model with its block called through ``recompute`` (``ckpt``) or directly."""
+
+        def __init__(self, net, ckpt):
+            super().__init__()
+            self.block, self.ckpt = net.block, ckpt
+            net.block = paddle.nn.Identity()
+            self.net = net
+
+        def forward(self, x):
+            h = self.net.inp(x)
+            h = recompute(self.block, h, use_reentrant=False) if self.ckpt else self.block(h)
+            return self.net.head(self.net.other(h))
+
+    grads = []
+    data = np.random.default_rng(0).standard_normal((3, 4))
+    for ckpt in (False, True):
+        w = Wrapped(make_model(fw), ckpt)  # the same seed: the same weights
+        x = fw.tensor(data, requires_grad=True)
+        with (
+            hookkit.steer(w, "block::add_1", paddle.ones([6]), scale=0.5, calls=[0]),
+            hookkit.capture(w, "block::gelu_0", grads=True) as cap,
+        ):
+            w(x).sum().backward()
+        assert [(r.step, r.call) for r in cap.calls("block::gelu_0")] == [(0, 0)]  # the recompute is the same call
+        grads.append([cap.grads["block::gelu_0"].numpy(), x.grad.numpy()])
+        assert "forward" not in w.block.__dict__
+    for a, b in zip(*grads):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)  # the recompute re-applied the steer

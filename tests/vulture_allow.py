@@ -25,3 +25,7 @@ _._repr_png_
 out_val, out_shape, hx
 # public API: a model family's layer stack registered by the user (docs/architectures.md)
 _.register_stack
+# operation sites: the installed forward's signature (generate() and friends inspect it); the def
+# node's decorators cleared before compiling (the rewritten forward's decorators are rebuilt from cells)
+_.__signature__
+_.decorator_list

@@ -10,11 +10,14 @@ back what was there (the class is never touched).
 
 from __future__ import annotations
 
+import fnmatch
+import inspect
 import weakref
 from collections.abc import Callable
 from types import MethodType
 from typing import Any
 
+from hookkit.core.user_frame import warn_user
 from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.sites.operations.rewrite import Compiled, SourceUnavailable, build, compiled_for, unwrap
 
@@ -109,15 +112,13 @@ class _Installed:
         self.state.calls += 1
         return self.fn(*args, **kwargs)
 
-    def __reduce_ex__(self, protocol: Any) -> tuple:
+    def __reduce__(self) -> tuple:
         if self.before is _NONE:  # getattr(copy, "forward") while the copy's __dict__ is still empty: the class's
             return (getattr, (self.fn.__self__, "forward"))
         return (_same, (self.before,))
 
     @property
     def __signature__(self) -> Any:  # generate() and friends inspect the forward's signature
-        import inspect
-
         return inspect.signature(self.fn)
 
 
@@ -142,6 +143,8 @@ class LayerOps:
         "_chain",
         "_fns",
         "_built",
+        "_matches",
+        "origin",
         "__weakref__",
     )
 
@@ -157,6 +160,8 @@ class LayerOps:
         self.before: Any = _NONE
         self.installed: _Installed | None = None
         self._built: Any = None  # the rewritten forward, built at the first install, kept (it reads the slots)
+        self._matches: dict[str, tuple[int, ...]] = {}
+        self.origin: Any = None  # the forward this was rewritten from
 
     def site(self, index: int) -> OpSite:
         site = self.sites[index]
@@ -164,6 +169,16 @@ class LayerOps:
             layer = self._layer()
             site = self.sites[index] = OpSite(layer, self, index, self.compiled.sites[index].name)
         return site
+
+    def matching(self, pattern: str) -> tuple[int, ...]:
+        """The indices of the operations whose name matches ``pattern`` (a name or glob), kept."""
+        found = self._matches.get(pattern)
+        if found is None:
+            if len(self._matches) > 64:
+                self._matches.clear()
+            names = [s.name for s in self.compiled.sites]
+            found = self._matches[pattern] = tuple(i for i, n in enumerate(names) if n == pattern or fnmatch.fnmatchcase(n, pattern))
+        return found
 
     def place(self, site: OpSite, slot: int, fn: Callable) -> _Slot:
         entry = self.slots[site.index]
@@ -240,8 +255,6 @@ class LayerOps:
 
 
 def _never_ran(site: OpSite, calls: int) -> None:
-    from hookkit.core.user_frame import warn_user
-
     warn_user(
         f"hookkit: operation {site.layer_name + '::' + site.name!r} never ran in the {calls} call(s) of its layer's forward while it was hooked "
         "(a branch not taken?): nothing was read or changed there. hookkit.ops(model, layer) shows where it is.",
@@ -256,13 +269,9 @@ def layer_ops(layer: Any, name: str) -> LayerOps:
     """The operations of ``layer`` (named ``name`` in errors), rewritten on first use; an error
     naming the layer and why when its forward has no readable Python source."""
     state = _states.get(layer)
-    if state is not None:
-        return state
-    d = getattr(layer, "__dict__", {})
-    own = d.get("forward")
-    if isinstance(own, _Installed):  # a copy made by hand of an installed one: start from what was there
-        own = None if own.before is _NONE else own.before
-    forward = own if own is not None else getattr(type(layer), "forward", None)
+    if state is not None and (state.hooked or state.origin is _forward_of(layer)[1]):
+        return state  # hooked, or its forward unchanged since it was rewritten (a class patched since: again)
+    own, forward = _forward_of(layer)
     try:
         if forward is None:
             raise SourceUnavailable("it has no forward")
@@ -273,7 +282,16 @@ def layer_ops(layer: Any, name: str) -> LayerOps:
     except SourceUnavailable as exc:
         raise SourceUnavailable(f"cannot list the operations of layer {name!r} ({type(layer).__name__}): {exc}") from None
     state = _states[layer] = LayerOps(layer, compiled, inner, chain)
+    state.origin = forward
     return state
+
+
+def _forward_of(layer: Any) -> tuple[Any, Any]:
+    """``(the instance's own forward or None, the forward that runs when nothing is installed)``."""
+    own = getattr(layer, "__dict__", {}).get("forward")
+    if isinstance(own, _Installed):  # installed, or a copy made by hand of an installed one: what was there
+        own = None if own.before is _NONE else own.before
+    return own, own if own is not None else getattr(type(layer), "forward", None)
 
 
 def sites_of(layer: Any) -> list[OpSite]:

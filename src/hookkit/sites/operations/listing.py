@@ -9,8 +9,11 @@ from typing import Any
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.registry import backend_for
+from hookkit.core.select import name_of, select
+from hookkit.core.suggest import close_matches
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_model, fail
+from hookkit.sites.operations.install import layer_ops
 
 SEP = "::"
 """Between a layer's name and an operation's: ``"h.0::add_0"`` is the first ``+`` of ``h.0``'s forward."""
@@ -56,8 +59,6 @@ class Operations(list[Operation]):
             for o in self:
                 if o.name == key:
                     return o
-            from hookkit.core.suggest import close_matches
-
             raise LayerNotFound(self.layer + SEP + key, [self.layer + SEP + n for n in close_matches(key, self.names)], "no such operation")
         return super().__getitem__(key)
 
@@ -89,8 +90,6 @@ _KINDS = {"operator": "operator", "function": "function", "method": "method"}
 
 def listing(layer: Any, name: str) -> Operations:
     """The ``Operations`` of one layer named ``name`` (the layer's forward rewritten on first use)."""
-    from hookkit.sites.operations.install import layer_ops
-
     state = layer_ops(layer, name)
     backend = backend_for(layer)
     items = []
@@ -112,8 +111,6 @@ def ops(model: Layer, layer: str | Layer) -> Operations:
     >>> with hookkit.capture(gpt2, "transformer.h.*::add_0") as cap:   # doctest: +SKIP
     ...     gpt2(ids)
     """
-    from hookkit.core.select import name_of, select
-
     check_model(model, fn="ops")
     if isinstance(layer, str):
         if SEP in layer:

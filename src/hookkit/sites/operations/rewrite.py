@@ -19,7 +19,7 @@ import operator
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import CodeType, FunctionType
+from types import CellType, CodeType, FunctionType
 from typing import Any
 
 from hookkit.core.errors import HookkitError
@@ -28,6 +28,8 @@ OP = "__hk_op__"
 _SHELL = "__hk_shell__"
 # called bare, these read or need the calling frame: rewritten, they would see the dispatcher's
 _FRAME_BOUND = frozenset({"super", "locals", "globals", "vars", "eval", "exec", "dir"})
+# the same reached as attributes: sys._getframe(), inspect.currentframe()
+_FRAME_ATTRS = frozenset({"_getframe", "currentframe"})
 
 _BINOPS: dict[type, tuple[str, str, Callable]] = {
     ast.Add: ("add", "+", operator.add),
@@ -128,7 +130,7 @@ class _Rewriter(ast.NodeTransformer):
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         func = node.func
-        if isinstance(func, ast.Name) and func.id in _FRAME_BOUND:
+        if (isinstance(func, ast.Name) and func.id in _FRAME_BOUND) or (isinstance(func, ast.Attribute) and func.attr in _FRAME_ATTRS):
             return node
         self.generic_visit(node)  # the callee and the arguments run first: numbered first
         func = node.func
@@ -291,8 +293,6 @@ def like(fn: FunctionType, code: CodeType, closure: tuple | None) -> FunctionTyp
 def build(inner: FunctionType, chain: list[tuple[FunctionType, int]], compiled: Compiled, dispatch: Callable) -> FunctionType:
     """The rewritten forward with its decorators rebuilt around it, calling ``dispatch`` per
     operation. Fresh wrappers: the class's own are shared by every instance and stay untouched."""
-    from types import CellType
-
     cells = dict(zip(inner.__code__.co_freevars, inner.__closure__ or ()))
     cells[OP] = CellType(dispatch)
     built = like(inner, compiled.code, tuple(cells[n] for n in compiled.code.co_freevars) or None)
