@@ -221,3 +221,28 @@ def test_features_equal_sae_lens_encode_of_the_site(torch_fw, tmp_path):
         model(x)
     with torch.no_grad():
         torch.testing.assert_close(cap[sp.features], theirs.encode(cap["1"]), rtol=0, atol=1e-6)
+
+
+def test_splice_at_an_operation_site(fw, rng):
+    class Residual(fw.Layer):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = fw.linear(D, D)
+
+        def forward(self, x):
+            return x + self.lin(x)
+
+    model = fw.sequential(fw.linear(5, D), Residual(), fw.linear(D, 3))
+    sae, w = _sae(fw, rng)
+    x = fw.randn(4, 5)
+    with hookkit.capture(model, "1::add_0") as site:
+        plain = fw.numpy(model(x))
+    with hookkit.splice(model, "1::add_0", sae) as sp:
+        with hookkit.capture(model, sp.features) as cap:
+            np.testing.assert_array_equal(fw.numpy(model(x)), plain)
+        with sp.steer_features(4, by=2.0):
+            steered = fw.numpy(model(x))
+    assert sp.features == "1::add_0.sae"
+    np.testing.assert_array_equal(fw.numpy(cap[sp.features]), fw.numpy(sae.encode(site["1::add_0"])))
+    with hookkit.edit(model, "1::add_0", lambda o, ev: o + fw.tensor(2.0 * w["W_dec"][4])):
+        np.testing.assert_allclose(steered, fw.numpy(model(x)), **TOL)
