@@ -65,9 +65,9 @@ def _one(spec: Any) -> bool:
 
 
 def _claims(spec: Any) -> bool:
-    if not _live_names and not any(isinstance(s, FeaturesSpec) for s in (spec if isinstance(spec, list) else [spec])):
-        return False
-    return any(_one(s) for s in spec) if isinstance(spec, list) else _one(spec)
+    if isinstance(spec, list):
+        return any(_one(s) for s in spec) if _live_names else any(isinstance(s, FeaturesSpec) for s in spec)
+    return _one(spec) if _live_names else isinstance(spec, FeaturesSpec)  # no splice open: one isinstance
 
 
 def _resolve(model: Any, spec: Any, select_fn: Callable[..., Any], selection: type) -> Any:
