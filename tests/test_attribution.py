@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.core.validate import HookkitError
+from hookkit.core.errors import HookkitError
 from models import hooks_left
 
 RULES = ["gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid"]

@@ -726,15 +726,19 @@ def test_paddle_nhwc_convolution(paddle_fw):
     np.testing.assert_allclose(maps, finish(cam, (8, 8)), atol=TOL)
 
 
-def test_cam_options_are_cams_keywords_with_its_defaults():
-    """``cam``'s keywords are declared in its signature and held in ``CamOptions``: the two agree."""
+def test_cam_options_are_cams_keywords_with_its_defaults(fw):
+    """``cam``'s keywords are typed once (``CamKeywords``, besides ``as_tensor`` / ``out``) and held with their
+    defaults in ``CamOptions``: the two agree, and an unknown keyword is refused as Python refuses it."""
     import dataclasses
     import inspect
 
-    from hookkit.analyses.cam.call import CamOptions
+    from hookkit.analyses.cam.call import CamKeywords, CamOptions
 
-    keywords = {n: p.default for n, p in inspect.signature(hookkit.cam).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    assert keywords == {f.name: f.default for f in dataclasses.fields(CamOptions)}
+    keywords = [n for n, p in inspect.signature(hookkit.cam).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    assert set(CamKeywords.__annotations__) | set(keywords) == {f.name for f in dataclasses.fields(CamOptions)}
+    assert keywords == ["as_tensor", "out"]
+    with pytest.raises(TypeError, match=r"^cam\(\) got an unexpected keyword argument 'smooth'$"):
+        hookkit.cam(tiny_cnn(fw), "conv2", fw.tensor(images(n=2)), smooth=True)
 
 
 def test_old_module_paths_import_the_moved_modules_with_one_warning():

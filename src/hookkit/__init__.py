@@ -60,6 +60,7 @@ from hookkit.observers.compat import (
 )
 from hookkit.observers.extract import extract
 from hookkit.observers.features import ExtractError, FeatureArray, Features, FeaturesError, load_features
+from hookkit.observers.graph import Graph, GraphWarning, graph  # graph of one forward (issue 45)
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
@@ -167,6 +168,10 @@ __all__ = [
     "Operation",
     "Operations",
     "SourceUnavailable",
+    # graph of one forward (issue 45)
+    "graph",
+    "Graph",
+    "GraphWarning",
     # sparse autoencoders (issue 42)
     "SAE",
     "SAEFileError",

@@ -46,6 +46,9 @@ class TorchBackend(TorchOps, Backend):
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
 
+    def view_base(self, t: Any) -> Any:
+        return t._base  # the base's own Python object while it lives (PyTorch keeps one per tensor)
+
     def is_tensor(self, obj: Any) -> bool:
         return isinstance(obj, torch.Tensor)
 
