@@ -65,6 +65,19 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+from hookkit.sae import (  # sparse autoencoders (issue 42)
+    SAE,
+    FeatureStats,
+    FeatureViews,
+    SAEFileError,
+    Splice,
+    TopFeatures,
+    Trained,
+    feature_views,
+    read_sae_metrics,
+    splice,
+    train_sae,
+)
 from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
@@ -159,6 +172,18 @@ __all__ = [
     "graph",
     "Graph",
     "GraphWarning",
+    # sparse autoencoders (issue 42)
+    "SAE",
+    "SAEFileError",
+    "FeatureStats",
+    "Splice",
+    "TopFeatures",
+    "splice",
+    "Trained",
+    "read_sae_metrics",
+    "train_sae",
+    "FeatureViews",
+    "feature_views",
 ]
 
 
