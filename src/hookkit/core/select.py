@@ -224,9 +224,10 @@ _SPEC_KINDS: list[tuple[Callable[[Any], bool], Callable[..., Selection]]] = []
 def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Selection]) -> None:
     """Teach ``select`` a new kind of spec: where ``claims(spec)`` is true, ``select(model, spec)``
     returns ``resolve(model, spec, select, Selection)``. The sites layer adds operation sites
-    (``"h.0::add_0"``) this way, so core never imports it."""
-    if (claims, resolve) not in _SPEC_KINDS:
-        _SPEC_KINDS.append((claims, resolve))
+    (``"h.0::add_0"``) this way, so core never imports it. The kind registered last is asked first
+    (an SAE's features at an operation site, ``"h.0::add_0.sae"``, before the operation sites)."""
+    if (claims, resolve) not in _SPEC_KINDS:  # the latest first: a kind built on an earlier one claims its specs before it
+        _SPEC_KINDS.insert(0, (claims, resolve))
 
 
 def _spec_key(layers: Any) -> Any:

@@ -30,8 +30,12 @@ from hookkit.backends import Backend, backend_for
 from hookkit.core.entry import public_entry
 from hookkit.core.files import read_json_file
 from hookkit.core.validate import ArgumentTypeError, check_choice, fail
+from hookkit.interventions.output_edits import ablate
+from hookkit.observers.capture import capture
+from hookkit.observers.features import load_features
 from hookkit.sae.files import inside, read_safetensors, write_json, write_safetensors
 from hookkit.sae.model import SAE, _placement
+from hookkit.sae.splice import splice
 
 TRAIN_ARCHITECTURES = ("topk", "batchtopk", "jumprelu", "standard")
 STATE_FILE = "trainer_state.safetensors"
@@ -72,8 +76,6 @@ def read_metrics(path: str) -> list[dict[str, float]]:
 def _chunks(source: Any, site: str | None, chunk_rows: int, fn: str) -> tuple[Iterable[np.ndarray], int]:
     """A re-startable stream of ``[rows, d_in]`` float32 chunks, and d_in."""
     if isinstance(source, (str, os.PathLike)):
-        from hookkit.observers.features import load_features
-
         feats = load_features(os.fspath(source))
         keys = [k for k in feats if not k.startswith(":")]
         if site is None:
@@ -123,7 +125,6 @@ def _model_chunks(model: Any, site: Any, data: Iterable[Any], fn: str) -> tuple[
             type(data).__name__,
             kind=ArgumentTypeError,
         )
-    from hookkit.observers.capture import capture
 
     be = backend_for(model)
 
@@ -552,7 +553,6 @@ class _CeProbe:
     with the site zero-ablated (clean and zero computed once)."""
 
     def __init__(self, model: Any, site: Any, batch: Any, loss: Callable[[Any, Any], Any], be: Backend):
-        from hookkit.interventions.output_edits import ablate
 
         self.model, self.site, self.batch, self.loss, self.be = model, site, batch, loss, be
         self.clean = self._value()
@@ -564,7 +564,6 @@ class _CeProbe:
             return float(np.asarray(self.be.to_numpy(self.be.detach(self.loss(self.model, self.batch)))))
 
     def recovered(self, sae: SAE) -> float:
-        from hookkit.sae.splice import splice
 
         with splice(self.model, self.site, sae, error_term=False):
             spliced = self._value()
