@@ -34,7 +34,10 @@ FACTOR = 4.0
 
 def eps(dtype: Any) -> float:
     """Machine epsilon of a dtype given as a name, a numpy dtype or a torch/paddle dtype."""
-    name = str(dtype).rsplit(".", 1)[-1]
+    try:
+        return float(np.finfo(np.dtype(dtype)).eps)
+    except TypeError:
+        name = str(dtype).rsplit(".", 1)[-1]  # torch.float32, paddle.float32, VarType.FP32 spelled as float32
     if name == "bfloat16":
         return 2.0**-7
     return float(np.finfo(np.dtype(name)).eps)
