@@ -38,6 +38,7 @@ if [ "$dry" -eq 1 ]; then
   device=cpu
   tests_env=()
   lane=(-m "not slow" tests/test_sync_guard.py -k "planted")  # the machinery only: CI runs the lanes themselves
+  lane_title="The quick lane (dry run: only the detector's planted reads; CI runs the lanes itself)"
   guard=(tests/test_sync_guard.py -k "capture or statistics")
   rows=(--device cpu --tiny --timeout 60)
 else
@@ -48,6 +49,7 @@ else
   fi
   tests_env=(HOOKKIT_TEST_DEVICE=cuda)
   lane=(-m "not slow" -n 4)
+  lane_title="The quick lane on CUDA"
   guard=(tests/test_sync_guard.py)
   rows=(--device cuda --timeout 48)
 fi
@@ -82,7 +84,7 @@ step() {  # step TITLE TIMEOUT COMMAND...: run, append its tail to the results f
   [ "$code" -eq 0 ] || status=1
 }
 
-step "The quick lane on the $device" 115 env "${tests_env[@]}" "$PY" -m pytest -q -p no:cacheprovider -p no:randomly "${lane[@]}"
+step "$lane_title" 115 env "${tests_env[@]}" "$PY" -m pytest -q -p no:cacheprovider -p no:randomly "${lane[@]}"
 step "The host-sync detector (set_sync_debug_mode(\"error\") on CUDA)" 60 env "${tests_env[@]}" "$PY" -m pytest -q -p no:cacheprovider -p no:randomly "${guard[@]}"
 step "The GPU rows" 300 "$PY" benchmarks/gpu/on_device.py "${rows[@]}" --out "$out"
 
