@@ -99,3 +99,8 @@ def sum_ops(n: int) -> float:
     kernel compute it (blocked, then pairwise): at most a block of 32 plus one per halving, never
     more than ``n``. ``sum_ops(4096)`` is 44."""
     return float(min(max(n, 1), 32 + math.ceil(math.log2(max(n, 2)))))
+
+
+# A CAM map of the tests' small models: a forward, a backward, a spatial mean and a channel sum, then
+# scaled to [0, 1] (dividing by max - min amplifies the rounding): 64 roundings is an upper estimate.
+MAP_OPS = 64
