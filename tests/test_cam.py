@@ -12,11 +12,11 @@ import hookkit
 from hookkit.analyses.cam_layouts import token_grid
 from hookkit.analyses.cam_metrics import impute
 from hookkit.core import router
-from tolerance import MAP_OPS, assert_close
+from tolerance import MAP_OPS, assert_close, tolerance
 
 METHODS = ["gradcam", "hirescam", "gradcam++", "xgradcam", "gradcam-elementwise", "layercam", "eigencam", "eigengradcam",
            "scorecam", "ablationcam", "fullgrad"]  # fmt: skip
-TOL = 2e-5
+TOL = tolerance("float32", MAP_OPS)  # a map against the numpy reference, both in [0, 1]
 
 
 # -- numpy references -------------------------------------------------------------------------------
