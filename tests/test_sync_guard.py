@@ -16,8 +16,8 @@ from sync_guard import READS, HostSyncError, no_host_sync
 # The documented reads, by the function that makes them.
 NONFINITE = {"hookkit.observers.nonfinite.watch_nonfinite.check": "watch_nonfinite: the one read per training step (documented)"}
 CAM = {
-    "hookkit.analyses.cam.run_cam": "cam returns numpy maps: one read of the finished maps per call",
-    "hookkit.analyses.cam_forwards.LayerForwards.masked_scores": "ScoreCAM: which channels' masks are empty, once per layer",
+    "hookkit.analyses.cam.template.run_cam": "cam returns numpy maps: one read of the finished maps per call",
+    "hookkit.analyses.cam.forwards.LayerView.masked_scores": "ScoreCAM: which channels' masks are empty, once per layer",
 }
 ATTRIBUTION = {}  # attribute returns a framework tensor: no read at all
 EXTRACT = {
