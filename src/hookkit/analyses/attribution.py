@@ -19,9 +19,11 @@ from hookkit.analyses.attribution_steps import delta
 from hookkit.analyses.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
+from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
 
 
+@explains_failures("attribute")
 def attribute(
     model: Layer,
     layer: Any,

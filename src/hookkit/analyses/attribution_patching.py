@@ -17,6 +17,7 @@ import numpy as np
 from hookkit.analyses.inputs import call_model
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.patching import Metric, Site, capture_clean, check_pair, metric_rows, sites
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
@@ -24,6 +25,7 @@ from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model
 
 
+@explains_failures("attribution_patching")
 def attribution_patching(
     model: Layer,
     clean: Any,

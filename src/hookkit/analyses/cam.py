@@ -22,6 +22,7 @@ from hookkit.analyses.cam_layouts import NAMES, Layout, check_mapped, plan_layou
 from hookkit.analyses.cam_methods import METHODS, Method, project
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
@@ -418,6 +419,7 @@ def cam(
 ) -> Features: ...
 
 
+@explains_failures("cam")
 def cam(
     model: Layer,
     layers: LayerSpec,

@@ -23,6 +23,7 @@ import numpy as np
 from hookkit.analyses.cam import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
+from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, fail
 
@@ -100,6 +101,7 @@ def _keep_mask(maps: np.ndarray, percentile: float, most_first: bool) -> np.ndar
     return keep
 
 
+@explains_failures("cam_metric")
 def cam_metric(
     model: Layer,
     inputs: Any,

@@ -19,6 +19,7 @@ from hookkit.analyses.diff_pairing import Map, Plan, check_map
 from hookkit.analyses.diff_result import Diff
 from hookkit.analyses.diff_sides import SideA, SideB
 from hookkit.core.errors import HookkitError
+from hookkit.core.failures import explains_failures
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_callable, check_model, check_number, fail
@@ -26,6 +27,7 @@ from hookkit.core.validate import check_bool, check_callable, check_model, check
 FN = "diff"
 
 
+@explains_failures("diff", models=2)
 def diff(
     a: Layer,
     b: Layer,

@@ -182,6 +182,11 @@ class Diff:
             table.add_row(*cells, style=style)
         return Group(table, Text("\n".join(footer)))
 
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import diff_html
+
+        return diff_html(self)
+
     def __repr__(self) -> str:
         if not sys.stdout.isatty():
             return str(self)

@@ -19,6 +19,7 @@ from hookkit.analyses.inputs import call_model, check_inputs, first_input, tile_
 from hookkit.analyses.lens import check_positions
 from hookkit.analyses.passes import analysis_pass
 from hookkit.core.architectures import token_dim
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
@@ -112,6 +113,7 @@ def capture_clean(model: Layer, be: Any, found: list[Site], clean: Any) -> dict[
     return stored
 
 
+@explains_failures("patching_sweep")
 def patching_sweep(
     model: Layer,
     clean: Any,

@@ -18,6 +18,7 @@ from hookkit.analyses.passes import analysis_pass
 from hookkit.backends import backend_for
 from hookkit.core.architectures import INTERFACE, HeadLayout, Projections, attention_family, head_layout, known_attention, submodule
 from hookkit.core.errors import UnsupportedModel
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
@@ -38,6 +39,7 @@ def attention_layers(model: Layer, layers: LayerSpec, fn: str) -> list[tuple[str
     return [(n, layer, head_layout(layer, n, fn)) for n, layer in named]
 
 
+@explains_failures("attention_patterns")
 def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, heads: Any = None) -> dict[str, Any]:
     """Run ``model`` on ``inputs`` once and return ``{layer name: probabilities [B, H_selected, T_q, T_k]}``
     for the selected attention layers (None: all of a known family) and heads (None: all; a list of

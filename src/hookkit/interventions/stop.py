@@ -107,8 +107,11 @@ class Stop(HandleGroup):
     def __exit__(  # type: ignore[override]
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        self.remove()
-        return isinstance(exc, StopForward) and exc.owner is self
+        if isinstance(exc, StopForward) and exc.owner is self:
+            self.remove()
+            return True
+        super().__exit__(exc_type, exc, tb)  # removes; a framework error gets the failing layer's note
+        return False
 
     def __repr__(self) -> str:
         return f"<hookkit.Stop after {self.name!r} call {self.call}, {'removed' if self.removed else 'active'}>"

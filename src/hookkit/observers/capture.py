@@ -469,5 +469,10 @@ class capture(HandleGroup):
         self._steps.clear()
 
     def __repr__(self) -> str:
-        n = sum(len(v) for v in self._records.values())
-        return f"<hookkit.capture {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
+        n, k = sum(len(v) for v in self._records.values()), len(self.names)
+        return f"<hookkit.capture {k} layer{'' if k == 1 else 's'}, {n} record{'' if n == 1 else 's'}, {'removed' if self.removed else 'active'}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import capture_html
+
+        return capture_html(self)

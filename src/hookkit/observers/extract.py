@@ -21,6 +21,7 @@ import numpy as np
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.errors import add_note
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
@@ -454,6 +455,7 @@ def _run_batches(
 
 
 # -- extract --------------------------------------------------------------------------------------
+@explains_failures("extract")
 def extract(
     model: Layer,
     data: Iterable[Any],

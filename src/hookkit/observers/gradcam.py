@@ -9,11 +9,13 @@ import numpy as np
 
 from hookkit.analyses.cam import run_cam
 from hookkit.analyses.targets import Target
+from hookkit.core.failures import explains_failures
 from hookkit.core.select import select
 from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_model, shown
 
 
+@explains_failures("gradcam")
 def gradcam(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
     """Grad-CAM heatmaps ``[N, H, W]`` (float32 in [0, 1]) at the input's size.
 
@@ -28,6 +30,7 @@ def gradcam(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eva
     return _one_layer(model, layer, inputs, target, eval, "gradcam", "gradcam")
 
 
+@explains_failures("gradcam_plus_plus")
 def gradcam_plus_plus(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
     """Grad-CAM++ heatmaps ``[N, H, W]``; same arguments as :func:`gradcam`.
 

@@ -175,10 +175,28 @@ def feature_maps_by_layer(
 
 
 def _images(images: Any, fn: str) -> np.ndarray:
-    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]`` / ``[N, 1 or 3, H, W]`` arrays or tensors."""
+    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]``, channels-first
+    ``[N, 1 or 3, H, W]`` or channels-last ``[N, H, W, 1 or 3]`` arrays or tensors."""
     imgs, _ = _as_array(images, None, fn, "images") if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
     if imgs.ndim == 4:
-        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+        if imgs.shape[1] in (1, 3):  # channels first (the frameworks' layout)
+            imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+        elif imgs.shape[3] in (1, 3):  # channels last (numpy, PIL, matplotlib)
+            imgs = imgs[..., 0] if imgs.shape[3] == 1 else imgs
+        else:
+            fail(
+                fn,
+                "images",
+                "[N, H, W], [N, 1 or 3, H, W] (channels first) or [N, H, W, 1 or 3] (channels last) images",
+                f"shape {tuple(imgs.shape)}",
+            )
+    elif imgs.ndim != 3:
+        fail(
+            fn,
+            "images",
+            "[N, H, W], [N, 1 or 3, H, W] (channels first) or [N, H, W, 1 or 3] (channels last) images",
+            f"shape {tuple(imgs.shape)}",
+        )
     return imgs
 
 
