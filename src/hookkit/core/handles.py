@@ -7,7 +7,7 @@ from types import TracebackType
 from typing import TypeVar
 
 # ``with`` gives back the object itself, typed as its own class (``typing.Self`` needs Python 3.11)
-_H = TypeVar("_H", bound="Handle")
+HandleT = TypeVar("HandleT", bound="Handle")
 
 
 class Handle:
@@ -33,7 +33,7 @@ class Handle:
         if fn is not None:
             fn()
 
-    def __enter__(self: _H) -> _H:
+    def __enter__(self: HandleT) -> HandleT:
         if self._remove is None and isinstance(self, HandleGroup):
             from hookkit.core.errors import HookkitError
 
@@ -72,7 +72,7 @@ class HandleGroup(Handle):
             self._remove = None
             self._remove_all()
 
-    def add(self, handle: _H) -> _H:
+    def add(self, handle: HandleT) -> HandleT:
         """Adopt ``handle``; returns it."""
         self.handles.append(handle)
         return handle

@@ -129,7 +129,8 @@ def stop_after(model: Layer, layer: LayerSpec, *, call: int = 0) -> Stop:
 
 def run_until(model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
     """A runner that stops the forward after ``layer`` and returns its output; ``capture=[layers]``
-    also records those layers (``capture``'s keyword arguments pass through).
+    also records those layers; ``capture_kwargs``: more keyword arguments of ``hookkit.capture`` for
+    them (``grads=True``, ``keep="last"``...).
 
     >>> with hookkit.run_until(model, "layer3", capture=["conv1", "layer1"]) as run:   # doctest: +SKIP
     ...     feats = run(x)

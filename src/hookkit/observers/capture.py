@@ -122,7 +122,7 @@ class Record:
         return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
 
 
-class _Grads:
+class CapturedGrads:
     """``cap.grads[name]``: the most recent gradient w.r.t. that layer's output (per call: ``cap.calls(name)[i].grad``)."""
 
     def __init__(self, cap: capture):
@@ -163,6 +163,10 @@ class capture(HandleGroup):
     >>> cap["h.0.attn"]          # last output of that layer
     >>> cap.calls("h.0.attn")    # every call's Record, in order
     >>> cap.grads["h.0.attn"]    # gradient w.r.t. that output
+
+    ``grads=True`` also keeps the gradient w.r.t. each recorded output (``cap.grads[name]``);
+    ``inputs=True`` also keeps each call's inputs (``Record.inputs``, ``Record.kwargs``);
+    ``outputs=False`` keeps no outputs (with ``inputs=True``: the inputs only).
 
     ``detach`` keeps outputs out of the graph (default), whatever holds them (tuples, dicts,
     dataclasses, Hugging Face ``ModelOutput`` and cache objects); ``clone`` copies them (needed when
@@ -263,9 +267,9 @@ class capture(HandleGroup):
             raise
 
     @property
-    def grads(self) -> _Grads:
+    def grads(self) -> CapturedGrads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
-        return _Grads(self)  # made per access: a capture holds no reference to itself
+        return CapturedGrads(self)  # made per access: a capture holds no reference to itself
 
     def _heads(self, model: Any, layers: LayerSpec, heads: Any, head_layout: Any) -> None:
         from hookkit.interventions.heads import attach_capture

@@ -56,7 +56,8 @@ def feature_maps(
 
     ``capture_or_tensor``: a ``hookkit.capture`` (then ``layer`` names the layer), a tensor or a
     numpy array ``[N, C, H, W]`` or ``[C, H, W]``. ``scale="channel"`` stretches each channel to its
-    own range; ``scale="shared"`` puts all channels on one color scale (with one colorbar).
+    own range; ``scale="shared"`` puts all channels on one color scale (with one colorbar;
+    ``colorbar=False`` leaves it out).
 
     >>> with hookkit.capture(model, "conv1") as cap:   # doctest: +SKIP
     ...     model(x)
@@ -117,7 +118,8 @@ def feature_maps_by_layer(
     tile: float = 0.55,
 ) -> Any:
     """One sample through several layers, side by side in one Figure: its input (``image``, optional)
-    then each layer's channel grid (``feature_maps``, each channel on its own scale).
+    then each layer's channel grid (``feature_maps``, each channel on its own scale). ``capture``: the
+    ``hookkit.capture`` that recorded the layers; ``image_title``: the title over the input.
 
     >>> with hookkit.capture(model, ["conv1", "conv2"]) as cap:   # doctest: +SKIP
     ...     model(x)

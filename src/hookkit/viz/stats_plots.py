@@ -267,6 +267,8 @@ def color_dim(
     around 0 when the data lie on both sides of it, round limits; see ``data_extent``),
     ``"recorded"`` (the whole ``range=`` the histograms were recorded with) or ``(low, high)``.
     When the recorded mean and std show values outside the recorded range, the title says so.
+    ``colorbar``: draw the colour scale of the counts; ``label``: the y axis' label (default: the
+    statistic's name).
     """
     name = _layer_name(stats, name_or_index)
     hist = _hist_array(stats, name)  # [steps, bins]
@@ -340,6 +342,7 @@ def gradient_flow(
 
     >>> fig = hookkit.viz.gradient_flow(grads, "norm", style="heatmap")   # doctest: +SKIP
 
+    ``grad_stats``: a ``GradientStats`` (or its data loaded back); ``style``: "lines" or "heatmap".
     ``kind``: norm, mean, std or max_abs. ``source``: "output" (gradient w.r.t. each layer's
     output) or "params" (its parameters' gradients). ``log``: log scale (default: all but mean).
     ``smooth``: lines are a centered moving average over this many steps (on the log scale when

@@ -61,6 +61,10 @@ def report(
     ``hookkit.summary(...)`` result (or its ``to_dict()``); its layer classes also label the plots
     ("conv1 (Conv2d)"). ``scalars``: your own curves, ``{"loss": [...], "accuracy": [...]}`` (one value
     per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
+    ``dropout``: what plug-in dropout hooks did, ``{layer: {"kind", "p", "fraction", "calls"}}`` (the
+    demo's table). ``figures``: ready PNGs to show, ``[{"section": ..., "caption": ..., "png": bytes}]``
+    (as a folder's ``figures.json`` lists them). ``meta``: the header's facts, ``{"framework": ...,
+    "model": ...}``, shown as "key: value".
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
