@@ -105,3 +105,10 @@ def test_cam_grid_refuses_images_with_no_channel_axis_it_knows(rng):
 
     with pytest.raises(hookkit.HookkitError, match=r"cam_grid\(\).*channels last.*shape \(2, 5, 6, 7\)"):
         cam_grid(rng.random((2, 5, 6, 7)), {"a": rng.random((2, 6, 7))})
+
+
+def test_public_functions_still_pickle_by_reference():
+    import pickle
+
+    for fn in (hookkit.cam, hookkit.capture, hookkit.summary, hookkit.extract):
+        assert pickle.loads(pickle.dumps(fn)) is fn

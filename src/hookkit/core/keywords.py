@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -70,7 +71,8 @@ def suggest_keywords(func: F) -> F:
 def suggest_keywords_of(objects: dict[str, Any]) -> dict[str, Any]:
     """``suggest_keywords`` on every public function and class of ``objects`` (a module's names):
     classes get their own ``__init__`` wrapped in place (the class stays the same object); functions
-    are returned wrapped, to be put back under their names. Exceptions and warnings are left alone."""
+    are returned wrapped, to be put back under their names (and put back in their own module, where
+    pickle looks them up). Exceptions and warnings are left alone."""
     out = {}
     for name, obj in objects.items():
         if name.startswith("_") or not getattr(obj, "__module__", "").startswith("hookkit"):
@@ -84,4 +86,7 @@ def suggest_keywords_of(objects: dict[str, Any]) -> dict[str, Any]:
             wrapped = suggest_keywords(obj)
             wrapped._suggests = True  # type: ignore[attr-defined]
             out[name] = wrapped
+            home = sys.modules.get(obj.__module__)
+            if home is not None and getattr(home, obj.__name__, None) is obj:
+                setattr(home, obj.__name__, wrapped)  # pickle finds functions by module and name
     return out
