@@ -86,7 +86,7 @@ def suggest_keywords_of(objects: dict[str, Any]) -> dict[str, Any]:
             wrapped = suggest_keywords(obj)
             wrapped._suggests = True  # type: ignore[attr-defined]
             out[name] = wrapped
-            home = sys.modules.get(obj.__module__)
-            if home is not None and getattr(home, obj.__name__, None) is obj:
-                setattr(home, obj.__name__, wrapped)  # pickle finds functions by module and name
+            home, own = sys.modules.get(getattr(obj, "__module__", "")), getattr(obj, "__name__", name)
+            if home is not None and getattr(home, own, None) is obj:
+                setattr(home, own, wrapped)  # pickle finds functions by module and name
     return out
