@@ -112,3 +112,17 @@ def test_public_functions_still_pickle_by_reference():
 
     for fn in (hookkit.cam, hookkit.capture, hookkit.summary, hookkit.extract):
         assert pickle.loads(pickle.dumps(fn)) is fn
+
+
+def test_a_skipped_output_warning_names_the_users_line(fw):
+    import hookkit.core.guards as guards
+
+    class Tokens(fw.Layer):  # a layer returning integers: dropout leaves them alone, with one warning
+        def forward(self, x):
+            return (x * 100).astype("int64") if fw.name == "paddle" else (x * 100).long()
+
+    model = fw.sequential(Tokens())
+    guards._warned.clear()
+    with hookkit.dropout(model, "0", p=0.5), pytest.warns(hookkit.core.validate.SkippedOutputWarning) as seen:
+        model(fw.randn(2, 3))
+    assert seen[0].filename == __file__
