@@ -126,3 +126,16 @@ def test_a_skipped_output_warning_names_the_users_line(fw):
     with hookkit.dropout(model, "0", p=0.5), pytest.warns(hookkit.core.validate.SkippedOutputWarning) as seen:
         model(fw.randn(2, 3))
     assert seen[0].filename == __file__
+
+
+def test_shares_are_plotted_from_zero_to_one(fw):
+    model = fw.mlp()
+    with hookkit.ActivationStats(model, "0") as stats:
+        for _ in range(3):
+            model(fw.randn(8, 5))
+    from hookkit.viz import plot_layer_stats, stats_overlay
+
+    fig = plot_layer_stats(stats, "0")
+    assert fig.axes[2].get_ylim() == (0.0, 1.0)  # the near-zero fraction
+    assert fig.axes[0].get_ylim() != (0.0, 1.0)  # the mean keeps its own range
+    assert stats_overlay(stats, "near_zero").axes[0].get_ylim() == (0.0, 1.0)

@@ -192,6 +192,8 @@ def plot_layer_stats(
         if len(set(map(id, axes))) == 3:
             panel_ax.set_title(title)
             panel_ax.set_xlabel("step")
+            if key == "near_zero":  # a share of the values: read against 0 and 1, not a zoomed range
+                panel_ax.set_ylim(0, 1)
     if len(set(map(id, axes))) == 1:
         axes[0].set_title(label or name)
         axes[0].set_xlabel("step")
@@ -240,6 +242,8 @@ def stats_overlay(
         drawn += 1
     if log:
         ax.set_yscale("log")
+    elif key == "near_zero":  # a share of the values: read against 0 and 1
+        ax.set_ylim(0, 1)
     ax.set_xlabel("step")
     ax.set_ylabel(key)
     ax.set_title(f"{key} of each layer's {'output gradient' if hasattr(stats, 'param_stats') else 'output'} over training")
