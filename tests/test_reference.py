@@ -200,3 +200,6 @@ def test_sentences_stay_whole_around_code_and_parentheses():
     assert describe("positions", doc).endswith("of the output's tensor at ``index``.")
     assert describe("pos", doc) == "Where it sat (``offset``, ``gen_step``: see ``Event``)."
     assert describe("heads", doc) == "Which heads."
+    shared = "``rtol`` / ``atol``: the tolerances. ``grads=True`` keeps the gradient w.r.t. each output."
+    assert describe("rtol", shared) == describe("atol", shared) == "The tolerances."
+    assert describe("grads", shared) == "``grads=True`` keeps the gradient w.r.t. each output."

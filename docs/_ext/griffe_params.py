@@ -24,7 +24,7 @@ import griffe
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params)\s*:\s*$", re.MULTILINE)
 _SKIP = {"self", "cls"}
-_ABBREV = ("e.g.", "i.e.", "vs.", "etc.", "cf.")
+_ABBREV = ("e.g.", "i.e.", "vs.", "etc.", "cf.", "w.r.t.", "approx.")
 #: names so common in prose that a sentence mentioning them rarely describes them: the glossary first
 _GENERIC = {"model", "m", "inputs", "x", "layers", "layer", "name", "names", "index", "module"}
 
@@ -155,6 +155,10 @@ def _finish(text: str) -> str:
     return text if not text or text[-1] in ".!?" else text + "."
 
 
+#: a parameter tag: ```name``:``, or several names sharing one description (```rtol`` / ```atol``:``)
+_TAG = re.compile(r"((?:``[\w.]+``\s*(?:/|,|or)\s*)*``[\w.]+``)\s*:\s")
+
+
 def _until_next(rest: str) -> str:
     """``rest`` up to the next ```other``:`` outside code and parentheses, or up to the parenthesis
     that closes around the tag (a tag written inside one)."""
@@ -186,11 +190,10 @@ def describe(name: str, text: str) -> str:
     """The description of parameter ``name`` from the docstring ``text`` (see the module's docstring);
     '' when neither the prose nor the glossary has one."""
     parts = [s for para in _prose(text) for s in sentences(para.strip())]
-    tag = re.compile(rf"``{re.escape(name)}``\s*:\s*")
-    for s in parts:  # ``name``: description, up to the next ``other``: of the same sentence
-        m = tag.search(s)
-        if m:
-            return _finish(_until_next(s[m.end() :]))
+    for s in parts:  # ``name``: (or ``name`` / ``other``:) description, up to the next tag of the sentence
+        for m in _TAG.finditer(s):
+            if name in re.findall(r"``([\w.]+)``", m.group(1)):
+                return _finish(_until_next(s[m.end() :]))
     word = re.escape(name)
     for s in parts:
         if re.search(rf"``{word}=[^`]*``", s):
