@@ -186,6 +186,12 @@ __all__ = [
     "feature_views",
 ]
 
+# an unknown keyword argument of a public function or class gets "did you mean" (core/keywords.py)
+from hookkit.core.keywords import suggest_keywords_of  # noqa: E402
+
+globals().update(suggest_keywords_of({n: globals()[n] for n in __all__ if n in globals()}))
+del suggest_keywords_of
+
 
 def __getattr__(name: str) -> object:
     if name == "report":
