@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from hookkit.core.errors import ArgumentTypeError, fail
+from hookkit.core.user_frame import user_stacklevel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,8 +41,6 @@ def warn_deprecated(what: str, replacement: str, *, since: str, removed_in: str 
     _warned.add(what)
     until = f" and will be removed in {removed_in}" if removed_in else ""
     if stacklevel is None:
-        from hookkit.core.user_frame import user_stacklevel
-
         stacklevel = user_stacklevel()
     warnings.warn(f"{what} is deprecated since hookkit {since}{until}; use {replacement}", HookkitDeprecationWarning, stacklevel=stacklevel)
 

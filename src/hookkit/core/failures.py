@@ -22,8 +22,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar
 
+from hookkit.core import clock as clocks
 from hookkit.core.entry import entered
 from hookkit.core.errors import HookkitError, add_note
+from hookkit.core.registry import backend_for
 
 F = TypeVar("F", bound=Callable[..., Any])
 _CO_VARARGS = 0x04
@@ -76,15 +78,22 @@ def describe_inputs(backend: Any, values: tuple) -> str:
     return ", ".join(parts) or "none"
 
 
-def _call_index(router: Any, root: Any, layer: Any, name: str) -> int | None:
-    """The failing call's index in its forward, when the router counts the layer (it is hooked)."""
-    from hookkit.core import clock as clocks
+#: the router's hooks of a layer (``router._registry.get``), set by the router when it loads: the
+#: router imports handles, which explain failures here, so this module cannot import the router
+def _unhooked(layer: Any) -> Any:
+    return None
 
+
+hooks_of: Callable[[Any], Any] = _unhooked
+
+
+def _call_index(root: Any, layer: Any, name: str) -> int | None:
+    """The failing call's index in its forward, when the router counts the layer (it is hooked)."""
     clock = clocks.clock_of(root)
     scope = clock.scopes.get(name) if clock is not None else None
     if scope is None or clock is None:
         return None
-    hooks = router._registry.get(layer)  # counted now only while a consumer of this root hooks it
+    hooks = hooks_of(layer)  # counted now only while a consumer of this root hooks it
     if hooks is None or not any(c.scope is scope for cs in hooks.consumers.values() for c in cs):
         return None
     fw = clock.current()
@@ -133,13 +142,10 @@ def explain(exc: BaseException, under: str = "", models: tuple = ()) -> None:
 
 
 def _note(exc: BaseException, under: str, models: tuple) -> str:
-    from hookkit.core import router
-    from hookkit.core.registry import backend_for
-
     frames = _frames(exc.__traceback__)
     selves = [_self_of(f) for f in frames]
     ids = {id(m) for m in models}
-    is_root = (lambda s: id(s) in ids) if models else (lambda s: _is_root(router, s))
+    is_root = (lambda s: id(s) in ids) if models else _is_root
     root_at = next((i for i, s in enumerate(selves) if s is not None and is_root(s)), None)
     if root_at is None:
         return ""
@@ -152,7 +158,7 @@ def _note(exc: BaseException, under: str, models: tuple) -> str:
     layer = selves[at]
     name = names[id(layer)]
     values = _inputs(frames, selves, at)
-    call = _call_index(router, root, layer, name)
+    call = _call_index(root, layer, name)
     shown = repr(name) if name else "(root)"
     where = f"{backend.type_name(layer)}" + (f", call {call}" if call is not None else "")
     under_s = f" under {under}()" if under else ""
@@ -160,8 +166,8 @@ def _note(exc: BaseException, under: str, models: tuple) -> str:
     return f"{_PREFIX} in layer {shown} ({where}){under_s}: inputs {describe_inputs(backend, values)}{_dtype_hint(backend, layer, values)}"
 
 
-def _is_root(router: Any, obj: Any) -> bool:
-    hooks = router._registry.get(obj)
+def _is_root(obj: Any) -> bool:
+    hooks = hooks_of(obj)
     return hooks is not None and hooks.root_clock is not None
 
 

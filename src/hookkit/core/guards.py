@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.core.entry import entry_name
+from hookkit.core.user_frame import user_stacklevel
 
 
 class SkippedOutputWarning(UserWarning):
@@ -25,8 +26,6 @@ def warn_skip(fn: str, layer: str, dtype: str, why: str) -> None:
         return
     _warned.add(key)
     where = f"layer {layer!r}" if layer else "the model (root)"
-    from hookkit.core.user_frame import user_stacklevel
-
     msg = f"{fn}(): left the {dtype} output of {where} unchanged: {why} (warned once)"
     warnings.warn(msg, SkippedOutputWarning, stacklevel=user_stacklevel())  # the user's line
 

@@ -6,6 +6,10 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import TypeVar
 
+from hookkit.core.entry import entry_name
+from hookkit.core.errors import HookkitError
+from hookkit.core.failures import explain
+
 # ``with`` gives back the object itself, typed as its own class (``typing.Self`` needs Python 3.11)
 HandleT = TypeVar("HandleT", bound="Handle")
 
@@ -35,8 +39,6 @@ class Handle:
 
     def __enter__(self: HandleT) -> HandleT:
         if self._remove is None and isinstance(self, HandleGroup):
-            from hookkit.core.errors import HookkitError
-
             raise HookkitError(
                 f"this {_verb(self) or type(self).__name__} was removed (remove() or the end of its `with` block): "
                 "it records and changes nothing any more; make a new one"
@@ -45,8 +47,6 @@ class Handle:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None:  # a framework error in a hooked forward: name the layer (core/failures)
-            from hookkit.core.failures import explain
-
             explain(exc, _verb(self))
         self.remove()
 
@@ -105,8 +105,6 @@ def held() -> None:
 def _verb(handle: Handle) -> str:
     """The hookkit call a handle came from, for messages: the public function running now, else the
     handle's own class when it is a verb's (``capture``), else ''."""
-    from hookkit.core.entry import entry_name
-
     name = entry_name("")
     if name:
         return name

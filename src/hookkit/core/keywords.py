@@ -22,6 +22,7 @@ import functools
 import inspect
 import re
 import sys
+import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -32,20 +33,37 @@ F = TypeVar("F", bound=Callable[..., Any])
 _UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
+def _accepted(func: Callable[..., Any], sig: inspect.Signature) -> list[str] | None:
+    """The keyword names ``func`` takes: its parameters, and the keys of ``**options:
+    Unpack[SomeTypedDict]``; None when it takes ``**kwargs`` of any name."""
+    params = sig.parameters.values()
+    names = [p.name for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    var_kw = next((p for p in params if p.kind is p.VAR_KEYWORD), None)
+    if var_kw is None:
+        return names
+    inner = inspect.unwrap(func)
+    hint = getattr(inner, "__annotations__", {}).get(var_kw.name)
+    if isinstance(hint, str):  # postponed annotations: resolve this one alone (others may name type-checking imports)
+        try:
+            hint = eval(hint, {**vars(typing), **getattr(inner, "__globals__", {})})  # noqa: S307 (hookkit's own annotation text)
+        except Exception:  # an annotation that does not resolve: say nothing rather than guess
+            return None
+    typed = typing.get_args(hint)
+    keys = getattr(typed[0], "__annotations__", None) if typed else None
+    return None if keys is None else names + list(keys)
+
+
 def _note(func: Callable[..., Any], shown: str, exc: TypeError, args: tuple, kwargs: dict) -> None:
     m = _UNEXPECTED.search(str(exc))
     if m is None or m.group(1) not in kwargs:
         return
     try:
         sig = inspect.signature(func)  # through decorators (``__wrapped__``): the real parameters
-        sig.bind(*args, **kwargs)
-    except TypeError:
-        pass  # the call itself cannot bind: the keyword is unknown to the function the user called
     except ValueError:
         return
-    else:
-        return  # it binds: the TypeError came from inside
-    names = [p.name for p in sig.parameters.values() if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    names = _accepted(func, sig)
+    if names is None or m.group(1) in names:
+        return  # a keyword the function takes: the TypeError came from inside
     close = close_matches(m.group(1), names, n=3, cutoff=0.6)
     guess = f"did you mean {' or '.join(c + '=' for c in close)}? " if close else ""
     add_note(exc, f"hookkit: {guess}{shown}() takes: {', '.join(names)}")

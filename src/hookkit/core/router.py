@@ -20,6 +20,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core import clock as clocks
+from hookkit.core import failures
 from hookkit.core.clock import Clock, Scope, advance, forward_count, number, private_pass  # noqa: F401 (re-exported)
 from hookkit.core.errors import annotate
 from hookkit.core.events import (  # noqa: F401
@@ -255,6 +256,7 @@ class LayerHooks(GradPlumbing):
 
 
 _registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
+failures.hooks_of = _registry.get  # core/failures reads which layers are hooked (it cannot import the router)
 
 
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:

@@ -517,6 +517,6 @@ class capture(HandleGroup, RecordSource):
         return f"<hookkit.capture {k} layer{'' if k == 1 else 's'}, {n} record{'' if n == 1 else 's'}, {'removed' if self.removed else 'active'}>"
 
     def _repr_html_(self) -> str:
-        from hookkit.viz.display import capture_html
+        from hookkit.viz.display import capture_html  # lazy: HTML for notebooks, loaded when displayed
 
         return capture_html(self)

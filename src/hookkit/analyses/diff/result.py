@@ -184,7 +184,7 @@ class Diff:
         return Group(table, Text("\n".join(footer)))
 
     def _repr_html_(self) -> str:
-        from hookkit.viz.display import diff_html
+        from hookkit.viz.display import diff_html  # lazy: HTML for notebooks, loaded when displayed
 
         return diff_html(self)
 
