@@ -747,8 +747,9 @@ def test_cam_options_are_cams_keywords_with_its_defaults(fw):
     keywords = [n for n, p in inspect.signature(hookkit.cam).parameters.items() if p.kind is p.KEYWORD_ONLY]
     assert set(CamKeywords.__annotations__) | set(keywords) == {f.name for f in dataclasses.fields(CamOptions)}
     assert keywords == ["as_tensor", "out"]
-    with pytest.raises(TypeError, match=r"^cam\(\) got an unexpected keyword argument 'smooth'$"):
+    with pytest.raises(TypeError, match=r"^cam\(\) got an unexpected keyword argument 'smooth'") as info:
         hookkit.cam(tiny_cnn(fw), "conv2", fw.tensor(images(n=2)), smooth=True)
+    assert "did you mean aug_smooth= or eigen_smooth=?" in info.value.__notes__[-1]  # the typed keywords count
 
 
 def test_old_module_paths_import_the_moved_modules_with_one_warning():
