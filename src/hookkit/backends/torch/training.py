@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from hookkit.backends.families.training import Training
 from hookkit.core.validate import ArgumentTypeError, fail
@@ -93,8 +94,10 @@ class TorchTraining(Training):
     def storage(self, t: Any) -> tuple[int, int] | None:
         try:
             s = t.untyped_storage()
+            if t.is_meta or isinstance(t, FakeTensor):  # no data pointer: the storage object itself
+                return s._cdata, s.nbytes()
             return s.data_ptr(), s.nbytes()
-        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, fake tensors
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested tensors
             return None
 
     def on_step(self, optimizer: Any, fn: Callable[[], None]) -> Any:

@@ -12,6 +12,7 @@ from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, fail
+from hookkit.observers.summary import dryrun
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
@@ -112,24 +113,31 @@ def summarize(
         note = f"{be.type_name(model)} is a container without forward(): parameters only, no forward"
         return _static_summary(model, be, named, opaque, depth, columns, notes + [note]), None
     args, kwargs, made_dtypes = build_inputs(model, be, input_size, input_data, dtypes, device)
+    dry = dryrun.prepare(be, model, args, kwargs, device)  # weights without data: a fake forward
+    if dry is not None:
+        args, kwargs, notes = dry.args, dry.kwargs, notes + dry.notes
 
     hooked = [] if "" in opaque else [(n, m) for n, m in select(model, ALL) if _opaque_root(n, opaque) is None]
     leaf_ids = {id(m) for _, m in named if not be.children(m)}
     saved = None
     if mode == "train":
-        params = [p for p in be.parameters(model) if _initialized(be, p)]
+        params = dry.params if dry is not None else [p for p in be.parameters(model) if _initialized(be, p)]
         saved = SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
-    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved)
+    rec, counter, exc = run_forward(
+        model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved, call=dry.call if dry is not None else None
+    )
     rows = _with_opaque_rows(rec.rows, be, named, opaque)
     result = _assemble(model, be, named, rows, depth, columns, notes)
     if saved is not None:
         result.saved_bytes = saved.total
         if exc is None and optimizer is not None:
-            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss_fn or default_loss(be))
+            loss = loss_fn or default_loss(be)
+            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry is not None)
         saved.release()
     result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
     result.mult_adds_method = counter.label
     result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]
+    result.dry_run = dry is not None
     if exc is not None:
         _attribute(exc, rec, result, made_dtypes)
     return result, exc

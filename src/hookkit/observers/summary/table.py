@@ -87,6 +87,19 @@ class Summary:
     #: the training-memory estimate and the measured peak, in bytes (``mode="train", optimizer=...``):
     #: params, buffers, inputs, gradients, optimizer_state, saved, transient, estimate, measured, measured_how
     training: dict[str, Any] | None = None
+    #: the forward ran on fake tensors: the model's weights hold no data (meta device; ``dryrun``)
+    dry_run: bool = False
+
+    def memory_plan(self, ranks: int = 1, sharding: str = "ddp", **options: Any) -> Any:
+        """Per-rank training memory of this model and input under a parallel plan (``plan.memory_plan``):
+        parameters, gradients, master weights, optimizer state and activations, as data and a table.
+
+        >>> s = hookkit.summary(meta_llama, {"input_ids": (1, 4096)}, dtypes="long", mode="train")   # doctest: +SKIP
+        >>> print(s.memory_plan(ranks=8, sharding="fsdp", checkpointing="blocks", param_dtype="bfloat16"))   # doctest: +SKIP
+        """
+        from hookkit.observers.summary.plan import memory_plan
+
+        return memory_plan(self, ranks=ranks, sharding=sharding, **options)
 
     @property
     def non_trainable_params(self) -> int:
@@ -120,6 +133,7 @@ class Summary:
             "columns": list(self.columns),
             "saved_bytes": self.saved_bytes,
             "training": None if self.training is None else dict(self.training),
+            "dry_run": self.dry_run,
         }
 
     @classmethod
@@ -152,6 +166,7 @@ class Summary:
             notes=list(data.get("notes", [])),
             saved_bytes=data.get("saved_bytes", 0),
             training=data.get("training"),
+            dry_run=data.get("dry_run", False),
         )
 
     def table(self) -> tuple[list[str], list[list[str]], list[str]]:
@@ -300,11 +315,14 @@ def training_lines(t: dict[str, Any]) -> list[str]:
     """The footer's training-memory lines: the estimate's parts, the measured peak, why they differ."""
     est, measured = t.get("estimate", 0), t.get("measured", 0)
     diff = f"{100.0 * (est - measured) / measured:+.1f}%" if measured else "n/a"
+    peak = f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})"
+    if measured is None:  # a dry run: nothing real ran
+        peak = f"Measured peak of one training step: {t.get('measured_how', 'not measured')}"
     return [
         f"Training memory estimate: {mb(est)} = params {mb(t.get('params', 0))} + buffers {mb(t.get('buffers', 0))} "
         f"+ inputs {mb(t.get('inputs', 0))} + gradients {mb(t.get('gradients', 0))} + optimizer state {mb(t.get('optimizer_state', 0))} "
         f"+ saved activations {mb(t.get('saved', 0))} + largest transient {mb(t.get('transient', 0))}",
-        f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})",
+        peak,
         "  (largest transient: what one layer call holds at once beyond those, the gradients of its input and output, or "
         "for recurrent layers what the kernel the framework runs for them allocates; the estimate adds every part as "
         "if all were alive at once, while in the step saved activations are freed as the backward reaches them and "

@@ -1,0 +1,102 @@
+"""PyTorch's ``meta`` family (see ``hookkit.backends.families.meta``): fake tensors
+(``torch._subclasses.fake_tensor.FakeTensorMode``) through the real forward.
+
+A plain forward on meta tensors runs every op's meta kernel, but meta is a device of its own: the
+kernels chosen (SDPA's flash/math paths, the layouts they save) are not the CPU's or the GPU's, and
+a model that reads its token ids or masks (``.item()``, ``.all()``) cannot be run. Fake tensors
+say which device they stand for, so dispatch picks that device's kernels, and data-free checks
+run; only ops whose output shape depends on values (``nonzero``, ``.item()``) still fail, naming
+the layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+from hookkit.backends.families.meta import DryRun, Meta
+
+
+def _dataless(t: Any) -> bool:
+    return isinstance(t, torch.Tensor) and (t.is_meta or isinstance(t, FakeTensor))
+
+
+def _loaded_by_hook(layer: Any) -> bool:
+    """accelerate's hooks that put real weights in place before the forward (offloaded layers)."""
+    hook = getattr(layer, "_hf_hook", None)
+    if hook is None:
+        return False
+    hooks = getattr(hook, "hooks", None) or [hook]  # a SequentialHook holds several
+    return any(getattr(h, "offload", False) or getattr(h, "weights_map", None) is not None for h in hooks)
+
+
+class TorchMeta(Meta):
+    def has_data(self, t: Any) -> bool:
+        return not _dataless(t)
+
+    def dataless(self, model: Any) -> list[str]:
+        found: list[str] = []
+        covered: set[int] = set()
+        for name, layer in model.named_modules():
+            if id(layer) in covered or _loaded_by_hook(layer):
+                covered.update(id(m) for m in layer.modules())
+                continue
+            prefix = f"{name}." if name else ""
+            for tname, t in (*layer.named_parameters(recurse=False), *layer.named_buffers(recurse=False)):
+                if t is not None and t.is_meta:
+                    found.append(prefix + tname)
+        return found
+
+    def dry_run(self, model: Any, args: tuple, kwargs: dict, device: Any) -> DryRun:
+        from torch.func import functional_call
+
+        dev = torch.device(device if device is not None else "cpu")
+        if dev.type == "meta":
+            dev = torch.device("cpu")
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+
+        def fake(t: torch.Tensor, grad: bool = False) -> torch.Tensor:
+            if isinstance(t, FakeTensor):
+                return t
+            if t.is_meta:
+                with mode:
+                    made = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=dev)
+            else:
+                made = mode.from_tensor(t.detach())
+            return made.requires_grad_(grad) if made.is_floating_point() or made.is_complex() else made
+
+        # each tensor once: named_parameters()/named_buffers() give one name per tied tensor, and
+        # functional_call(tie_weights=True) puts it under every name it is tied to
+        params = {n: fake(p, p.requires_grad) for n, p in model.named_parameters()}
+        buffers = {n: fake(b) for n, b in model.named_buffers()}
+        swap = {**params, **buffers}
+
+        def move(obj: Any) -> Any:
+            return fake(obj) if isinstance(obj, torch.Tensor) else obj
+
+        def call(*a: Any, **kw: Any) -> Any:
+            with mode:
+                return functional_call(model, swap, a, kw, tie_weights=True, strict=False)
+
+        return DryRun(
+            args=tuple(move(a) for a in args),
+            kwargs={k: move(v) for k, v in kwargs.items()},
+            params=list(params.values()),
+            call=call,
+            device=str(dev),
+        )
+
+    def empty_like(self, t: Any) -> Any:
+        return torch.empty_like(t)
+
+    def execution_device(self, layer: Any) -> Any:
+        hook = getattr(layer, "_hf_hook", None)
+        for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
+            dev = getattr(h, "execution_device", None)
+            if dev is not None:
+                return torch.device(dev) if not isinstance(dev, torch.device) else dev
+        return None
+
+
+OPS = TorchMeta()
