@@ -82,6 +82,20 @@ def _signature_keys(fn: Any) -> list[str] | None:
     return [p.name for p in params if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
 
 
+def _empty_init(target: str, weights: str | None) -> Any:
+    """The first loaded framework's context for building without weights (PyTorch's meta device)."""
+    from hookkit.backends import loaded_backends
+
+    if weights is not None:
+        raise TargetError("--meta builds the model without weights: it takes no --weights")
+    for backend in loaded_backends():
+        try:
+            return backend.family("meta").empty_init()
+        except NotImplementedError:
+            continue
+    raise TargetError(f"--meta: {target} is not a PyTorch model, and only PyTorch has a meta device (Paddle has none)")
+
+
 def is_model(obj: Any) -> bool:
     try:
         return backend_for(obj).is_layer(obj)
@@ -104,7 +118,9 @@ def seed_frameworks(seed: int) -> None:
             pass
 
 
-def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weights: str | None = None) -> Any:
+def load_model(
+    target: str, kw: dict[str, Any], *, seed: int | None = None, weights: str | None = None, meta: bool = False, config: dict[str, Any] | None = None
+) -> Any:
     """Import ``package.module:callable`` and call it with ``kw`` (a transformers model class is
     built from its config class); unknown keywords are refused with the closest valid ones.
 
@@ -112,7 +128,9 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
     are the same on every run). ``weights``: a ``from_pretrained`` folder (a transformers class;
     read locally, nothing downloaded) or a weights file loaded strictly into the built model
     (``.safetensors``; PyTorch ``.pt``/``.pth``/``.bin``/``.ckpt`` read with ``weights_only``; Paddle
-    ``.pdparams``, a pickle: only files you trust)."""
+    ``.pdparams``, a pickle: only files you trust). ``meta``: build the model without allocating its
+    weights (PyTorch's meta device), for ``hookkit summary --meta``. ``config``: settings of a
+    transformers model class's config (a ``config.json``'s), under ``kw``."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(f"TARGET must look like package.module:callable; got {target!r}")
@@ -142,7 +160,10 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
         build = lambda: obj.from_pretrained(weights, local_files_only=True, **kw)  # noqa: E731
     elif config_class is not None:  # a transformers model class: build it from a config
         _check_keys(kw, _config_keys(config_class), config_class.__name__)
-        build = lambda: obj(config_class(**kw))  # noqa: E731
+        settings = {**(config or {}), **kw}
+        build = lambda: obj(config_class(**settings))  # noqa: E731
+    elif config is not None:
+        raise TargetError(f"--config: {target} is not a transformers model class (one with a config_class): give its settings with --kw")
     elif callable(obj) and not is_model(obj):
         valid = _signature_keys(obj)
         if valid is not None:
@@ -155,7 +176,13 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
     if seed is not None:
         seed_frameworks(seed)
     try:
-        model = build()
+        if meta:
+            with _empty_init(target, weights):
+                model = build()
+        else:
+            model = build()
+    except TargetError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}"[:500]) from None
     if not is_model(model):

@@ -48,6 +48,10 @@ class Meta:
         """A tensor of ``t``'s shape and dtype on its device, without values (a meta gradient for a meta parameter)."""
         raise NotImplementedError("meta.empty_like is not implemented for this framework")
 
+    def empty_init(self) -> Any:
+        """A context manager under which the framework builds layers without allocating their weights."""
+        raise NotImplementedError("meta.empty_init: this framework has no meta device")
+
     def execution_device(self, layer: Any) -> Any:
         """The device a dispatched layer runs on (accelerate's ``AlignDevicesHook.execution_device``), or None."""
         return None

@@ -90,6 +90,9 @@ class TorchMeta(Meta):
     def empty_like(self, t: Any) -> Any:
         return torch.empty_like(t)
 
+    def empty_init(self) -> Any:
+        return torch.device("meta")  # parameters and buffers on the meta device: nothing allocated
+
     def execution_device(self, layer: Any) -> Any:
         hook = getattr(layer, "_hf_hook", None)
         for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
