@@ -30,7 +30,7 @@ def parse_config(text: str | None) -> dict[str, Any] | None:
     """``--config``: inline JSON (an object) or the path of a JSON file holding one."""
     if text is None:
         return None
-    if text.lstrip().startswith("{"):
+    if text.lstrip().startswith(("{", "[")):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:

@@ -119,7 +119,13 @@ def seed_frameworks(seed: int) -> None:
 
 
 def load_model(
-    target: str, kw: dict[str, Any], *, seed: int | None = None, weights: str | None = None, meta: bool = False, config: dict[str, Any] | None = None
+    target: str,
+    kw: dict[str, Any],
+    *,
+    seed: int | None = None,
+    weights: str | None = None,
+    meta: bool = False,
+    config: dict[str, Any] | None = None,
 ) -> Any:
     """Import ``package.module:callable`` and call it with ``kw`` (a transformers model class is
     built from its config class); unknown keywords are refused with the closest valid ones.

@@ -24,11 +24,18 @@ class DryRun:
     params: list[Any]
     call: Callable[..., Any]
     device: str
+    #: ``backward(loss)``: the backward of a loss of ``call``'s output on fake tensors; returns the ids
+    #: of the model's parameters it reached (their fake counterparts got a gradient)
+    backward: Callable[[Any], set[int]] = lambda loss: set()
     notes: list[str] = field(default_factory=list)
 
 
 class Meta:
     """The interface; each framework's ``meta`` module subclasses it as ``OPS``."""
+
+    #: whether ``dry_run`` can run a forward on tensors without data; ``why_not`` says what to do when not
+    dry_runs = True
+    why_not = ""
 
     def has_data(self, t: Any) -> bool:
         """False for a tensor that holds no data (on PyTorch's meta device, or a fake tensor)."""

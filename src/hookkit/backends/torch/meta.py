@@ -79,12 +79,25 @@ class TorchMeta(Meta):
             with mode:
                 return functional_call(model, swap, a, kw, tie_weights=True, strict=False)
 
+        originals = dict(model.named_parameters())
+
+        def backward(loss: Any) -> set[int]:
+            if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
+                return set()
+            with mode:
+                loss.backward()
+            reached = {id(originals[n]) for n, f in params.items() if f.grad is not None}
+            for f in params.values():
+                f.grad = None
+            return reached
+
         return DryRun(
             args=tuple(move(a) for a in args),
             kwargs={k: move(v) for k, v in kwargs.items()},
             params=list(params.values()),
             call=call,
             device=str(dev),
+            backward=backward,
         )
 
     def empty_like(self, t: Any) -> Any:

@@ -112,8 +112,9 @@ def summarize(
     if not be.has_forward(model):
         note = f"{be.type_name(model)} is a container without forward(): parameters only, no forward"
         return _static_summary(model, be, named, opaque, depth, columns, notes + [note]), None
+    missing = dryrun.dataless(be, model)
     args, kwargs, made_dtypes = build_inputs(model, be, input_size, input_data, dtypes, device)
-    dry = dryrun.prepare(be, model, args, kwargs, device)  # weights without data: a fake forward
+    dry = dryrun.prepare(be, model, args, kwargs, device, missing)  # weights without data: a fake forward
     if dry is not None:
         args, kwargs, notes = dry.args, dry.kwargs, notes + dry.notes
 
@@ -132,7 +133,7 @@ def summarize(
         result.saved_bytes = saved.total
         if exc is None and optimizer is not None:
             loss = loss_fn or default_loss(be)
-            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry is not None)
+            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry)
         saved.release()
     result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
     result.mult_adds_method = counter.label

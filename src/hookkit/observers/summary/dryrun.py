@@ -14,6 +14,7 @@ from typing import Any
 
 from hookkit.backends import Backend
 from hookkit.backends.families.meta import DryRun
+from hookkit.core.validate import fail
 
 
 def meta_ops(be: Backend) -> Any:
@@ -29,13 +30,21 @@ def has_data(be: Backend, t: Any) -> bool:
     return True if ops is None else bool(ops.has_data(t))
 
 
-def prepare(be: Backend, model: Any, args: tuple, kwargs: dict, device: Any) -> DryRun | None:
-    """The fake forward when ``model`` has tensors without data, else None (the real forward runs)."""
+def dataless(be: Backend, model: Any) -> list[str]:
+    """Names of ``model``'s tensors without data that nothing fills at call time; refused where the
+    framework cannot run a forward without data (Paddle's ``LazyGuard`` layers)."""
     ops = meta_ops(be)
-    missing = ops.dataless(model) if ops is not None else []
+    missing: list[str] = ops.dataless(model) if ops is not None else []
+    if missing and not ops.dry_runs:
+        fail("summary", "model", f"a model whose parameters hold values ({missing[0]!r} has none): {ops.why_not}", be.type_name(model))
+    return missing
+
+
+def prepare(be: Backend, model: Any, args: tuple, kwargs: dict, device: Any, missing: list[str]) -> DryRun | None:
+    """The fake forward when ``model`` has tensors without data (``missing``), else None (the real forward runs)."""
     if not missing:
         return None
-    dry: DryRun = ops.dry_run(model, args, kwargs, device)
+    dry: DryRun = be.family("meta").dry_run(model, args, kwargs, device)
     dry.notes.append(
         f"dry run: {len(missing)} parameters and buffers hold no data (meta device, e.g. {missing[0]!r}): the forward ran "
         f"on fake tensors standing for {dry.device} tensors; nothing was allocated, every column is computed from shapes"
@@ -43,17 +52,18 @@ def prepare(be: Backend, model: Any, args: tuple, kwargs: dict, device: Any) -> 
     return dry
 
 
-def optimizer_state_bytes(be: Backend, model: Any, layers: list[Any], optimizer: Any) -> int:
+def optimizer_state_bytes(be: Backend, model: Any, layers: list[Any], optimizer: Any, reached: set[int]) -> int:
     """Bytes of the state ``optimizer`` creates in its steady state, from one step on gradients
-    without data (meta tensors: nothing allocated); its state and the parameters' ``.grad`` are
-    put back afterwards."""
+    without data (meta tensors: nothing allocated) given to the parameters whose ids are in
+    ``reached`` (those the loss's backward reaches: an optimizer skips the others, as in the real
+    step); its state and the parameters' ``.grad`` are put back afterwards."""
     from hookkit.observers.summary.memory import StateSnapshot, distinct_bytes, tensors_under
 
     ops, meta = be.family("training"), be.family("meta")
     snap = StateSnapshot(be, model, layers, optimizer)
     try:
         for p in snap.params:
-            if be.requires_grad(p):
+            if be.requires_grad(p) and id(p) in reached:
                 ops.put_grad(p, meta.empty_like(p))
         optimizer.step()
         skip = {id(p) for p in snap.params}

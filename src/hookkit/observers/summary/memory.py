@@ -239,12 +239,13 @@ def training_estimate(
     args: tuple,
     kwargs: dict,
     loss_fn: Callable[[Any], Any],
-    dry: bool = False,
+    dry: Any = None,
 ) -> dict[str, Any]:
     """The training-memory estimate and the measured peak of one real step (bytes), as ``Summary.training``.
 
-    ``dry``: the model's weights hold no data (``dryrun``): the optimizer's state comes from one
-    step on gradients without data, and nothing is measured (``measured`` is None)."""
+    ``dry``: the ``DryRun`` of a model whose weights hold no data (``dryrun``): the optimizer's state
+    comes from one step on gradients without data, given to the parameters the loss's backward
+    reaches, and nothing is measured (``measured`` is None)."""
     from hookkit.observers.summary.recording import tensors
 
     ops = be.family("training")
@@ -262,11 +263,17 @@ def training_estimate(
         "saved": sum(n for key, n in saved.sizes.items() if key not in input_keys),
     }
     parts["transient"] = largest_transient(be, named, result.all_rows, parts["gradients"])
-    if dry:
+    if dry is not None:
         from hookkit.observers.summary.dryrun import optimizer_state_bytes
 
-        parts["optimizer_state"] = optimizer_state_bytes(be, model, [m for _, m in named], optimizer)
-        return {**parts, "estimate": sum(parts.values()), "measured": None, "measured_how": "not measured: a dry run (weights without data)"}
+        reached = dry.backward(saved.loss)
+        parts["optimizer_state"] = optimizer_state_bytes(be, model, [m for _, m in named], optimizer, reached)
+        return {
+            **parts,
+            "estimate": sum(parts.values()),
+            "measured": None,
+            "measured_how": "not measured: a dry run (weights without data)",
+        }
     measured = measure_step(be, model, [m for _, m in named], optimizer, args, kwargs, loss_fn)
     parts["optimizer_state"] = measured["optimizer_state_bytes"]
     estimate = sum(parts.values())

@@ -117,7 +117,7 @@ def blocks_of(rows: list[Row]) -> list[Row]:
 
 def _itemsize(name: str, arg: str) -> int:
     size = ITEMSIZE.get(name)
-    if size is None:
+    if size is None or "int" in name:
         fail("memory_plan", arg, f"a floating dtype among {', '.join(k for k in ITEMSIZE if 'int' not in k)}", name)
     return size  # type: ignore[return-value]
 
@@ -144,7 +144,11 @@ def memory_plan(
     if not s.total_params:
         fail("memory_plan", "summary", "a summary of a model with parameters", s.model_type)
     run_size = max(1, round(s.param_bytes / s.total_params))  # the itemsize the summary ran with
-    pd = dtype_name(param_dtype, "memory_plan") if param_dtype is not None else next((k for k, v in ITEMSIZE.items() if v == run_size and "int" not in k), "float32")
+    pd = (
+        dtype_name(param_dtype, "memory_plan")
+        if param_dtype is not None
+        else next((k for k, v in ITEMSIZE.items() if v == run_size and "int" not in k), "float32")
+    )
     gd = dtype_name(grad_dtype, "memory_plan") if grad_dtype is not None else pd
     bp, bg = _itemsize(pd, "param_dtype"), _itemsize(gd, "grad_dtype")
     n, P, T = ranks, s.total_params, s.trainable_params

@@ -315,9 +315,10 @@ def training_lines(t: dict[str, Any]) -> list[str]:
     """The footer's training-memory lines: the estimate's parts, the measured peak, why they differ."""
     est, measured = t.get("estimate", 0), t.get("measured", 0)
     diff = f"{100.0 * (est - measured) / measured:+.1f}%" if measured else "n/a"
-    peak = f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})"
     if measured is None:  # a dry run: nothing real ran
         peak = f"Measured peak of one training step: {t.get('measured_how', 'not measured')}"
+    else:
+        peak = f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})"
     return [
         f"Training memory estimate: {mb(est)} = params {mb(t.get('params', 0))} + buffers {mb(t.get('buffers', 0))} "
         f"+ inputs {mb(t.get('inputs', 0))} + gradients {mb(t.get('gradients', 0))} + optimizer state {mb(t.get('optimizer_state', 0))} "
