@@ -35,7 +35,7 @@ from typing import Any
 
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, fail
 from hookkit.observers.summary.inputs import dtype_name
-from hookkit.observers.summary.table import Row, Summary, mb
+from hookkit.observers.summary.table import Row, Summary
 
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 OPTIMIZERS = {"adam": 2, "adamw": 2, "sgd-momentum": 1, "rmsprop": 1, "adagrad": 1, "lion": 1, "sgd": 0}
@@ -119,7 +119,7 @@ def _itemsize(name: str, arg: str) -> int:
     size = ITEMSIZE.get(name)
     if size is None or "int" in name:
         fail("memory_plan", arg, f"a floating dtype among {', '.join(k for k in ITEMSIZE if 'int' not in k)}", name)
-    return size  # type: ignore[return-value]
+    return size
 
 
 def memory_plan(
@@ -181,7 +181,7 @@ def memory_plan(
         parts["gradients"] = T * bg
         formulas["gradients"] = f"T x {bg} (T = {T:,})"
     parts["master_weights"] = div(T * 4, shard_states) if master_weights else 0
-    formulas["master_weights"] = (f"T x 4" + (f" / {n}" if shard_states else "")) if master_weights else "none"
+    formulas["master_weights"] = ("T x 4" + (f" / {n}" if shard_states else "")) if master_weights else "none"
     parts["optimizer_state"] = div(T * k * bs, shard_states)
     formulas["optimizer_state"] = f"T x {k} states x {bs}" + (f" / {n}" if shard_states else "")
 
