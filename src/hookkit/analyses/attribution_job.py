@@ -20,6 +20,7 @@ from hookkit.core.validate import (
     check_int,
     check_model,
     check_number,
+    check_runnable,
     check_tensor_like,
     fail,
     shown,
@@ -84,6 +85,7 @@ def check_call(
     """The ``Job`` of a call of ``hookkit.attribute`` (its arguments by name), every argument checked."""
     batch = internal_batch_size
     be = check_model(model, fn=FN)
+    check_runnable(be, model, fn=FN)
     check_bool(eval, fn=FN, arg="eval")
     check_bool(return_delta, fn=FN, arg="return_delta")
     check_choice(method, METHODS, fn=FN, arg="method")

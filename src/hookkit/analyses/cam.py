@@ -33,6 +33,7 @@ from hookkit.core.validate import (
     check_choice,
     check_int,
     check_model,
+    check_runnable,
     check_tensor_like,
     fail,
 )
@@ -471,6 +472,7 @@ def cam(
 def run_cam(fn: str, model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, **kw: Any) -> Any:
     """``cam`` with errors naming ``fn`` (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
     be = check_model(model, fn=fn)
+    check_runnable(be, model, fn=fn)
     opts = {k: kw.get(k, d) for k, d in DEFAULTS.items()}
     opts["fn"] = fn
     check_options(method, opts["reshape"], opts, fn)

@@ -21,7 +21,7 @@ from hookkit.analyses.diff_sides import SideA, SideB
 from hookkit.core.errors import HookkitError
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_callable, check_model, check_number, fail
+from hookkit.core.validate import check_bool, check_callable, check_model, check_number, check_runnable, fail
 
 FN = "diff"
 
@@ -62,6 +62,8 @@ def diff(
     """
     be_a = check_model(a, fn=FN, arg="a")
     be_b = check_model(b, fn=FN, arg="b")
+    check_runnable(be_a, a, fn=FN, arg="a")
+    check_runnable(be_b, b, fn=FN, arg="b")
     if a is b:
         fail(FN, "b", "a model other than a (to compare a model with itself changed, compare it with a copy: copy.deepcopy(a))", b)
     backward = check_bool(backward, fn=FN, arg="backward")

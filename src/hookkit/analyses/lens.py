@@ -23,7 +23,7 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_int, check_model, fail
+from hookkit.core.validate import ArgumentTypeError, check_int, check_model, check_runnable, fail
 
 EMBEDDINGS = "embeddings"
 
@@ -153,6 +153,7 @@ def logit_lens(
     >>> ids, probs = lens.top(5)
     """
     be = check_model(model, fn="logit_lens")
+    check_runnable(be, model, fn="logit_lens")
     check_inputs(be, inputs, "logit_lens")
     if top_k is not None:
         top_k = check_int(top_k, fn="logit_lens", arg="top_k", low=1)

@@ -24,7 +24,7 @@ from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor, map_tensors
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_callable, check_int, check_model, fail
+from hookkit.core.validate import check_bool, check_callable, check_int, check_model, check_runnable, fail
 from hookkit.interventions.heads import HeadTarget, head_targets
 from hookkit.interventions.output_edits import apply_to
 
@@ -139,6 +139,7 @@ def patching_sweep(
     ...     lambda out: out.logits[:, -1, good] - out.logits[:, -1, bad])
     """
     be = check_model(model, fn="patching_sweep")
+    check_runnable(be, model, fn="patching_sweep")
     check_bool(heads, fn="patching_sweep", arg="heads")
     check_bool(per_row, fn="patching_sweep", arg="per_row")
     batch_size = check_int(batch_size, fn="patching_sweep", arg="batch_size", low=1)
