@@ -136,7 +136,7 @@ def test_interventions(pair, verb):
 
 def test_logit_lens_and_patching_sweep(pair):
     def run(model, layers):
-        lens = hookkit.logit_lens(model, IDS, layers=layers[:2], top_k=3)
+        lens = hookkit.logit_lens(model, IDS, layers=layers[:2])
         sweep = hookkit.patching_sweep(model, IDS, CORRUPT, layers[:2], metric=lambda out: out.logits[:, -1, 7], positions="all")
         return lens, sweep
 
