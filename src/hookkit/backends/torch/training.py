@@ -10,6 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from hookkit.backends.families.training import Training
+from hookkit.backends.torch import quantized
 from hookkit.core.validate import ArgumentTypeError, fail
 
 
@@ -181,7 +182,8 @@ class TorchTraining(Training):
 
     def local(self, t: Any) -> Any:
         to_local = getattr(t, "to_local", None)  # a DTensor (FSDP2): this rank's shard
-        return t if to_local is None else to_local()
+        t = t if to_local is None else to_local()
+        return quantized.OPS.dequantize(t)  # a quantized parameter (torchao, optimum-quanto): its values
 
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         with torch.no_grad():
