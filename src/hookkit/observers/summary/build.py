@@ -268,11 +268,11 @@ def _param_bytes(be: Backend, p: Any) -> int:
     return be.numel(p) * be.itemsize(p) if real is None else real
 
 
-def _quantized_notes(be: Backend, owners: dict[int, list[str]], unique: dict[int, Any]) -> list[str]:
+def _quantized_notes(be: Backend, unique: dict[int, Any]) -> list[str]:
     """One note per kind of quantized parameter: how many, which type, the bytes per parameter."""
     ops = _quantized_ops(be)
     kinds: dict[str, list[Any]] = {}
-    for pid, p in unique.items():
+    for p in unique.values():
         kind = ops.describe(p) if ops is not None else None
         if kind is not None:
             kinds.setdefault(kind, []).append(p)
@@ -307,7 +307,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
     params = [p for p in unique.values() if _initialized(be, p)]
     if len(params) < len(unique):
         notes = [*notes, f"{len(unique) - len(params)} parameters of lazy layers are not initialized yet: not counted (give an input)"]
-    notes = notes + _quantized_notes(be, owners, unique)
+    notes = notes + _quantized_notes(be, unique)
     return Summary(
         model_type=be.type_name(model),
         framework=be.name,
