@@ -65,6 +65,7 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+from hookkit.observers.summary.plan import MemoryPlan
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
     from hookkit.apps.report import report
@@ -150,6 +151,7 @@ __all__ = [
     "UnsupportedModel",
     "watch_nonfinite",
     "WeightStats",
+    "MemoryPlan",
 ]
 
 

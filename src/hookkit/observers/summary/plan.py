@@ -101,7 +101,11 @@ class MemoryPlan:
 
 
 def gib(n: int) -> str:
-    return f"{n / 2**30:,.2f} GiB"
+    """Bytes in GiB, or MiB / KiB below one GiB / MiB."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n / 2**10:,.2f} KiB"
 
 
 def blocks_of(rows: list[Row]) -> list[Row]:
