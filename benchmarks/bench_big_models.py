@@ -89,7 +89,14 @@ def meta_part() -> None:
     acc, ev, tr = child("accelerate"), child("eval"), child("train")
     print("\n### Llama-3-70B config, batch 1 x 4096 tokens, meta device (fresh process each)\n")
     rows = [
-        ["accelerate estimate-memory (its functions)", f"{acc['params']:,}", "--", f"{acc['build_s']:.1f}", "--", f"{acc['maxrss_mb']:.0f}"],
+        [
+            "accelerate estimate-memory (its functions)",
+            f"{acc['params']:,}",
+            "--",
+            f"{acc['build_s']:.1f}",
+            "--",
+            f"{acc['maxrss_mb']:.0f}",
+        ],
         [
             "hookkit.summary (eval: every column)",
             f"{ev['params']:,}",
