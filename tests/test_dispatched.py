@@ -201,14 +201,30 @@ def test_cam_on_a_dispatched_cnn(tmp_path):
         torch.nn.Flatten(),
         torch.nn.Linear(8, 5),
     ).eval()
-    device_map = {"0": "cpu", "1": "cpu", "2": "disk", "3": "cpu", "4": "cpu", "5": "cpu", "6": "disk"}
-    placed = accelerate.dispatch_model(copy.deepcopy(ref), device_map=device_map, offload_dir=str(tmp_path))
-    assert placed[2].weight.is_meta
+    # the first layer on disk too: the model's first parameter is meta, inputs must not go there
+    device_map = {"0": "disk", "1": "cpu", "2": "disk", "3": "cpu", "4": "cpu", "5": "cpu", "6": "disk"}
+    placed = accelerate.dispatch_model(copy.deepcopy(ref), device_map=device_map, offload_dir=str(tmp_path / "offload"))
+    assert placed[0].weight.is_meta and placed[2].weight.is_meta
     x = torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(0))
     for method in ("gradcam", "scorecam"):
         close(hookkit.cam(ref, "2", x, method, target=1), hookkit.cam(placed, "2", x, method, target=1))
     close(hookkit.attribute(ref, "2", x, target=1, n_steps=8), hookkit.attribute(placed, "2", x, target=1, n_steps=8))
     assert not hooks_left(placed) and hasattr(placed[2], "_hf_hook")
+    # numpy batches (made on the model's input device), extracted from the dispatched model
+    batches = [x[:1].numpy(), x[1:].numpy()]
+    a = hookkit.extract(ref, batches, ["2", "5"], tmp_path / "a", progress=False)
+    b = hookkit.extract(placed, batches, ["2", "5"], tmp_path / "b", progress=False)
+    for name in ("2", "5"):
+        close(a.array(name) if hasattr(a, "array") else a[name], b.array(name) if hasattr(b, "array") else b[name])
+
+
+def test_summary_of_a_dispatched_model_equals_the_in_memory_one(gpt2):
+    ref, placed, _ = gpt2
+    a = hookkit.summary(ref, {"input_ids": (2, 6)}, dtypes="long")
+    b = hookkit.summary(placed, {"input_ids": (2, 6)}, dtypes="long")
+    assert not b.dry_run and b.total_params == a.total_params and b.param_bytes == a.param_bytes
+    assert b.total_mult_adds == a.total_mult_adds and b.tied == a.tied
+    assert [(r.name, r.output_shapes) for r in b.all_rows] == [(r.name, r.output_shapes) for r in a.all_rows]
 
 
 @pytest.mark.parametrize("verb", ["logit_lens", "attribute", "cam", "extract", "patching_sweep", "diff"])

@@ -78,9 +78,8 @@ def count_samples(batch: Any, b: int) -> int:
 def _default_forward(model: Any, be: Backend) -> Callable[[Any], Any]:
     """model(x) for a tensor, model(x) for (x, y, ...), model(**batch) for a dict; numpy arrays
     become tensors and tensors move to the model's device."""
-    params = be.parameters(model)
-    like = params[0] if params else None
-    device = be.device_of(like) if like is not None else None
+    device = be.input_device(model)  # a dispatched model's first parameters may be offloaded (meta)
+    like = next((p for p in be.parameters(model) if be.device_of(p) == device), None) if device is not None else None
 
     def prepare(x: Any) -> Any:
         if isinstance(x, np.ndarray):  # a writable copy when read-only (memory-mapped data)
