@@ -79,6 +79,16 @@ def test_init_empty_weights_model_with_real_buffers_and_tied_weights():
     assert rows(a) == rows(b) and a.total_params == b.total_params and a.tied == b.tied == ["transformer.wte.weight = lm_head.weight"]
 
 
+def test_meta_summary_of_given_inputs_and_a_bfloat16_model():
+    real, meta = build("llama", False), build("llama", True)
+    ids = {"input_ids": torch.randint(0, 100, (1, 8)), "attention_mask": torch.ones(1, 8, dtype=torch.long)}
+    a, b = hookkit.summary(real, input_data=ids, mode="train"), hookkit.summary(meta, input_data=ids, mode="train")
+    assert rows(a) == rows(b)
+    half = hookkit.summary(meta.to(torch.bfloat16), input_data=ids, mode="train")  # .to(dtype) allocates nothing on meta
+    assert half.param_bytes == a.param_bytes // 2 and 0 < half.saved_bytes < a.saved_bytes
+    assert half.memory_plan().param_dtype == "bfloat16"
+
+
 def test_a_forward_that_needs_values_names_the_layer():
     class ReadsValues(torch.nn.Module):
         def __init__(self):
@@ -86,7 +96,8 @@ def test_a_forward_that_needs_values_names_the_layer():
             self.emb = torch.nn.Embedding(10, 4)
 
         def forward(self, ids):
-            return self.emb(ids)[: int(ids.max())]  # the output's shape depends on the values
+            h = self.emb(ids)
+            return h[h > 0]  # the output's shape depends on the values of an activation (fake: none)
 
     with torch.device("meta"):
         model = ReadsValues()
@@ -133,6 +144,14 @@ def test_memory_plan_formulas_by_hand(llama_summary):
     assert data["parts"] == ck.parts and data["checkpointing"] == "blocks"
     text = str(ck)
     assert "total per rank" in text and "checkpointing blocks" in text and "2 x LlamaDecoderLayer" in text
+    import io
+
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, width=160).print(ck)
+    assert "total per rank" in buf.getvalue() and "optimizer_state" in buf.getvalue()
+    assert isinstance(ck, hookkit.MemoryPlan)
 
 
 @pytest.mark.parametrize(

@@ -72,20 +72,21 @@ class TorchMeta(Meta):
         buffers = {n: fake(b) for n, b in model.named_buffers()}
         swap = {**params, **buffers}
 
-        def move(obj: Any) -> Any:
-            return fake(obj) if isinstance(obj, torch.Tensor) else obj
+        def move(obj: Any) -> Any:  # inputs with data stay real: a check on token ids or masks sees their values
+            return fake(obj) if isinstance(obj, torch.Tensor) and obj.is_meta else obj
 
         def call(*a: Any, **kw: Any) -> Any:
-            with mode:
-                return functional_call(model, swap, a, kw, tie_weights=True, strict=False)
+            # no mode entered: an op with a fake tensor among its arguments runs in the fake mode (the real
+            # ones beside it converted), an op on real tensors only (a mask from the token ids) runs for real,
+            # as in the real model: `mask.all()` and friends read the values they would read there
+            return functional_call(model, swap, a, kw, tie_weights=True, strict=False)
 
         originals = dict(model.named_parameters())
 
         def backward(loss: Any) -> set[int]:
             if not isinstance(loss, torch.Tensor) or not loss.requires_grad:
                 return set()
-            with mode:
-                loss.backward()
+            loss.backward()
             reached = {id(originals[n]) for n, f in params.items() if f.grad is not None}
             for f in params.values():
                 f.grad = None

@@ -324,7 +324,15 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         columns=columns,
         masked_params=_masked(be, named, unique),
         notes=notes,
+        param_dtypes=_dtype_counts(be, params),
     )
+
+
+def _dtype_counts(be: Backend, params: list[Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for p in params:
+        counts[be.dtype_name(p)] = counts.get(be.dtype_name(p), 0) + be.numel(p)
+    return counts
 
 
 # -- failures -----------------------------------------------------------------------------------

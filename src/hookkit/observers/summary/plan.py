@@ -147,12 +147,13 @@ def memory_plan(
         fail("memory_plan", "master_weights", "True or False", master_weights, kind=ArgumentTypeError)
     if not s.total_params:
         fail("memory_plan", "summary", "a summary of a model with parameters", s.model_type)
-    run_size = max(1, round(s.param_bytes / s.total_params))  # the itemsize the summary ran with
-    pd = (
-        dtype_name(param_dtype, "memory_plan")
-        if param_dtype is not None
-        else next((k for k, v in ITEMSIZE.items() if v == run_size and "int" not in k), "float32")
-    )
+    # the dtype the summary ran with: the model's most common floating dtype (a quantized parameter
+    # reports the dtype it computes in), else the one of its bytes per parameter
+    floats = {k: n for k, n in s.param_dtypes.items() if k in ITEMSIZE and "int" not in k}
+    size = max(1, round(s.param_bytes / s.total_params))
+    run_dtype = max(floats, key=floats.__getitem__) if floats else next((k for k, v in ITEMSIZE.items() if v == size), "float32")
+    run_size = ITEMSIZE[run_dtype]
+    pd = dtype_name(param_dtype, "memory_plan") if param_dtype is not None else run_dtype
     gd = dtype_name(grad_dtype, "memory_plan") if grad_dtype is not None else pd
     bp, bg = _itemsize(pd, "param_dtype"), _itemsize(gd, "grad_dtype")
     n, P, T = ranks, s.total_params, s.trainable_params

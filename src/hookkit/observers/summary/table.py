@@ -89,6 +89,8 @@ class Summary:
     training: dict[str, Any] | None = None
     #: the forward ran on fake tensors: the model's weights hold no data (meta device; ``dryrun``)
     dry_run: bool = False
+    #: parameters per dtype name (``{"bfloat16": 70_553_706_496}``), tied ones once
+    param_dtypes: dict[str, int] = field(default_factory=dict)
 
     def memory_plan(self, ranks: int = 1, sharding: str = "ddp", **options: Any) -> Any:
         """Per-rank training memory of this model and input under a parallel plan (``plan.memory_plan``):
@@ -134,6 +136,7 @@ class Summary:
             "saved_bytes": self.saved_bytes,
             "training": None if self.training is None else dict(self.training),
             "dry_run": self.dry_run,
+            "param_dtypes": dict(self.param_dtypes),
         }
 
     @classmethod
@@ -167,6 +170,7 @@ class Summary:
             saved_bytes=data.get("saved_bytes", 0),
             training=data.get("training"),
             dry_run=data.get("dry_run", False),
+            param_dtypes=dict(data.get("param_dtypes", {})),
         )
 
     def table(self) -> tuple[list[str], list[list[str]], list[str]]:
