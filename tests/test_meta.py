@@ -226,6 +226,12 @@ def test_cli_meta_errors(capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+def test_cli_meta_refuses_a_paddle_model(capsys):
+    pytest.importorskip("paddle")
+    assert cli_main(["summary", "test_summary:make_mlp", "--kw", "framework=paddle", "--meta", "--input-size", "1,5"]) == 2
+    assert "only PyTorch has a meta device" in capsys.readouterr().err
+
+
 def test_cli_config_needs_a_transformers_class(capsys):
     assert cli_main(["summary", "test_summary:make_mlp", "--config", "{}", "--input-size", "1,5"]) == 2
     assert "is not a transformers model class" in capsys.readouterr().err

@@ -193,6 +193,11 @@ def load_model(
         raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}"[:500]) from None
     if not is_model(model):
         raise TargetError(f"{target} returned {type(model).__name__}, not a model (torch.nn.Module or paddle.nn.Layer)")
+    if meta:
+        try:
+            backend_for(model).family("meta").empty_init()
+        except NotImplementedError:
+            raise TargetError(f"--meta: {target} built a {backend_for(model).name} model, and only PyTorch has a meta device") from None
     if weights is not None and not folder:
         _load_file(model, weights)
     return model
