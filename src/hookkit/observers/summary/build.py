@@ -15,6 +15,7 @@ from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, ch
 from hookkit.observers.summary import dryrun
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
+from hookkit.observers.summary.params import dtype_counts, param_bytes, quantized_notes
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
 from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summary
 
@@ -254,36 +255,6 @@ def _masked(be: Backend, named: list, unique: dict[int, Any]) -> int:
     return masked
 
 
-def _quantized_ops(be: Backend) -> Any:
-    try:
-        return be.family("quantized")
-    except NotImplementedError:
-        return None
-
-
-def _param_bytes(be: Backend, p: Any) -> int:
-    """A parameter's bytes: a quantized one's inner tensors (integer data, scales), else numel x itemsize."""
-    ops = _quantized_ops(be)
-    real = ops.nbytes(p) if ops is not None else None
-    return be.numel(p) * be.itemsize(p) if real is None else real
-
-
-def _quantized_notes(be: Backend, unique: dict[int, Any]) -> list[str]:
-    """One note per kind of quantized parameter: how many, which type, the bytes per parameter."""
-    ops = _quantized_ops(be)
-    kinds: dict[str, list[Any]] = {}
-    for p in unique.values():
-        kind = ops.describe(p) if ops is not None else None
-        if kind is not None:
-            kinds.setdefault(kind, []).append(p)
-    notes = []
-    for kind, ps in kinds.items():
-        n = sum(be.numel(p) for p in ps)
-        size = sum(ops.nbytes(p) for p in ps)
-        notes.append(f"quantized: {len(ps)} parameters are {kind}, {n:,} values in {size:,} bytes ({size / n:.3g} bytes per parameter)")
-    return notes
-
-
 def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int, columns: tuple, notes: list[str]) -> Summary:
     owners, unique = _param_info(be, named)
     tied_ids = {pid for pid, names in owners.items() if len(names) > 1}
@@ -307,7 +278,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
     params = [p for p in unique.values() if _initialized(be, p)]
     if len(params) < len(unique):
         notes = [*notes, f"{len(unique) - len(params)} parameters of lazy layers are not initialized yet: not counted (give an input)"]
-    notes = notes + _quantized_notes(be, unique)
+    notes = notes + quantized_notes(be, unique)
     return Summary(
         model_type=be.type_name(model),
         framework=be.name,
@@ -315,7 +286,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         all_rows=rows,
         total_params=sum(be.numel(p) for p in params),
         trainable_params=sum(be.numel(p) for p in params if be.requires_grad(p)),
-        param_bytes=sum(_param_bytes(be, p) for p in params),
+        param_bytes=sum(param_bytes(be, p) for p in params),
         input_bytes=0,
         activation_bytes=sum(r.output_bytes for r in rows if r.leaf),
         total_mult_adds=0,
@@ -324,15 +295,8 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         columns=columns,
         masked_params=_masked(be, named, unique),
         notes=notes,
-        param_dtypes=_dtype_counts(be, params),
+        param_dtypes=dtype_counts(be, params),
     )
-
-
-def _dtype_counts(be: Backend, params: list[Any]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for p in params:
-        counts[be.dtype_name(p)] = counts.get(be.dtype_name(p), 0) + be.numel(p)
-    return counts
 
 
 # -- failures -----------------------------------------------------------------------------------
