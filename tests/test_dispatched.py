@@ -147,6 +147,19 @@ def test_logit_lens_and_patching_sweep(pair):
     assert np.array_equal(lens_a.top(3)[0], lens_b.top(3)[0])
 
 
+def test_attention_patterns_and_attribution_patching(pair):
+    def run(model, layers):
+        patterns = hookkit.attention_patterns(model, IDS)
+        scores = hookkit.attribution_patching(model, IDS, CORRUPT, layers[:2], metric=lambda out: out.logits[:, -1, 7])
+        return patterns, scores
+
+    (pa, sa), (pb, sb) = both(pair, run)
+    assert pa.keys() == pb.keys() and len(pa) >= 3
+    for name in pa:
+        close(pa[name], pb[name])
+    close(sa, sb)
+
+
 def test_attribute(pair):
     def run(model, layers):
         emb = "transformer.wte" if "transformer.h.0" in layers else "model.embed_tokens"
@@ -227,7 +240,9 @@ def test_summary_of_a_dispatched_model_equals_the_in_memory_one(gpt2):
     assert [(r.name, r.output_shapes) for r in b.all_rows] == [(r.name, r.output_shapes) for r in a.all_rows]
 
 
-@pytest.mark.parametrize("verb", ["logit_lens", "attribute", "cam", "extract", "patching_sweep", "diff"])
+@pytest.mark.parametrize(
+    "verb", ["logit_lens", "attribute", "cam", "extract", "patching_sweep", "diff", "attention_patterns", "attribution_patching"]
+)
 def test_a_model_without_data_is_refused_naming_the_layer(verb, tmp_path):
     with torch.device("meta"):
         meta = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=32, n_head=4, vocab_size=100))
@@ -238,6 +253,10 @@ def test_a_model_without_data_is_refused_naming_the_layer(verb, tmp_path):
         "extract": lambda: hookkit.extract(meta, [IDS], "transformer.h.0", tmp_path / "x"),
         "patching_sweep": lambda: hookkit.patching_sweep(meta, IDS, CORRUPT, "transformer.h.0", metric=lambda o: o.logits[:, -1, 0]),
         "diff": lambda: hookkit.diff(meta, copy.deepcopy(meta), IDS),
+        "attention_patterns": lambda: hookkit.attention_patterns(meta, IDS),
+        "attribution_patching": lambda: hookkit.attribution_patching(
+            meta, IDS, CORRUPT, "transformer.h.0", metric=lambda o: o.logits[:, -1, 0]
+        ),
     }
     with pytest.raises(ValueError) as info:
         calls[verb]()

@@ -21,7 +21,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_model
+from hookkit.core.validate import check_bool, check_model, check_runnable
 
 
 def attribution_patching(
@@ -40,6 +40,7 @@ def attribution_patching(
     >>> est = hookkit.attribution_patching(model, clean_ids, corrupt_ids, "transformer.h.*", metric)   # doctest: +SKIP
     """
     be = check_model(model, fn="attribution_patching")
+    check_runnable(be, model, fn="attribution_patching")
     check_bool(heads, fn="attribution_patching", arg="heads")
     check_bool(per_row, fn="attribution_patching", arg="per_row")
     setup = check_pair(be, model, clean, corrupted, metric, positions, "attribution_patching")

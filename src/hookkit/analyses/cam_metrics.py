@@ -24,7 +24,7 @@ from hookkit.analyses.cam import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, fail
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, check_runnable, fail
 
 METRICS = ("road-most-relevant-first", "road-least-relevant-first", "road-combined", "confidence-drop")
 PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
@@ -125,6 +125,7 @@ def cam_metric(
     """
     fn = "cam_metric"
     be = check_model(model, fn=fn)
+    check_runnable(be, model, fn=fn)
     check_choice(metric, METRICS, fn=fn, arg="metric")
     check_bool(eval, fn=fn, arg="eval")
     check_number(noise, fn=fn, arg="noise", low=0.0)

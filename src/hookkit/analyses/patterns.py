@@ -22,7 +22,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_model
+from hookkit.core.validate import check_model, check_runnable
 from hookkit.interventions.heads import check_heads
 
 
@@ -48,6 +48,7 @@ def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, head
     >>> pats["model.layers.0.self_attn"].shape     # [B, 2, T, T]
     """
     be = check_model(model, fn="attention_patterns")
+    check_runnable(be, model, fn="attention_patterns")
     check_inputs(be, inputs, "attention_patterns")
     targets = attention_layers(model, layers, "attention_patterns")
     sel = {}
