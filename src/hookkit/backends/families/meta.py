@@ -5,7 +5,7 @@ accelerate (layers offloaded to the CPU or to disk, run through its hooks).
 ``dry_run`` prepares the summary's forward on fake tensors: every tensor without data is replaced,
 for that forward only, by a fake one (shape, dtype, strides and device, no storage), so the real
 forward runs and every column of the summary is filled without allocating weights or activations.
-``execution_device`` is where a dispatched layer runs (its inputs are moved there by accelerate)."""
+``dataless`` leaves out layers whose weights accelerate's offload hooks load at call time."""
 
 from __future__ import annotations
 
@@ -58,7 +58,3 @@ class Meta:
     def empty_init(self) -> Any:
         """A context manager under which the framework builds layers without allocating their weights."""
         raise NotImplementedError("meta.empty_init: this framework has no meta device")
-
-    def execution_device(self, layer: Any) -> Any:
-        """The device a dispatched layer runs on (accelerate's ``AlignDevicesHook.execution_device``), or None."""
-        return None

@@ -107,13 +107,5 @@ class TorchMeta(Meta):
     def empty_init(self) -> Any:
         return torch.device("meta")  # parameters and buffers on the meta device: nothing allocated
 
-    def execution_device(self, layer: Any) -> Any:
-        hook = getattr(layer, "_hf_hook", None)
-        for h in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
-            dev = getattr(h, "execution_device", None)
-            if dev is not None:
-                return torch.device(dev) if not isinstance(dev, torch.device) else dev
-        return None
-
 
 OPS = TorchMeta()
