@@ -3,10 +3,12 @@
 
 A plain forward on meta tensors runs every op's meta kernel, but meta is a device of its own: the
 kernels chosen (SDPA's flash/math paths, the layouts they save) are not the CPU's or the GPU's, and
-a model that reads its token ids or masks (``.item()``, ``.all()``) cannot be run. Fake tensors
-say which device they stand for, so dispatch picks that device's kernels, and data-free checks
-run; only ops whose output shape depends on values (``nonzero``, ``.item()``) still fail, naming
-the layer."""
+a model that reads its token ids or masks (``.item()``, ``.all()``) cannot be run. Here only the
+weights and buffers without data become fake tensors standing for a real device; the inputs keep
+their values and no mode is entered, so an op on a fake tensor runs fake while an op on the inputs
+alone (a mask, positions) runs for real, as in the real model. An op whose output shape depends on
+the values of an activation still fails, and the summary names the layer.
+"""
 
 from __future__ import annotations
 
