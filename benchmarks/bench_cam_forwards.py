@@ -30,7 +30,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(__file__))
 import bench_cam as B  # noqa: E402
 import hookkit  # noqa: E402
-from hookkit.analyses import cam as camlib  # noqa: E402
+from hookkit.analyses.cam import forwards  # noqa: E402
+from hookkit.analyses.cam import template as camlib  # noqa: E402
 from hookkit.analyses.targets import logits_of  # noqa: E402
 
 
@@ -63,7 +64,7 @@ def channels(model, layer, reshape, x) -> int:
 
 
 def every_row(self, masks):
-    """``_Layer.masked_scores`` without the shared zero input: every row runs."""
+    """``LayerView.masked_scores`` without the shared zero input: every row runs."""
     m, run, x = self.m, self.run, self.x
     n, c = masks.shape[0], masks.shape[1]
     flat = m.reshape(masks, [n * c, 1, *self.size])
@@ -78,15 +79,15 @@ def every_row(self, masks):
 
 @contextlib.contextmanager
 def variant(share: bool, channels_last: bool):
-    saved = camlib._Layer.masked_scores, camlib._Run.forward_masked
+    saved = forwards.LayerView.masked_scores, camlib._Run.forward_masked
     if not share:
-        camlib._Layer.masked_scores = every_row
+        forwards.LayerView.masked_scores = every_row
     if not channels_last:
         camlib._Run.forward_masked = lambda self, rows: self.model(rows)
     try:
         yield
     finally:
-        camlib._Layer.masked_scores, camlib._Run.forward_masked = saved
+        forwards.LayerView.masked_scores, camlib._Run.forward_masked = saved
 
 
 VARIANTS = {"hookkit": (True, True), "no dead sharing": (False, True), "no channels-last": (True, False), "neither": (False, False)}

@@ -288,7 +288,7 @@ def conditioning(gc, cs, rows) -> None:
     """Cases over 1e-4: both sides in float32 and in float64 against hookkit's float64 maps (activations
     kept in float64 for this check). Equal arithmetic shows as float64 agreement; pytorch-grad-cam's
     ScoreCAM keeps its scores float32 (``torch.Tensor(scores)``) even for a float64 model."""
-    from hookkit.analyses import cam as cam_module
+    from hookkit.analyses.cam import template as cam_module
 
     print("\nover 1e-4, in float64 (max abs difference):")
     for (name, method), d in rows.items():

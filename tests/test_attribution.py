@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.core.validate import HookkitError
+from hookkit.core.errors import HookkitError
 from models import hooks_left
 
 RULES = ["gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid"]
@@ -217,7 +217,7 @@ def test_internal_batching_gives_the_same_result(fw, rng, method):
 
 
 def test_chunk_plans():
-    from hookkit.analyses.attribution_budget import Plan, plan_chunks, spans
+    from hookkit.analyses.attribution.budget import Plan, plan_chunks, spans
 
     assert plan_chunks(4, 50, None) == Plan(4, 50)
     assert plan_chunks(4, 50, 10) == Plan(4, 2)  # captum: internal_batch_size // N points per forward
@@ -393,3 +393,14 @@ def test_auto_chunks_follow_the_budget_also_for_a_frozen_model(fw, rng):
         assert len(chunks) >= 4 and max(chunks) * 256 <= 16 << 10 and sum(chunks) == 32 * 4
         if layer is not None:
             np.testing.assert_allclose(np_(fw, got), np_(fw, whole), rtol=1e-5, atol=1e-6)
+
+
+def test_attribute_options_are_attributes_keywords_with_its_defaults():
+    """``attribute``'s keywords are declared in its signature and held in ``AttributeOptions``: the two agree."""
+    import dataclasses
+    import inspect
+
+    from hookkit.analyses.attribution.job import AttributeOptions
+
+    keywords = {n: p.default for n, p in inspect.signature(hookkit.attribute).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert keywords == {f.name: f.default for f in dataclasses.fields(AttributeOptions)}

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.analyses.cam_layouts import token_grid
-from hookkit.analyses.cam_metrics import impute
+from hookkit.analyses.cam.layouts import token_grid
+from hookkit.analyses.cam.metrics import impute
 from hookkit.core import router
 
 METHODS = ["gradcam", "hirescam", "gradcam++", "xgradcam", "gradcam-elementwise", "layercam", "eigencam", "eigengradcam",
@@ -347,7 +347,7 @@ def test_vit_tokens_drop_the_prefix_and_find_the_grid(fw, prefix):
     for method in ("gradcam", "gradcam++", "ablationcam"):
         auto = hookkit.cam(model, "mix", x, method, target=[0, 2, 1])
         np.testing.assert_allclose(auto, hookkit.cam(model, "mix", x, method, target=[0, 2, 1], reshape=by_hand), atol=1e-6)
-        np.testing.assert_allclose(auto, hookkit.cam(model, "mix", x, method, target=[0, 2, 1], prefix_tokens=prefix), atol=1e-7)
+        np.testing.assert_allclose(auto, hookkit.cam(model, "mix", x, method, target=[0, 2, 1], prefix_tokens=prefix), atol=1e-6)
     with pytest.raises(ValueError, match="mix.*prefix_tokens=2.*reshape="):
         hookkit.cam(model, "mix", x, prefix_tokens=2)
 
@@ -596,6 +596,28 @@ def test_out_streams_maps_and_resumes(fw, tmp_path):
         hookkit.cam(model, "conv2", batches, target=[1, 2, 3], out=tmp_path / "d")
 
 
+def test_out_resumed_with_other_batches_is_refused(fw, tmp_path):
+    """``cam(out=)`` writes through extract's folder writer: a resume checks the batches written before
+    (sizes, and no fewer batches than written), as ``extract`` does."""
+    model = tiny_cnn(fw)
+    x = images(n=7, seed=6)
+
+    def interrupted():
+        yield x[:3]
+        yield x[3:5]
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        hookkit.cam(model, "conv2", interrupted(), out=tmp_path / "c", shard_size=1)
+    with pytest.raises(hookkit.ExtractError, match=r"cam\(out=.*batch 1 holds 1 samples but held 2 in the interrupted run; resuming"):
+        hookkit.cam(model, "conv2", [x[:3], x[3:4]], out=tmp_path / "c", shard_size=1)
+    with pytest.raises(hookkit.ExtractError, match=r"cam\(out=.*data gave 1 batches, fewer than the 2 already written"):
+        hookkit.cam(model, "conv2", [x[:3]], out=tmp_path / "c", shard_size=1)
+    with pytest.raises(hookkit.ExtractError, match=r"cam\(inputs=\.\.\.\): the data gave no batches"):
+        hookkit.cam(model, "conv2", iter([]), out=tmp_path / "e")
+    assert hookkit.cam(model, "conv2", [x[:3], x[3:5], x[5:]], out=tmp_path / "c", shard_size=1).count == 7
+
+
 # -- Paddle = torch, on paddle.vision's LeNet with the same weights ----------------------------------------------
 def test_paddle_lenet_gives_torch_maps_with_the_same_weights(torch_fw, paddle_fw):
     import paddle
@@ -702,3 +724,36 @@ def test_paddle_nhwc_convolution(paddle_fw):
     g = paddle_fw.numpy(grad_of(paddle_fw, logits[0, 1] + logits[1, 2], a)).transpose(0, 3, 1, 2)
     cam = (g.mean((2, 3), keepdims=True) * paddle_fw.numpy(a).transpose(0, 3, 1, 2)).sum(1)
     np.testing.assert_allclose(maps, finish(cam, (8, 8)), atol=TOL)
+
+
+def test_cam_options_are_cams_keywords_with_its_defaults(fw):
+    """``cam``'s keywords are typed once (``CamKeywords``, besides ``as_tensor`` / ``out``) and held with their
+    defaults in ``CamOptions``: the two agree, and an unknown keyword is refused as Python refuses it."""
+    import dataclasses
+    import inspect
+
+    from hookkit.analyses.cam.call import CamKeywords, CamOptions
+
+    keywords = [n for n, p in inspect.signature(hookkit.cam).parameters.items() if p.kind is p.KEYWORD_ONLY]
+    assert set(CamKeywords.__annotations__) | set(keywords) == {f.name for f in dataclasses.fields(CamOptions)}
+    assert keywords == ["as_tensor", "out"]
+    with pytest.raises(TypeError, match=r"^cam\(\) got an unexpected keyword argument 'smooth'$"):
+        hookkit.cam(tiny_cnn(fw), "conv2", fw.tensor(images(n=2)), smooth=True)
+
+
+def test_old_module_paths_import_the_moved_modules_with_one_warning():
+    import importlib
+    import sys
+
+    from hookkit.analyses.cam import layouts
+    from hookkit.core import deprecation
+
+    for old in ("hookkit.analyses.cam_layouts", "hookkit.observers.gradcam"):
+        sys.modules.pop(old, None)
+        deprecation._warned.discard(old)
+    with pytest.warns(FutureWarning, match=r"hookkit\.analyses\.cam_layouts is deprecated .*use hookkit\.analyses\.cam\.layouts"):
+        from hookkit.analyses.cam_layouts import token_grid  # noqa: F401
+    assert importlib.import_module("hookkit.analyses.cam_layouts") is layouts
+    assert token_grid is layouts.token_grid
+    with pytest.warns(FutureWarning, match=r"hookkit\.observers\.gradcam is deprecated .*use hookkit\.analyses\.cam\.shortcuts"):
+        assert importlib.import_module("hookkit.observers.gradcam").gradcam is hookkit.gradcam

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import hookkit
-from hookkit.analyses.cam_layouts import token_grid
+from hookkit.analyses.cam.layouts import token_grid
 from hookkit.core.validate import InvalidArgument
 
 torch = pytest.importorskip("torch")

@@ -284,7 +284,7 @@ def _monitor(**kwargs):
 
 
 def _quadrature(rule, n):
-    from hookkit.analyses.attribution_rules import quadrature
+    from hookkit.analyses.attribution.rules import quadrature
 
     return quadrature(rule, n)
 

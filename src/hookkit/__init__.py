@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
 from hookkit.analyses.attribution_patching import attribution_patching
-from hookkit.analyses.cam import cam
-from hookkit.analyses.cam_metrics import cam_metric
+from hookkit.analyses.cam import cam, gradcam, gradcam_plus_plus
+from hookkit.analyses.cam.metrics import cam_metric
 from hookkit.analyses.diff import diff
-from hookkit.analyses.diff_result import Diff
+from hookkit.analyses.diff.result import Diff
 from hookkit.analyses.lens import LensResult, logit_lens
 from hookkit.analyses.patching import patching_sweep
 from hookkit.analyses.patterns import attention_patterns
@@ -60,12 +60,13 @@ from hookkit.observers.compat import (
 )
 from hookkit.observers.extract import extract
 from hookkit.observers.features import ExtractError, FeatureArray, Features, FeaturesError, load_features
-from hookkit.observers.gradcam import gradcam, gradcam_plus_plus
+from hookkit.observers.graph import Graph, GraphWarning, graph  # graph of one forward (issue 45)
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
 from hookkit.observers.summary.plan import MemoryPlan
+from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
     from hookkit.apps.report import report
@@ -151,13 +152,21 @@ __all__ = [
     "UnsupportedModel",
     "watch_nonfinite",
     "WeightStats",
+    "ops",
+    "Operation",
+    "Operations",
+    "SourceUnavailable",
+    # graph of one forward (issue 45)
+    "graph",
+    "Graph",
+    "GraphWarning",
     "MemoryPlan",
 ]
 
 
 def __getattr__(name: str) -> object:
     if name == "report":
-        from hookkit.apps.report import report
+        from hookkit.apps.report import report  # lazy: an app (it loads matplotlib), on first use
 
         globals()["report"] = report
         return report

@@ -80,6 +80,9 @@ def run() -> None:
     handle.remove()
     assert_type(hookkit.remove_all(model), int)
     assert_type(hookkit.__version__, str)
+    g = hookkit.graph(model, x)  # hookkit.graph (issue 45)
+    assert_type(g, hookkit.Graph)
+    assert_type(g.edge_pairs(), list[tuple[str, str]])
     lens()
 
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hookkit.analyses.diff_pairing import Map, check_map, name_pairs, resolve
+from hookkit.analyses.diff.pairing import Map, check_map, name_pairs, resolve
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import HookkitError
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_model, fail
-
-FN = "port_weights"
 
 
 class PortError(HookkitError, ValueError):
@@ -41,6 +40,7 @@ def _dotted(layer: str, name: str) -> str:
     return f"{layer}.{name}" if layer else name
 
 
+@public_entry("port_weights")
 def port_weights(src: Layer, dst: Layer, map: Map = None) -> Ported:
     """Copy every parameter and buffer of ``src`` into ``dst`` (PyTorch <-> PaddlePaddle, or within one
     framework): linear weights transposed where the layer types store them differently, BatchNorm's
@@ -53,76 +53,96 @@ def port_weights(src: Layer, dst: Layer, map: Map = None) -> Ported:
     Ported(38 tensors copied; skipped (no counterpart): bn1.num_batches_tracked)
     >>> hookkit.port_weights(torch_model, paddle_model, map={"blocks.*.fc": "layers.*.linear"})   # doctest: +SKIP
     """
-    be_s = check_model(src, fn=FN, arg="src")
-    be_d = check_model(dst, fn=FN, arg="dst")
+    fn = entry_name()
+    be_s = check_model(src, fn=fn, arg="src")
+    be_d = check_model(dst, fn=fn, arg="dst")
     if src is dst:
-        fail(FN, "dst", "a model other than src", dst)
-    check_map(map, FN)
+        fail(fn, "dst", "a model other than src", dst)
+    check_map(map)
     if isinstance(map, str):
-        fail(FN, "map", "None, a dict {src name or glob: dst name} or a callable f(src_name) -> dst_name", map)
+        fail(fn, "map", "None, a dict {src name or glob: dst name} or a callable f(src_name) -> dst_name", map)
     ops_s, ops_d = be_s.family("porting"), be_d.family("porting")
-    layers_s = {n: ops_s.layer_state(m) for n, m in be_s.named_layers(src)}
-    layers_d = {n: ops_d.layer_state(m) for n, m in be_d.named_layers(dst)}
-    layers_s = {n: s for n, s in layers_s.items() if s}
-    layers_d = {n: s for n, s in layers_d.items() if s}
+    layers_s, layers_d = _states(be_s, ops_s, src), _states(be_d, ops_d, dst)
     names_s = [n for n, _ in be_s.named_layers(src) if n]
     names_d = [n for n, _ in be_d.named_layers(dst) if n]
-    covered = resolve(map, names_s, names_d, FN, "src", "dst")
-    pairs = name_pairs([n for n in layers_s if n], names_d, covered)
+    pairs = name_pairs([n for n in layers_s if n], names_d, resolve(map, names_s, names_d, "src", "dst"))
     if "" in layers_s:
         pairs[""] = ""
-
-    problems: list[str] = []
-    plan: list[tuple[Any, Any, str, str]] = []  # (src entry, dst entry, src name, dst name)
-    result = Ported()
-    claimed: set[tuple[str, str]] = set()
+    porting = _Porting(be_s, be_d, layers_d)
     for ns, entries in layers_s.items():
-        nd = pairs.get(ns)
-        if nd is None or nd not in layers_d:
-            if all(e.bookkeeping for e in entries):
-                result.skipped += [_dotted(ns, e.native) for e in entries]
-            else:
-                where = "no layer of that name in dst" if nd is None else f"dst layer {nd or '(root)'!r} holds no state"
-                problems.append(f"src layer {ns or '(root)'!r} ({', '.join(e.native for e in entries)}): {where}")
-            continue
-        theirs = {e.canonical: e for e in layers_d.get(nd, [])}
-        for e in entries:
-            d = theirs.get(e.canonical)
-            if d is None:
-                if e.bookkeeping:
-                    result.skipped.append(_dotted(ns, e.native))
-                else:
-                    problems.append(
-                        f"{_dotted(ns, e.native)} has no counterpart in dst layer {nd or '(root)'!r} (it has: {', '.join(theirs) or 'nothing'})"
-                    )
-                continue
-            claimed.add((nd, e.canonical))
-            shape_s = _canonical_shape(be_s, e)
-            shape_d = _canonical_shape(be_d, d)
-            if shape_s != shape_d:
-                problems.append(
-                    f"{_dotted(ns, e.native)} {list(be_s.shape(e.tensor))} vs {_dotted(nd, d.native)} {list(be_d.shape(d.tensor))}: shapes differ{_layout_note(e, d)}"
-                )
-                continue
-            plan.append((e, d, _dotted(ns, e.native), _dotted(nd, d.native)))
-    for nd, entries in layers_d.items():
-        for d in entries:
-            if (nd, d.canonical) in claimed:
-                continue
-            if d.bookkeeping:
-                result.skipped.append(_dotted(nd, d.native))
-            else:
-                problems.append(f"dst {_dotted(nd, d.native)} would not be written: nothing in src pairs with it")
-    if problems:
+        porting.layer(ns, entries, pairs.get(ns))
+    porting.unclaimed()
+    if porting.problems:
+        problems = porting.problems
         shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
         raise PortError(f"port_weights(): nothing copied: {shown}. Give map={{src name or glob: dst name}} for layers named differently.")
-    for e, d, name_s, name_d in plan:
+    result = porting.result
+    for e, d, name_s, name_d in porting.plan:
         value = ops_s.read(e.tensor)
         if e.transposed != d.transposed:
             value = value.T
         ops_d.write(d.tensor, value)
         result.copied.append((name_s, name_d))
     return result
+
+
+def _states(be: Any, ops: Any, model: Any) -> dict[str, Any]:
+    """``{layer name: its state entries}`` of the layers that hold state."""
+    return {n: s for n, s in ((n, ops.layer_state(m)) for n, m in be.named_layers(model)) if s}
+
+
+class _Porting:
+    """The pairing of every state entry of src with one of dst, checked before anything is written:
+    ``plan`` (what to copy), ``problems`` (what cannot be paired), ``result.skipped`` (bookkeeping)."""
+
+    def __init__(self, be_s: Any, be_d: Any, layers_d: dict[str, Any]):
+        self.be_s, self.be_d, self.layers_d = be_s, be_d, layers_d
+        self.problems: list[str] = []
+        self.plan: list[tuple[Any, Any, str, str]] = []  # (src entry, dst entry, src name, dst name)
+        self.result = Ported()
+        self.claimed: set[tuple[str, str]] = set()
+
+    def layer(self, ns: str, entries: list[Any], nd: str | None) -> None:
+        """Pair the entries of src layer ``ns`` with those of dst layer ``nd``."""
+        if nd is None or nd not in self.layers_d:
+            if all(e.bookkeeping for e in entries):
+                self.result.skipped += [_dotted(ns, e.native) for e in entries]
+            else:
+                where = "no layer of that name in dst" if nd is None else f"dst layer {nd or '(root)'!r} holds no state"
+                self.problems.append(f"src layer {ns or '(root)'!r} ({', '.join(e.native for e in entries)}): {where}")
+            return
+        theirs = {e.canonical: e for e in self.layers_d.get(nd, [])}
+        for e in entries:
+            self.entry(ns, nd, e, theirs)
+
+    def entry(self, ns: str, nd: str, e: Any, theirs: dict[str, Any]) -> None:
+        d = theirs.get(e.canonical)
+        if d is None:
+            if e.bookkeeping:
+                self.result.skipped.append(_dotted(ns, e.native))
+            else:
+                self.problems.append(
+                    f"{_dotted(ns, e.native)} has no counterpart in dst layer {nd or '(root)'!r} (it has: {', '.join(theirs) or 'nothing'})"
+                )
+            return
+        self.claimed.add((nd, e.canonical))
+        if _canonical_shape(self.be_s, e) != _canonical_shape(self.be_d, d):
+            self.problems.append(
+                f"{_dotted(ns, e.native)} {list(self.be_s.shape(e.tensor))} vs {_dotted(nd, d.native)} {list(self.be_d.shape(d.tensor))}: shapes differ{_layout_note(e, d)}"
+            )
+            return
+        self.plan.append((e, d, _dotted(ns, e.native), _dotted(nd, d.native)))
+
+    def unclaimed(self) -> None:
+        """dst entries no src entry pairs with: bookkeeping is skipped, anything else is a problem."""
+        for nd, entries in self.layers_d.items():
+            for d in entries:
+                if (nd, d.canonical) in self.claimed:
+                    continue
+                if d.bookkeeping:
+                    self.result.skipped.append(_dotted(nd, d.native))
+                else:
+                    self.problems.append(f"dst {_dotted(nd, d.native)} would not be written: nothing in src pairs with it")
 
 
 def _canonical_shape(be: Any, e: Any) -> tuple[int, ...]:

@@ -7,8 +7,8 @@ scalar) that gets the model's whole output: a tensor, a tuple, a dict, a Hugging
 detection (a box's score) are one callable each. Class targets read the logits: the output itself,
 its ``logits`` entry, or its first tensor.
 
->>> check_target(target, n=8, fn="cam")                      # doctest: +SKIP
->>> scores = target_scores(backend, output, target, 8, fn="cam")   # [8], one per sample
+>>> check_target(target, n=8)                                 # doctest: +SKIP
+>>> scores = target_scores(backend, output, target, 8)        # [8], one per sample
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.entry import entry_name
 from hookkit.core.tree import first_tensor
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
 
@@ -25,8 +26,9 @@ Target = int | Sequence[Any] | Callable[[Any], Any] | None
 TARGETS = "None (the predicted class), an int class index, a list of one per sample, or a callable f(output) -> scores"
 
 
-def check_target(target: Any, n: int, fn: str) -> None:
+def check_target(target: Any, n: int) -> None:
     """What can be checked before the forward: the kind of target and, for a list, its length."""
+    fn = entry_name()
     if target is None or callable(target):
         return
     if isinstance(target, (bool, np.bool_)) or isinstance(target, (str, bytes, float, dict)):
@@ -60,11 +62,12 @@ def predicted_classes(backend: Any, output: Any, n: int) -> list[int]:
     return backend.to_numpy(logits).reshape(n, -1).argmax(axis=1).tolist()
 
 
-def target_scores(backend: Any, output: Any, target: Target, n: int, fn: str) -> Any:
+def target_scores(backend: Any, output: Any, target: Target, n: int) -> Any:
     """One score per sample ``[N]`` (a framework tensor on the output's device) for ``target``;
     a callable target that returns a scalar is returned as it is."""
     if callable(target):
         return target(output)
+    fn = entry_name()
     logits = logits_of(backend, output)
     if logits is None:
         raise InvalidArgument(f"{fn}(): the model returned no tensor to take a class score from; give target=f(output) -> scores")

@@ -187,6 +187,11 @@ class Core:
         """True when ``t`` holds no value (a zero-size batch); cheaper than ``numel(t) == 0`` on Paddle."""
         return 0 in t.shape
 
+    def view_base(self, t: Any) -> Any:
+        """The tensor ``t`` is a view of (``x.view(...)``, ``x[0]``, ``x.transpose(0, 1)``), or None:
+        ``hookkit.graph`` draws a view as the tensor it views. None where the framework does not say."""
+        return None
+
     def dtype_kind(self, t: Any) -> str:
         """ "float", "complex", "int" or "bool": what a feature can compute on ``t``."""
         name = self.dtype_name(t)
@@ -412,7 +417,7 @@ class Summary:
 
     def mult_add_counter(self) -> Any:
         """A fresh ``hookkit.backends.counting.MultAddCounter`` for one forward; this one counts nothing."""
-        from hookkit.backends.counting import MultAddCounter
+        from hookkit.backends.counting import MultAddCounter  # lazy: only hookkit.summary counts mult-adds, on its first use
 
         return MultAddCounter()
 

@@ -54,9 +54,10 @@ class Clock:
     of the thread-local slot; None between forwards, and for good once two threads ran forwards
     of the root at the same time."""
 
-    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "live", "__weakref__")
 
     def __init__(self) -> None:
+        self.live = True  # False once its last consumer went: the next one restarts it
         self.count = 0  # forwards started, all threads
         self.seqs = Sequences()  # token positions and generation steps of the root's forwards
         self.local = threading.local()
@@ -219,36 +220,35 @@ def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope
     return out
 
 
-_clocks: IdentityWeakMap[Clock] = IdentityWeakMap()
+_clocks: IdentityWeakMap[Clock] = IdentityWeakMap()  # root -> its clock, live or idle (its entry is made once)
 
 
 def clock_of(root: Any) -> Clock | None:
-    """The clock of ``root``, or None when no consumer was ever attached through it."""
-    return _clocks.get(root)
-
-
-_idle: IdentityWeakMap[Clock] = IdentityWeakMap()  # forgotten clocks, restarted by the next consumer
+    """The clock of ``root``, or None when no consumer uses it (none ever, or all removed)."""
+    clock = _clocks.get(root)
+    return clock if clock is not None and clock.live else None
 
 
 def clock_for(root: Any) -> Clock:
-    """The clock of ``root``, made on first use."""
+    """The clock of ``root``, made on first use; an idle one counts from step 0 again."""
     clock = _clocks.get(root)
     if clock is None:
-        clock = _idle.pop(root)
-        if clock is None:
-            clock = Clock()
-        else:
-            clock.restart()
-        _clocks[root] = clock
+        clock = _clocks[root] = Clock()
+    elif not clock.live:
+        clock.restart()
+    clock.live = True
     return clock
 
 
 def forget(root: Any) -> None:
     """Drop ``root``'s clock (``remove_all``, the last consumer gone): its next consumer starts
     counting at step 0."""
-    clock = _clocks.pop(root)
-    if clock is not None and not clock.users:
-        _idle[root] = clock
+    clock = _clocks.get(root)
+    if clock is None:
+        return
+    if clock.users:  # remove_all: the consumers' records go; a fresh clock for what comes next
+        _clocks.pop(root)
+    clock.live = False
 
 
 @contextmanager

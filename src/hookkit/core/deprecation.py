@@ -12,9 +12,16 @@
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any, TypeVar
+
+from hookkit.core.errors import ArgumentTypeError, fail
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -56,8 +63,6 @@ def renamed_argument(old: str, new: str, *, since: str, removed_in: str | None =
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if old in kwargs:
                 if new in kwargs:
-                    from hookkit.core.validate import ArgumentTypeError, fail
-
                     fail(
                         fn.__name__, old, f"left out when {new}= is given ({old}= is its former name)", kwargs[old], kind=ArgumentTypeError
                     )
@@ -68,3 +73,48 @@ def renamed_argument(old: str, new: str, *, since: str, removed_in: str | None =
         return wrapper  # type: ignore[return-value]
 
     return decorate
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """A meta path finder: ``import old.path`` returns the module now at ``new.path`` (one warning)."""
+
+    def __init__(self) -> None:
+        self.moved: dict[str, tuple[str, str]] = {}  # old module name -> (new module name, since)
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.moved:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        new, since = self.moved[spec.name]
+        warn_deprecated(spec.name, new, since=since, stacklevel=_importer_level())
+        return importlib.import_module(new)
+
+    def exec_module(self, module: Any) -> None:
+        """The module is the one at its new path, already run."""
+
+
+def _importer_level() -> int:
+    """``warn_deprecated``'s stacklevel naming the line that imported: past hookkit and the import machinery
+    (``warnings`` does not count the import machinery's frames)."""
+    frame: FrameType | None = sys._getframe(2)
+    level = 3  # warn_deprecated's caller's caller
+    while frame is not None:
+        root = frame.f_globals.get("__name__", "").partition(".")[0]
+        if root not in ("hookkit", "importlib", "_frozen_importlib", "_frozen_importlib_external"):
+            return level
+        level += root == "hookkit"
+        frame = frame.f_back
+    return 2
+
+
+_MOVED = _MovedModules()
+
+
+def moved_modules(moved: dict[str, str], *, since: str) -> None:
+    """Old module paths that keep importing as the modules now at the new paths, each warning once:
+    ``moved_modules({"hookkit.analyses.cam_methods": "hookkit.analyses.cam.methods"}, since="0.4")``."""
+    _MOVED.moved.update({old: (new, since) for old, new in moved.items()})
+    if _MOVED not in sys.meta_path:
+        sys.meta_path.insert(0, _MOVED)

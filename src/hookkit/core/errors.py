@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import numbers
 import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from hookkit.core.entry import entry_name
 
 
 class HookkitError(Exception):
@@ -96,3 +101,54 @@ class NonFiniteError(HookkitError, FloatingPointError):
     @hookkit_layer.setter
     def hookkit_layer(self, value: str) -> None:
         pass
+
+
+# -- argument errors (``core.validate`` re-exports these; ``core.registry`` raises them too) ---------
+def _no_framework(value: Any) -> str:
+    return ""
+
+
+#: the registered framework of a value's class; ``core.registry`` sets it (it imports this module)
+_framework_of: Callable[[Any], str] = _no_framework
+
+
+class InvalidArgument(HookkitError, ValueError):
+    """A public argument has a value hookkit cannot use (out of range, NaN, wrong length...)."""
+
+
+class ArgumentTypeError(HookkitError, TypeError, ValueError):
+    """A public argument has a type hookkit cannot use (a string for a number, a non-callable...).
+    Also a ValueError: code written when these checks raised ValueError keeps catching them."""
+
+
+_MAX_REPR = 80
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to 80 characters; a tensor or array as its kind, shape and dtype."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype") and not isinstance(value, numbers.Number):
+        try:
+            dims = ", ".join(str(int(s)) for s in shape)
+        except (TypeError, ValueError):
+            dims = "?"
+        return (
+            f"{_framework_of(value) or type(value).__module__.split('.')[0]} {type(value).__name__} of shape [{dims}], dtype {value.dtype}"
+        )
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
+
+
+def fail(
+    fn: str | None, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument, cause: BaseException | None = None
+) -> NoReturn:
+    """Raise ``kind`` with hookkit's message: ``fn(): arg must be <valid>; got <value>`` (chained
+    to ``cause`` when given: the error that showed the argument unusable). ``fn`` None: the public
+    function the user called (``core.entry``)."""
+    exc = kind(f"{fn or entry_name()}(): {arg} must be {valid}; got {shown(value)}")
+    if cause is not None:
+        raise exc from cause
+    raise exc

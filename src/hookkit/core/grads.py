@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookkit.core.events import Consumer, GradEvent, ordered, run
 from hookkit.core.handles import Handle
+from hookkit.core.registry import backend_for
 from hookkit.core.tree import leaves
 
 if TYPE_CHECKING:
@@ -219,6 +220,5 @@ def param_consumer(backend: Backend, target: tuple, consumer: Consumer) -> tuple
 
 def hook_tensor(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
     """One native gradient hook ``fn(grad) -> None | grad`` on a tensor (``hookkit.on_grad``)."""
-    from hookkit.core.registry import backend_for
 
     return Handle(backend_for(tensor).hook_tensor(tensor, fn).remove)

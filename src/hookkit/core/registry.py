@@ -15,7 +15,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookkit.core.errors import UnsupportedModel
+from hookkit.core import errors
+from hookkit.core.errors import ArgumentTypeError, UnsupportedModel, fail
 
 if TYPE_CHECKING:
     from hookkit.backends.base import Backend
@@ -58,8 +59,6 @@ def register_backend(name: str, module: str, backend: str | type, *, package: st
 
 
 def _refuse(arg: str, valid: str, value: Any) -> None:
-    from hookkit.core.validate import ArgumentTypeError, fail  # imported here: validate imports this module
-
     fail("register_backend", arg, valid, value, kind=ArgumentTypeError)
 
 
@@ -90,8 +89,6 @@ def backend_named(name: str) -> Backend:
     """
     reg = _registry.get(name)
     if reg is None:
-        from hookkit.core.validate import fail  # imported here: validate imports this module
-
         fail("backend_named", "name", "one of " + ", ".join(map(repr, _registry)), name)
     if importlib.util.find_spec(reg.module.partition(".")[0]) is None:
         raise ImportError(f"{reg.module} is not installed (pip install {reg.package})")
@@ -148,3 +145,4 @@ def backend_for(obj: Any) -> Backend:
 
 register_backend("torch", "torch", "hookkit.backends.torch:TorchBackend", package="torch")
 register_backend("paddle", "paddle", "hookkit.backends.paddle:PaddleBackend", package="paddlepaddle")
+errors._framework_of = framework_of  # argument errors name a tensor's framework

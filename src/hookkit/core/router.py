@@ -58,7 +58,7 @@ class LayerHooks(GradPlumbing):
     __slots__ = (
         "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
         # read by the dispatchers instead of ``consumers``; derived again at the first call after a change
-        "_pre", "_fwd", "_fwd_fns", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
+        "_pre", "_fwd", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
     )
     # fmt: on
 
@@ -71,7 +71,6 @@ class LayerHooks(GradPlumbing):
         # tuples of consumers, their functions, scopes
         self._pre: tuple[Consumer, ...] = ()
         self._fwd: tuple[Consumer, ...] = ()
-        self._fwd_fns: tuple[Callable[[Event], Any], ...] = ()
         self._scopes: tuple[Scope, ...] = ()
         # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
         # are, the plain one when alone, whether gradients are wanted or the layer is a root)
@@ -129,7 +128,7 @@ class LayerHooks(GradPlumbing):
     def _invalidate(self) -> None:
         """Derive the dispatch state again at the next call; until then nothing derived keeps a
         removed consumer (and what it holds) alive."""
-        self._hot, self._stale, self._pre, self._fwd, self._fwd_fns, self._scopes = None, True, (), (), (), ()
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
 
     def _derive(self) -> None:
         c = self.consumers
@@ -143,7 +142,7 @@ class LayerHooks(GradPlumbing):
             plain = None if None in plains else plains
             single = plain[0] if plain is not None and len(plain) == 1 else None
             hot = (scopes[0], scopes[0].clock, fns, plain, single, bool(grad or bwd) or self.root_clock is not None)
-        self._pre, self._fwd, self._fwd_fns, self._scopes = pre, fwd, fns, scopes
+        self._pre, self._fwd, self._scopes = pre, fwd, scopes
         self._wants_grads, self._has_backward = bool(grad or bwd), bool(bwd)
         self._hot, self._stale = hot, False
 
@@ -172,53 +171,65 @@ class LayerHooks(GradPlumbing):
 
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         # The hot path: runs at every call of every hooked layer. One root, one thread in its
-        # forward: the call is counted on the scope and its Event built inline; anything else
-        # (several roots or threads, a recompute, a transform, a call after the root's forward)
-        # takes the general path.
+        # forward: the call is counted on the scope and the consumers run (``_run_hot``); anything
+        # else (several roots or threads, a recompute, a transform, a call after the root's
+        # forward) takes the general path.
         hot = self._hot
-        if hot is None and self._stale:
+        if hot is None:
+            if not self._stale:
+                if not self._scopes and self.root_clock is not None:  # a root with no consumers of its own
+                    if not self._in_backward():
+                        self.root_clock.finish()
+                    return None
+                return self._on_post_general(layer, args, kwargs, output)
             self._derive()
             hot = self._hot
-        if hot is not None:
-            scope, clock, fns, plain, one, after = hot
-            fw = clock.solo
-            if fw is not None:
-                last = scope.fw
-                if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
-                    scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
-                    scope.fw = fw
-                call = scope.n
-                scope.n = call + 1
-                result = None
-                try:
-                    if one is not None:  # a single plain consumer: called as a plain hook
-                        result = one(layer, args, output)
-                        if result is not None:
-                            output = result
-                    elif plain is not None:  # plain consumers only: no Event to build
-                        for fn in plain:
-                            r = fn(layer, args, output)
-                            if r is not None:
-                                result = output = r
-                    elif fns:
-                        ev = _new(Event)  # Event(layer, scope.name, call, fw.step, args, kwargs, output), without its frame
-                        ev.layer, ev.name, ev.call, ev.step = layer, scope.name, call, fw.step
-                        ev.args, ev.kwargs, ev.output, ev.pos, ev.selected = args, kwargs, output, fw.pos, None
-                        for fn in fns:
-                            r = fn(ev)
-                            if r is not None:
-                                result = ev.output = output = r
-                except Halt:
-                    self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
-                    raise
-                except Exception as exc:
-                    raise annotate(exc, scope.name, call, "forward") from None
-                if after:  # gradients wanted, or the root's forward ends here
-                    self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
-                    if self.root_clock is not None:
-                        self.root_clock.finish()
-                return result
-        return self._on_post_general(layer, args, kwargs, output)
+            if hot is None:
+                return self._on_post_general(layer, args, kwargs, output)
+        scope, clock, fns, plain, one, after = hot
+        fw = clock.solo
+        if fw is None:
+            return self._on_post_general(layer, args, kwargs, output)
+        last = scope.fw
+        if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
+            scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
+            scope.fw = fw
+        call = scope.n
+        scope.n = call + 1
+        try:
+            # a single plain consumer is called as a plain hook; else plain ones, or with an Event
+            result = one(layer, args, output) if one is not None else self._run_hot(layer, args, kwargs, output, call, fw, hot)
+        except Halt:
+            self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
+            raise
+        except Exception as exc:
+            raise annotate(exc, scope.name, call, "forward") from None
+        if after:  # gradients wanted, or the root's forward ends here
+            self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output if result is None else result)
+            if self.root_clock is not None:
+                self.root_clock.finish()
+        return result
+
+    @staticmethod
+    def _run_hot(layer: Any, args: tuple, kwargs: dict, output: Any, call: int, fw: Any, hot: tuple) -> Any:
+        """The forward consumers of the hot path in order, each seeing the output the previous one
+        returned; the last replacement, or None."""
+        scope, _, fns, plain, _, _ = hot
+        result = None
+        if plain is not None:  # plain consumers only: no Event to build
+            for fn in plain:
+                r = fn(layer, args, output)
+                if r is not None:
+                    result = output = r
+            return result
+        ev = _new(Event)  # Event(layer, scope.name, call, fw.step, args, kwargs, output), without its frame
+        ev.layer, ev.name, ev.call, ev.step = layer, scope.name, call, fw.step
+        ev.args, ev.kwargs, ev.output, ev.pos, ev.selected = args, kwargs, output, fw.pos, None
+        for fn in fns:
+            r = fn(ev)
+            if r is not None:
+                result = ev.output = output = r
+        return result
 
     def _on_post_general(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         if not self._scopes:  # a root with no consumers of its own
@@ -249,6 +260,9 @@ _registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
     hooks = _registry.get(layer)
     if hooks is None:
+        site_backend = getattr(type(layer), "site_backend", None)  # an operation site (hookkit.sites) places its own hooks
+        if site_backend is not None:
+            backend = site_backend(layer, backend)
         backend.drop_forward_hooks(layer, _inert)  # a copy's inert hooks go before it gets its own
         hooks = _registry[layer] = LayerHooks(backend)
     return hooks
@@ -358,6 +372,21 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
     return group
 
 
+#: functions ``layer -> hook targets inside it`` that layers above core add (operation sites)
+_INNER_TARGETS: list[Callable[[Any], Iterable[Any]]] = []
+
+
+def register_inner_targets(targets_of: Callable[[Any], Iterable[Any]]) -> None:
+    """Let ``remove_all`` find hook targets that live inside a layer (``targets_of(layer)``), such
+    as the operation sites of ``hookkit.sites``, without core importing them."""
+    if targets_of not in _INNER_TARGETS:
+        _INNER_TARGETS.append(targets_of)
+
+
+def _inner_targets(layer: Any) -> list[Any]:
+    return [t for targets_of in _INNER_TARGETS for t in targets_of(layer)]
+
+
 def remove_all(model: Layer) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
     many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
@@ -367,7 +396,7 @@ def remove_all(model: Layer) -> int:
     """
     backend = check_model(model, fn="remove_all")
     removed = 0
-    for _, layer in backend.named_layers(model):
+    for layer in [x for _, m in backend.named_layers(model) for x in (m, *_inner_targets(m))]:  # operation sites too
         hooks = _registry.get(layer)
         had = hooks is not None and (hooks.active or hooks._native_pre or hooks._native_post)
         if had and hooks is not None:

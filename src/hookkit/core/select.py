@@ -60,27 +60,53 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
-def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
-    """The indices in ``named`` one spec selects (see the module docstring for the kinds)."""
-    if isinstance(spec, str):
-        return _match_name(spec, named, backend)
-    if isinstance(spec, re.Pattern):
-        hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
-        if not hits:
-            raise LayerNotFound(spec.pattern, _suggest(spec.pattern, [n for n, _ in named]), "regex, full match")
-        return hits
-    if isinstance(spec, type) or (isinstance(spec, tuple) and spec and all(isinstance(s, type) for s in spec)):
-        return _match_classes(spec if isinstance(spec, tuple) else (spec,), named, backend)
-    if backend.is_layer(spec):
-        hits = [i for i, (_, m) in enumerate(named) if m is spec]
-        if not hits:
-            raise LayerNotFound(type(spec).__name__, [], "this layer object is not part of the model")
-        return hits
+def _is_classes(spec: Any) -> bool:
+    return isinstance(spec, type) or (isinstance(spec, tuple) and bool(spec) and all(isinstance(s, type) for s in spec))
+
+
+def _match_regex(spec: re.Pattern[str], named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    hits = [i for i, (n, _) in enumerate(named) if spec.fullmatch(n)]
+    if not hits:
+        raise LayerNotFound(spec.pattern, _suggest(spec.pattern, [n for n, _ in named]), "regex, full match")
+    return hits
+
+
+def _match_object(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    hits = [i for i, (_, m) in enumerate(named) if m is spec]
+    if not hits:
+        raise LayerNotFound(type(spec).__name__, [], "this layer object is not part of the model")
+    return hits
+
+
+def _match_predicate(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
     other = framework_of(spec)
     if other and other != backend.name:  # a layer or tensor of the other framework (a torch layer is callable)
         raise LayerNotFound(type(spec).__name__, [], f"a {other} object, and the model is a {backend.name} model")
-    if callable(spec):
-        return [i for i, (n, m) in enumerate(named) if spec(n, m)]
+    return [i for i, (n, m) in enumerate(named) if spec(n, m)]
+
+
+Matcher = Callable[[Any, "list[tuple[str, Any]]", Any], "list[int]"]
+
+#: the kinds of one spec among the model's layers, tried in order: ``(is this kind(spec, backend),
+#: indices in named it selects)``. A kind that selects something else than the model's layers (an
+#: operation inside a layer's forward, ``"h.0::add_1"``) comes through ``register_spec_kind``.
+_MATCHERS: list[tuple[Callable[[Any, Any], bool], Matcher]] = [
+    (lambda spec, backend: isinstance(spec, str), lambda spec, named, backend: _match_name(spec, named, backend)),
+    (lambda spec, backend: isinstance(spec, re.Pattern), _match_regex),
+    (
+        lambda spec, backend: _is_classes(spec),
+        lambda spec, named, backend: _match_classes(spec if isinstance(spec, tuple) else (spec,), named, backend),
+    ),
+    (lambda spec, backend: backend.is_layer(spec), _match_object),
+    (lambda spec, backend: callable(spec) or framework_of(spec) not in ("", backend.name), _match_predicate),
+]
+
+
+def _match_one(spec: Any, named: list[tuple[str, Any]], backend: Any) -> list[int]:
+    """The indices in ``named`` one spec selects (see the module docstring for the kinds)."""
+    for is_kind, match in _MATCHERS:
+        if is_kind(spec, backend):
+            return match(spec, named, backend)
     fail(
         "select",
         "layers",
@@ -162,6 +188,9 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model, fn="select")
+    for claims, resolve_kind in _SPEC_KINDS:  # a spec kind of a layer above core: "layer::op" (hookkit.sites)
+        if claims(layers):
+            return resolve_kind(model, layers, select, Selection)
     key = _spec_key(layers)
     kept = _kept.get(model) if key is not None else None
     if kept is not None and key in kept:
@@ -186,6 +215,18 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
 # WITH_PARAMS (a parameter deleted is not seen) and globs that would match the model itself (they warn).
 _kept: IdentityWeakMap[dict[Any, tuple[list[str], Callable[[], list[Any] | None]]]] = IdentityWeakMap()
 _KEPT_PER_MODEL = 256
+
+
+#: spec kinds that layers above core add (``register_spec_kind``): (claims(spec), resolve(model, spec, select, Selection))
+_SPEC_KINDS: list[tuple[Callable[[Any], bool], Callable[..., Selection]]] = []
+
+
+def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Selection]) -> None:
+    """Teach ``select`` a new kind of spec: where ``claims(spec)`` is true, ``select(model, spec)``
+    returns ``resolve(model, spec, select, Selection)``. The sites layer adds operation sites
+    (``"h.0::add_0"``) this way, so core never imports it."""
+    if (claims, resolve) not in _SPEC_KINDS:
+        _SPEC_KINDS.append((claims, resolve))
 
 
 def _spec_key(layers: Any) -> Any:

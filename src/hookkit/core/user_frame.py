@@ -12,12 +12,12 @@ import sys
 import warnings
 from types import FrameType
 
+from hookkit.core.registry import framework_roots
+
 _ALWAYS_INTERNAL = frozenset({"hookkit", "contextlib", "functools", "importlib", "threading"})
 
 
 def _internal_roots() -> frozenset[str]:
-    from hookkit.core.registry import framework_roots
-
     return _ALWAYS_INTERNAL | framework_roots()
 
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
-from hookkit.core.errors import HookkitError, UnsupportedModel
+from hookkit.core.errors import ArgumentTypeError, HookkitError, InvalidArgument, UnsupportedModel, fail, shown  # noqa: F401 (importable from here)
 from hookkit.core.files import MAX_JSON_BYTES, InvalidFile, read_json_file  # noqa: F401 (also importable from here)
 from hookkit.core.guards import SkippedOutputWarning, output_guard, real_values, warn_skip  # noqa: F401 (also importable from here)
 from hookkit.core.registry import backend_for, framework_of, registered_backends  # framework_of imports nothing
@@ -55,47 +55,6 @@ __all__ = [
 ]
 
 
-class InvalidArgument(HookkitError, ValueError):
-    """A public argument has a value hookkit cannot use (out of range, NaN, wrong length...)."""
-
-
-class ArgumentTypeError(HookkitError, TypeError, ValueError):
-    """A public argument has a type hookkit cannot use (a string for a number, a non-callable...).
-    Also a ValueError: code written when these checks raised ValueError keeps catching them."""
-
-
-_MAX_REPR = 80
-
-
-def shown(value: Any) -> str:
-    """``repr(value)`` cut to 80 characters; a tensor or array as its kind, shape and dtype."""
-    shape = getattr(value, "shape", None)
-    if shape is not None and hasattr(value, "dtype") and not isinstance(value, numbers.Number):
-        try:
-            dims = ", ".join(str(int(s)) for s in shape)
-        except (TypeError, ValueError):
-            dims = "?"
-        return (
-            f"{framework_of(value) or type(value).__module__.split('.')[0]} {type(value).__name__} of shape [{dims}], dtype {value.dtype}"
-        )
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= _MAX_REPR else text[: _MAX_REPR - 3] + "..."
-
-
-def fail(
-    fn: str, arg: str, valid: str, value: Any, *, kind: type[Exception] = InvalidArgument, cause: BaseException | None = None
-) -> NoReturn:
-    """Raise ``kind`` with hookkit's message: ``fn(): arg must be <valid>; got <value>`` (chained
-    to ``cause`` when given: the error that showed the argument unusable)."""
-    exc = kind(f"{fn}(): {arg} must be {valid}; got {shown(value)}")
-    if cause is not None:
-        raise exc from cause
-    raise exc
-
-
 # -- numbers --------------------------------------------------------------------------------------
 def _is_real(value: Any) -> bool:
     # numbers.Real covers int, float and numpy scalars; bool is an int but never a number here
@@ -105,7 +64,7 @@ def _is_real(value: Any) -> bool:
 def check_number(
     value: Any,
     *,
-    fn: str,
+    fn: str | None = None,
     arg: str,
     low: float | None = None,
     high: float | None = None,
@@ -153,17 +112,19 @@ def _describe(low: Any, high: Any, low_open: bool, high_open: bool, finite: bool
     return what + (" or None" if optional else "")
 
 
-def check_int(value: Any, *, fn: str, arg: str, low: int | None = None, high: int | None = None, optional: bool = False) -> Any:
+def check_int(
+    value: Any, *, fn: str | None = None, arg: str, low: int | None = None, high: int | None = None, optional: bool = False
+) -> Any:
     """``check_number(..., integer=True)``: an int (not a bool) in ``[low, high]``."""
     return check_number(value, fn=fn, arg=arg, low=low, high=high, integer=True, optional=optional)
 
 
-def check_probability(value: Any, *, fn: str, arg: str) -> float:
+def check_probability(value: Any, *, fn: str | None = None, arg: str) -> float:
     """A probability: a finite number in [0, 1]."""
     return check_number(value, fn=fn, arg=arg, low=0.0, high=1.0)
 
 
-def check_range_pair(value: Any, *, fn: str, arg: str) -> tuple[float, float]:
+def check_range_pair(value: Any, *, fn: str | None = None, arg: str) -> tuple[float, float]:
     """A ``(low, high)`` pair of finite numbers with low < high (a list or tuple of two)."""
     valid = "a (low, high) pair of finite numbers with low < high"
     if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):  # a numpy array of two
@@ -179,7 +140,7 @@ def check_range_pair(value: Any, *, fn: str, arg: str) -> tuple[float, float]:
 
 
 # -- other kinds ----------------------------------------------------------------------------------
-def check_bool(value: Any, *, fn: str, arg: str) -> bool:
+def check_bool(value: Any, *, fn: str | None = None, arg: str) -> bool:
     """True or False (numpy's bool and the ints 0 and 1 too); anything else is a mistake, such as a
     string, which Python would read as True."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or (isinstance(value, int) and value in (0, 1)):
@@ -187,7 +148,7 @@ def check_bool(value: Any, *, fn: str, arg: str) -> bool:
     fail(fn, arg, "True or False", value, kind=ArgumentTypeError)
 
 
-def check_str(value: Any, *, fn: str, arg: str, optional: bool = False) -> Any:
+def check_str(value: Any, *, fn: str | None = None, arg: str, optional: bool = False) -> Any:
     """A non-empty string (or None with ``optional``)."""
     if value is None and optional:
         return None
@@ -198,7 +159,7 @@ def check_str(value: Any, *, fn: str, arg: str, optional: bool = False) -> Any:
     return value
 
 
-def check_choice(value: Any, choices: Iterable[Any], *, fn: str, arg: str) -> Any:
+def check_choice(value: Any, choices: Iterable[Any], *, fn: str | None = None, arg: str) -> Any:
     """One of ``choices`` (compared with ==, types must match: ``True`` is not ``1``)."""
     choices = tuple(choices)
     for c in choices:
@@ -207,7 +168,7 @@ def check_choice(value: Any, choices: Iterable[Any], *, fn: str, arg: str) -> An
     fail(fn, arg, "one of " + ", ".join(map(repr, choices)), value)
 
 
-def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", optional: bool = False) -> Any:
+def check_callable(value: Any, *, fn: str | None = None, arg: str, signature: str = "", optional: bool = False) -> Any:
     """A callable (``signature`` says how it is called, for the message)."""
     if value is None and optional:
         return None
@@ -222,7 +183,7 @@ def check_callable(value: Any, *, fn: str, arg: str, signature: str = "", option
     return value
 
 
-def check_length(value: Any, n: int, *, fn: str, arg: str, what: str) -> Any:
+def check_length(value: Any, n: int, *, fn: str | None = None, arg: str, what: str) -> Any:
     """``value`` when it holds ``n`` items; ``what`` says which (``"one heatmap per image"``).
 
     >>> check_length(["a", "b"], 2, fn="f", arg="labels", what="one label per row")
@@ -233,7 +194,7 @@ def check_length(value: Any, n: int, *, fn: str, arg: str, what: str) -> Any:
     return value
 
 
-def check_model(model: Any, *, fn: str, arg: str = "model") -> Any:
+def check_model(model: Any, *, fn: str | None = None, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
     try:
         be = backend_for(model)
@@ -252,7 +213,7 @@ def check_tensor_like(
     value: Any,
     backend: Any,
     *,
-    fn: str,
+    fn: str | None = None,
     arg: str,
     ndim: int | Sequence[int] | None = None,
     convert: bool = True,
@@ -289,7 +250,7 @@ def check_tensor_like(
     return value
 
 
-def check_runnable(be: Any, model: Any, *, fn: str, arg: str = "model") -> None:
+def check_runnable(be: Any, model: Any, *, fn: str | None = None, arg: str = "model") -> None:
     """Refuse a model whose weights hold no data (PyTorch's meta device: built under
     ``accelerate.init_empty_weights()``) for a verb that runs it and reads real values; the message
     names the first layer without data and what to do. Layers accelerate loads at call time

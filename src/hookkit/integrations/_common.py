@@ -67,7 +67,7 @@ class Monitor:
     def attach(self, model: Any, optimizer: Any = None) -> None:
         """Start recording on ``model`` (fresh statistics; anything still attached from a failed run is removed first).
         ``optimizer``: the one whose steps ``WeightStats`` records (None: the model's training forwards)."""
-        import hookkit  # the package imports this module's siblings lazily; no cycle at import time
+        import hookkit  # lazy: the package imports this module's siblings lazily; no cycle at import time
 
         self.remove()
         stack = contextlib.ExitStack()

@@ -8,12 +8,14 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_int, check_model, check_number, check_tensor_like, fail
-from hookkit.interventions.output_edits import Converted, cast_like, edit_outputs, shape_str
+from hookkit.interventions.output_edits import edit_outputs
+from hookkit.sites import Converted, cast_like, shape_str
 
 
 def _work(be: Any, t: Any) -> Any:
@@ -22,6 +24,7 @@ def _work(be: Any, t: Any) -> Any:
     return be.cast(t, "float32") if be.dtype_name(t) in ("float16", "bfloat16", "bool") else t
 
 
+@public_entry()
 def mask_activations(
     model: Layer,
     layers: LayerSpec,
@@ -42,7 +45,7 @@ def mask_activations(
     >>> h = hookkit.mask_activations(model, "conv1", threshold=0.1)   # doctest: +SKIP
     >>> h.remove()
     """
-    check_model(model, fn="mask_activations")
+    check_model(model)
     given = [k for k, v in (("threshold", threshold), ("top_k", top_k), ("channels", channels)) if v is not None]
     if len(given) != 1:
         raise InvalidArgument(
@@ -51,7 +54,7 @@ def mask_activations(
     be = backend_for(model)
 
     if threshold is not None:
-        thr = check_number(threshold, fn="mask_activations", arg="threshold", low=0)
+        thr = check_number(threshold, arg="threshold", low=0)
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
             w = _work(be, t)
@@ -59,7 +62,7 @@ def mask_activations(
             return out if w is t else cast_like(be, out, t)
 
     elif top_k is not None:
-        k = check_int(top_k, fn="mask_activations", arg="top_k", low=1)
+        k = check_int(top_k, arg="top_k", low=1)
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
             shape = be.shape(t)
@@ -77,7 +80,7 @@ def mask_activations(
             return out if w is flat else cast_like(be, out, t)
 
     else:
-        mask = Converted(check_tensor_like(channels, be, fn="mask_activations", arg="channels", ndim=1))
+        mask = Converted(check_tensor_like(channels, be, arg="channels", ndim=1))
         n = be.shape(mask.value)[0]
 
         def apply(t: Any, pos: int, ev: Event) -> Any:

@@ -15,20 +15,18 @@ generation steps (0 = the prompt forward), ``token_dim`` overrides the model's t
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-import numpy as np
-
 from hookkit.backends import Backend, backend_for
+from hookkit.core.entry import entered, entry_name, public_entry
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, Reach, check_steps, token_dim_of
-from hookkit.core.router import INTERVENTION, Event, attach
-from hookkit.core.select import LayerSpec, select, shown_name
+from hookkit.core.router import INTERVENTION, Event
+from hookkit.core.select import LayerSpec, shown_name
 from hookkit.core.sequences import edit_at_positions, token_length
-from hookkit.core.tree import leaves, map_tensors
+from hookkit.core.tree import leaves
 from hookkit.core.types import Layer
 from hookkit.core.validate import (
     ArgumentTypeError,
@@ -40,98 +38,45 @@ from hookkit.core.validate import (
     fail,
     output_guard,
 )
+from hookkit.sites import (
+    Converted,
+    RecordSource,
+    Site,
+    When,
+    apply_to,
+    attach_sites,
+    broadcasts_into,
+    cast_like,
+    check_calls,
+    check_index,
+    kind_of,
+    names_of,
+    resolve,
+    shape_str,
+    to_tensor,
+)
+
+__all__ = [  # the value helpers moved to hookkit.sites; importable from here as before
+    "Converted",
+    "Edits",
+    "ablate",
+    "apply_to",
+    "broadcasts_into",
+    "cast_like",
+    "check_calls",
+    "check_index",
+    "edit",
+    "edit_outputs",
+    "edit_sites",
+    "patch",
+    "per_layer",
+    "shape_str",
+    "steer",
+    "to_tensor",
+]
 
 TensorFn = Callable[[Any, int, Event], Any]
-
-
-# -- small helpers --------------------------------------------------------------------------------
-def shape_str(shape: Iterable[int]) -> str:
-    return "[" + ", ".join(str(int(s)) for s in shape) + "]"
-
-
-def cast_like(be: Backend, t: Any, like: Any) -> Any:
-    """``t`` on ``like``'s device with ``like``'s dtype (no copy when both already match)."""
-    if be.device_of(t) != be.device_of(like):
-        t = be.to(t, be.device_of(like))
-    if t.dtype != like.dtype:
-        t = be.cast(t, be.dtype_name(like))
-    return t
-
-
-def to_tensor(be: Backend, value: Any, like: Any) -> Any:
-    """A tensor, array or nested list as a tensor matching ``like`` (device, dtype)."""
-    if not be.is_tensor(value):
-        value = be.from_numpy(np.ascontiguousarray(np.asarray(value, dtype=np.float32)), like=like)
-    return cast_like(be, value, like)
-
-
-def broadcasts_into(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
-    """True when ``small`` broadcasts to ``big`` without changing ``big``'s shape."""
-    if len(small) > len(big):
-        return False
-    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
-
-
-class Converted:
-    """A user value converted once per (device, dtype) of the tensors it meets."""
-
-    __slots__ = ("value", "_cache")
-
-    def __init__(self, value: Any):
-        self.value = value
-        self._cache: dict[tuple[str, str], Any] = {}
-
-    def like(self, be: Backend, t: Any) -> Any:
-        key = (be.device_of(t), str(t.dtype))
-        out = self._cache.get(key)
-        if out is None:
-            out = self._cache[key] = to_tensor(be, self.value, t)
-        return out
-
-
-# -- the shared machinery -----------------------------------------------------------------------
-def check_calls(calls: Any, fn: str = "edit_outputs") -> frozenset[int] | None:
-    if calls is None:
-        return None
-    valid = "None, an int >= 0 or a list of them (call indices within one forward)"
-    items = [calls] if isinstance(calls, int) and not isinstance(calls, bool) else calls
-    if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
-        fail(fn, "calls", valid, calls, kind=ArgumentTypeError)
-    items = list(items)
-    for c in items:
-        if isinstance(c, bool) or not isinstance(c, numbers.Integral):
-            fail(fn, "calls", valid, calls, kind=ArgumentTypeError)
-        if c < 0:
-            fail(fn, "calls", valid, calls)
-    return frozenset(int(c) for c in items)
-
-
-def check_index(index: Any, fn: str = "edit_outputs") -> None:
-    if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
-        fail(fn, "index", "None (every tensor) or an int >= 0 (position among the output's tensors)", index, kind=ArgumentTypeError)
-
-
-def apply_to(be: Backend, ev: Event, index: int | None, fn: TensorFn, name: str = "edit_outputs") -> Any:
-    """``ev.output`` with ``fn(tensor, position, ev)`` applied to the tensor at ``index`` (or to all);
-    ``name``: the public function, for the error of an output without a tensor."""
-    output = ev.output
-    if be.is_tensor(output):
-        if index not in (None, 0):
-            raise IndexError(f"layer {ev.name!r} returns one tensor; index={index} is out of range (use 0)")
-        return fn(output, 0, ev)
-    n = len(leaves(output, be.is_tensor))
-    if n == 0:
-        valid = f"layers whose output holds a tensor to change (layer {ev.name!r} returned {type(output).__name__})"
-        fail(name, "layers", valid, output, kind=ArgumentTypeError)
-    if index is not None and index >= n:
-        raise IndexError(f"layer {ev.name!r} returns {n} tensors ({type(output).__name__}); index={index} is out of range (0..{n - 1})")
-    pos = [-1]
-
-    def visit(t: Any) -> Any:
-        pos[0] += 1
-        return fn(t, pos[0], ev) if index is None or pos[0] == index else t
-
-    return map_tensors(output, visit, be.is_tensor)
+SiteFn = Callable[[Any, int, Event, Site], Any]
 
 
 class Edits(HandleGroup):
@@ -160,14 +105,82 @@ class Edits(HandleGroup):
             self.reach.check()
 
 
-def positions_args(model: Layer, positions: Any, steps: Any, token_dim: Any, fn: str) -> tuple[Positions | None, Any, int | None]:
+def positions_args(
+    model: Layer, positions: Any, steps: Any, token_dim: Any, fn: str | None = None
+) -> tuple[Positions | None, Any, int | None]:
     """Checked ``(positions, steps, token axis)`` of an edit or capture."""
+    fn = fn or entry_name()
     spec = None if positions is None else Positions(positions, fn)
     gen_steps = check_steps(steps, fn)
     dim = token_dim_of(model, token_dim, fn=fn) if spec is not None else None
     if spec is None and token_dim is not None:
         token_dim_of(model, token_dim, fn=fn)  # checked all the same
     return spec, gen_steps, dim
+
+
+def sites_of(model: Layer, layers: LayerSpec, positions: Any, steps: Any, index: Any, **options: Any) -> list[Site]:
+    """The sites an edit acts on: the layers' outputs, or the kind an option names (``heads=``);
+    those hold every position: ``positions=`` / ``steps=`` are refused with them."""
+    kind = kind_of(options)
+    if kind is not None and (positions is not None or steps is not None):
+        fail(entry_name(), kind, f"None with positions= or steps= (per-{kind.rstrip('s')} edits act on every position)", options[kind])
+    return resolve(model, layers, index=index, **options)
+
+
+def edit_sites(
+    model: Layer,
+    found: Sequence[Site],
+    fn: SiteFn,
+    *,
+    calls: Any = None,
+    kinds: Any = None,
+    positions: Any = None,
+    steps: Any = None,
+    token_dim: int | None = None,
+) -> Edits:
+    """Attach one forward consumer per site applying ``fn(record, position, ev, site) -> new`` to
+    the value at each site, on the selected calls, generation steps and token positions (``fn`` then
+    gets the slice of those positions, ``ev.selected`` their absolute positions). ``kinds``: the
+    dtype kinds ``fn`` works on (others are left alone with one warning; see ``output_guard``)."""
+    label = entry_name("edit_outputs")
+    when = When(check_calls(calls), None)
+    spec, gen_steps, dim = positions_args(model, positions, steps, token_dim, label)
+    when = When(when.calls, gen_steps)
+    be = backend_for(model)
+    if kinds is not None:
+        fn = _guarded(be, fn, label, kinds)
+    reach = Reach(spec) if spec is not None and spec.explicit else None
+
+    def consumer(site: Site) -> Callable[[Event], Any]:
+        def op(t: Any, leaf: int, ev: Event) -> Any:
+            return fn(t, leaf, ev, site)
+
+        if spec is not None:
+            assert dim is not None  # positions_args gives the token axis with positions=
+            whole = op
+
+            def op(t: Any, leaf: int, ev: Event) -> Any:
+                return edit_at_positions(be, t, ev, spec, dim, reach, whole, leaf)
+
+        write = site.write
+        if when.always:
+            return lambda ev: write(be, ev, op)
+
+        def consume(ev: Event) -> Any:
+            return write(be, ev, op) if when(ev) else None
+
+        return consume
+
+    return attach_sites(model, found, consumer, INTERVENTION, group=Edits(reach))  # type: ignore[return-value]
+
+
+def _guarded(be: Backend, fn: SiteFn, label: str, kinds: Any) -> SiteFn:
+    guarded = output_guard(be, fn, fn=label, kinds=kinds)
+
+    def op(t: Any, pos: int, ev: Event, site: Site) -> Any:
+        return guarded(t, pos, ev, site, layer=ev.name)
+
+    return op
 
 
 def edit_outputs(
@@ -184,42 +197,25 @@ def edit_outputs(
     token_dim: int | None = None,
 ) -> Edits:
     """Attach one forward consumer applying ``fn(tensor, position, ev) -> new tensor`` to the
-    selected tensors of each selected layer's output, on the selected calls, generation steps and
-    token positions (``fn`` then gets the slice of those positions, ``ev.selected`` their absolute
-    positions). ``kinds``: the dtype kinds ``fn`` works on (others are left alone with one warning;
-    see ``output_guard``)."""
-    label = name or "edit_outputs"
-    check_index(index, label)
-    wanted = check_calls(calls, label)
-    spec, gen_steps, dim = positions_args(model, positions, steps, token_dim, label)
-    be = backend_for(model)
-    if kinds is not None:
-        guarded = output_guard(be, fn, fn=name, kinds=kinds)
-
-        def fn(t: Any, pos: int, ev: Event) -> Any:  # noqa: F811 - the guarded op
-            return guarded(t, pos, ev, layer=ev.name)
-
-    reach = Reach(spec) if spec is not None and spec.explicit else None
-    op = fn
-    if spec is not None:
-        assert dim is not None  # positions_args gives the token axis with positions=
-
-        def op(t: Any, leaf: int, ev: Event) -> Any:
-            return edit_at_positions(be, t, ev, spec, dim, reach, fn, leaf)
-
-    def consume(ev: Event) -> Any:
-        if wanted is not None and ev.call not in wanted:
-            return None
-        if gen_steps is not None and ev.pos.gen_step not in gen_steps:
-            return None
-        return apply_to(be, ev, index, op, label)
-
-    group = Edits(reach)
-    group.add(attach(model, select(model, layers), "forward", consume, INTERVENTION))
-    return group
+    selected tensors of each selected layer's output (``edit_sites`` on the layers' output sites);
+    ``name``: the public function errors name when no entry is active."""
+    with entered(name or "edit_outputs"):
+        check_index(index)
+        check_calls(calls)
+        found = resolve(model, layers, index=index)
+        return edit_sites(
+            model,
+            found,
+            lambda t, pos, ev, site: fn(t, pos, ev),
+            calls=calls,
+            kinds=kinds,
+            positions=positions,
+            steps=steps,
+            token_dim=token_dim,
+        )
 
 
-def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *, fn: str, arg: str) -> dict[str, Any]:
+def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *, fn: str | None = None, arg: str) -> dict[str, Any]:
     """One value for every layer, or a dict name -> value covering exactly the selected layers."""
     if isinstance(values, Mapping) and not is_tensor(values):
         missing = [n for n in names if n not in values]
@@ -228,14 +224,24 @@ def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *
             detail = f"selected: {', '.join(map(shown_name, names))}"
             detail += f"; missing: {', '.join(missing)}" if missing else ""
             detail += f"; not selected: {', '.join(map(str, extra))}" if extra else ""
-            fail(fn, arg, f"one value for every layer, or a dict with one entry per selected layer ({detail})", list(values))
+            valid = f"one value for every layer, or a dict with one entry per selected layer ({detail})"
+            fail(fn or entry_name(), arg, valid, list(values))
         return dict(values)
     return {n: values for n in names}
 
 
+def converted_per_layer(be: Backend, values: Any, names: list[str], arg: str) -> dict[str, Converted]:
+    """``per_layer`` of user tensors (``mean=``, ``vector=``), each checked and converted once."""
+    return {
+        n: Converted(check_tensor_like(v, be, fn=entry_name(), arg=arg if v is values else f"{arg}[{n!r}]"))
+        for n, v in per_layer(values, names, be.is_tensor, arg=arg).items()
+    }
+
+
 # -- patching -----------------------------------------------------------------------------------
-def _check_captured(cap: Any, name: str, fn: str) -> None:
+def _check_captured(cap: Any, name: str) -> None:
     """``cap`` (the ``values`` of a patch) holds records of layer ``name``."""
+    fn = entry_name("patch")
     if not getattr(cap, "_outputs", True):
         fail(fn, "values", "a capture that kept outputs (this one was made with outputs=False)", cap)
     if name not in cap.names:
@@ -244,10 +250,10 @@ def _check_captured(cap: Any, name: str, fn: str) -> None:
         fail(fn, "values", f"a capture holding records of {name!r}: run the clean forward inside the capture first", cap)
 
 
-def _stored_from_capture(cap: Any, names: list[str], fn: str = "patch") -> dict[tuple[str, int], Any]:
+def _stored_from_capture(cap: Any, names: list[str]) -> dict[tuple[str, int], Any]:
     stored: dict[tuple[str, int], Any] = {}
     for name in names:
-        _check_captured(cap, name, fn)
+        _check_captured(cap, name)
         recs = cap.calls(name)
         last = recs[-1].step
         for r in recs:
@@ -256,7 +262,8 @@ def _stored_from_capture(cap: Any, names: list[str], fn: str = "patch") -> dict[
     return stored
 
 
-def _stored_from_dict(values: Mapping, names: list[str], fn: str = "patch") -> tuple[dict[tuple[str, int], Any], dict[str, Any]]:
+def _stored_from_dict(values: Mapping, names: list[str]) -> tuple[dict[tuple[str, int], Any], dict[str, Any]]:
+    fn = entry_name("patch")
     per_call: dict[tuple[str, int], Any] = {}
     every: dict[str, Any] = {}
     for key, v in values.items():
@@ -269,18 +276,42 @@ def _stored_from_dict(values: Mapping, names: list[str], fn: str = "patch") -> t
     unknown = sorted(({k[0] for k in per_call} | set(every)) - set(names))
     if unknown:
         selected = ", ".join(map(shown_name, names))
-        fail(
-            fn,
-            "values",
-            f"keyed by selected layers only ({selected}): values for layers that are not selected: {', '.join(unknown)}",
-            list(values),
-        )
+        valid = f"keyed by selected layers only ({selected}): values for layers that are not selected: {', '.join(unknown)}"
+        fail(fn, "values", valid, list(values))
     missing = [n for n in names if n not in every and not any(k[0] == n for k in per_call)]
     if missing:
         fail(fn, "values", f"a value for every selected layer; none for {', '.join(missing)}", list(values))
     return per_call, every
 
 
+def _stored(be: Backend, values: Any, names: list[str], by_position: bool) -> tuple[dict[tuple[str, int], Any], dict[str, Any]]:
+    """``patch``'s values as ``(per (layer, call), per layer)``."""
+    if isinstance(values, RecordSource) and by_position:
+        return {}, {n: _sequence_of(values, n) for n in names}
+    if isinstance(values, RecordSource):
+        return _stored_from_capture(values, names), {}
+    if isinstance(values, Mapping) and not be.is_tensor(values):
+        return _stored_from_dict(values, names)
+    if values is None or isinstance(values, (str, bytes, int, float, bool)):  # a structure of tensors is kept as given
+        valid = "a capture, a dict name -> tensor, or a tensor (or a tuple of them) for every layer"
+        fail("patch", "values", valid, values, kind=ArgumentTypeError)
+    return {}, {n: values for n in names}
+
+
+def _stored_leaf(stored: Any, pos: int, ev: Event, be: Backend, index: int | None) -> Any:
+    """The tensor of a stored value that replaces the output's tensor at ``pos``."""
+    found = [] if be.is_tensor(stored) else leaves(stored, be.is_tensor)
+    if not found:  # one tensor or array
+        if index is None and pos > 0:
+            fail("patch", "index", f"given: the stored value for layer {ev.name!r} is one tensor and the output has several", index)
+        return stored
+    if pos >= len(found):
+        valid = f"a stored output with a tensor at position {pos}, as layer {ev.name!r} outputs ({len(found)} here)"
+        fail("patch", "values", valid, stored)
+    return found[pos]
+
+
+@public_entry()
 def patch(
     model: Layer,
     layers: LayerSpec,
@@ -315,63 +346,27 @@ def patch(
     ``heads=`` (attention layers): the values are per-head records ``[B, H_selected, T, d_head]``,
     e.g. a ``capture(..., heads=)`` of the clean run.
     """
-    if heads is not None and heads is not False:
-        from hookkit.interventions.heads import patch_heads
-
-        if positions is not None or steps is not None:
-            fail("patch", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
-        return patch_heads(model, layers, values, calls, heads, head_layout)
-    check_model(model, fn="patch")
-    be = backend_for(model)
-    names = [n for n, _ in select(model, layers)]
-    from hookkit.observers.capture import capture as Capture
-
-    if isinstance(values, Capture) and positions is not None:
-        per_call, every = {}, {n: _sequence_of(values, n) for n in names}
-    elif isinstance(values, Capture):
-        per_call, every = _stored_from_capture(values, names), {}
-    elif isinstance(values, Mapping) and not be.is_tensor(values):
-        per_call, every = _stored_from_dict(values, names)
-    else:
-        if values is None or isinstance(values, (str, bytes, int, float, bool)):  # a structure of tensors is kept as given
-            fail(
-                "patch",
-                "values",
-                "a capture, a dict name -> tensor, or a tensor (or a tuple of them) for every layer",
-                values,
-                kind=ArgumentTypeError,
-            )
-        per_call, every = {}, {n: values for n in names}
+    be = check_model(model)
+    check_index(index)
+    found = sites_of(model, layers, positions, steps, index, heads=heads, head_layout=head_layout)
+    names = names_of(found)
+    per_call, every = _stored(be, values, names, positions is not None)
     cache: dict[int, Converted] = {}
+    dim = token_dim_of(model, token_dim, fn="patch") if positions is not None else None
 
-    def stored_leaf(stored: Any, pos: int, ev: Event) -> Any:
-        found = [] if be.is_tensor(stored) else leaves(stored, be.is_tensor)
-        if not found:  # one tensor or array
-            if index is None and pos > 0:
-                fail("patch", "index", f"given: the stored value for layer {ev.name!r} is one tensor and the output has several", index)
-            return stored
-        if pos >= len(found):
-            fail(
-                "patch",
-                "values",
-                f"a stored output with a tensor at position {pos}, as layer {ev.name!r} outputs ({len(found)} here)",
-                stored,
-            )
-        return found[pos]
-
-    def replace(t: Any, pos: int, ev: Event) -> Any:
-        stored = per_call.get((ev.name, ev.call))
+    def replace(t: Any, pos: int, ev: Event, site: Site) -> Any:
+        stored = per_call.get((site.name, ev.call))
         if stored is None:
-            stored = every.get(ev.name)
+            stored = every.get(site.name)
         if stored is None:
-            if isinstance(values, Capture):
-                have = sorted(c for n, c in per_call if n == ev.name)
+            if isinstance(values, RecordSource):
+                have = sorted(c for n, c in per_call if n == site.name)
                 valid = (
-                    f"given: no stored output for layer {ev.name!r} call {ev.call}; the captured run has calls {have} (patch only those)"
+                    f"given: no stored output for layer {site.name!r} call {ev.call}; the captured run has calls {have} (patch only those)"
                 )
                 fail("patch", "calls", valid, calls)
             return t  # a dict keyed by (name, call) patches only the calls it names
-        leaf = stored_leaf(stored, pos, ev)
+        leaf = _stored_leaf(stored, pos, ev, be, index)
         conv = cache.get(id(leaf))
         if conv is None or conv.value is not leaf:
             conv = cache[id(leaf)] = Converted(leaf)
@@ -380,17 +375,14 @@ def patch(
             assert dim is not None  # events carry selected positions only under positions=
             new = _at_absolute(be, new, ev, ev.selected, dim)
         if be.shape(new) != be.shape(t):
-            fail("patch", "values", f"shaped like the outputs: layer {ev.name!r} (call {ev.call}) outputs {shape_str(be.shape(t))}", new)
+            fail("patch", "values", site.part.shaped_like(be, t, site.name, ev.call), new)
         return new
 
-    dim = token_dim_of(model, token_dim, fn="patch") if positions is not None else None
-    return edit_outputs(
-        model, layers, replace, name="patch", calls=calls, index=index, steps=steps, positions=positions, token_dim=token_dim
-    )
+    return edit_sites(model, found, replace, calls=calls, steps=steps, positions=positions, token_dim=token_dim)
 
 
 def _sequence_of(cap: Any, name: str) -> Any:
-    _check_captured(cap, name, "patch")
+    _check_captured(cap, name)
     return cap.sequence(name)
 
 
@@ -411,6 +403,7 @@ def _at_absolute(be: Backend, value: Any, ev: Event, want: Sequence[int], dim: i
 ABLATIONS = ("zero", "mean")
 
 
+@public_entry()
 def ablate(
     model: Layer,
     layers: LayerSpec,
@@ -436,58 +429,30 @@ def ablate(
 
     >>> h = hookkit.ablate(model, "transformer.h.0.attn", heads=[1, 3])   # doctest: +SKIP
     """
-    check_model(model, fn="ablate")
+    be = check_model(model)
     check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
     if mean is not None and mode != "mean":
         fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
-    if heads is not None and heads is not False:
-        from hookkit.interventions.heads import ablate_heads
+    check_index(index)
+    found = sites_of(model, layers, positions, steps, index, heads=heads, head_layout=head_layout)
+    means = None if mean is None else converted_per_layer(be, mean, names_of(found), "mean")
 
-        if positions is not None or steps is not None:
-            fail("ablate", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
-        return ablate_heads(model, layers, heads, mode, mean, calls, head_layout)
-    be = backend_for(model)
-    names = [n for n, _ in select(model, layers)]
-    means = None
-    if mean is not None:
-        means = {
-            n: Converted(check_tensor_like(v, be, fn="ablate", arg="mean" if v is mean else f"mean[{n!r}]"))
-            for n, v in per_layer(mean, names, be.is_tensor, fn="ablate", arg="mean").items()
-        }
-
-    def zero(t: Any, pos: int, ev: Event) -> Any:
+    def zero(t: Any, pos: int, ev: Event, site: Site) -> Any:
         return be.zeros_like(t)
 
-    def batch_mean(t: Any, pos: int, ev: Event) -> Any:
+    def batch_mean(t: Any, pos: int, ev: Event, site: Site) -> Any:
         if means is None:
             return be.zeros_like(t) + t.mean(0, True)  # broadcast: Paddle has no complex expand_as
-        m = means[ev.name].like(be, t)
-        want = be.shape(t)[1:]
-        if not broadcasts_into(be.shape(m), want):
-            valid = (
-                f"shaped like the output without the batch dim: {shape_str(want)} for layer {ev.name!r} (output {shape_str(be.shape(t))})"
-            )
-            fail("ablate", "mean", valid, m)
+        m = means[site.name].like(be, t)
+        if not broadcasts_into(be.shape(m), be.shape(t)[1:]):
+            fail("ablate", "mean", site.part.mean_shape(be, t, site.name), m)
         return be.zeros_like(t) + m
 
-    if mode == "zero":
-        return edit_outputs(
-            model, layers, zero, name="ablate", calls=calls, index=index, steps=steps, positions=positions, token_dim=token_dim
-        )
-    return edit_outputs(
-        model,
-        layers,
-        batch_mean,
-        name="ablate",
-        kinds=("float", "complex"),
-        calls=calls,
-        index=index,
-        steps=steps,
-        positions=positions,
-        token_dim=token_dim,
-    )
+    op, kinds = (zero, None) if mode == "zero" else (batch_mean, ("float", "complex"))
+    return edit_sites(model, found, op, kinds=kinds, calls=calls, steps=steps, positions=positions, token_dim=token_dim)
 
 
+@public_entry()
 def steer(
     model: Layer,
     layers: LayerSpec,
@@ -521,42 +486,22 @@ def steer(
 
     ``heads=``: add a ``[d_head]`` vector (or ``[H_selected, d_head]``) to each selected head's slice.
     """
-    check_model(model, fn="steer")
-    if heads is not None and heads is not False:
-        from hookkit.interventions.heads import steer_heads
-
-        if positions is not None or steps is not None:
-            fail("steer", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
-        return steer_heads(model, layers, vector, scale, calls, heads, head_layout)
-    be = backend_for(model)
-    names = [n for n, _ in select(model, layers)]
-    vectors = {
-        n: Converted(check_tensor_like(v, be, fn="steer", arg="vector" if v is vector else f"vector[{n!r}]"))
-        for n, v in per_layer(vector, names, be.is_tensor, fn="steer", arg="vector").items()
-    }
+    be = check_model(model)
+    check_index(index)
+    found = sites_of(model, layers, positions, steps, index, heads=heads, head_layout=head_layout)
+    vectors = converted_per_layer(be, vector, names_of(found), "vector")
     scale = check_number(scale, fn="steer", arg="scale")
 
-    def add(t: Any, pos: int, ev: Event) -> Any:
-        v = vectors[ev.name].like(be, t)
-        if not broadcasts_into(be.shape(v), be.shape(t)):
-            valid = f"of shape [{be.shape(t)[-1]}] for layer {ev.name!r} (the last dim of its output, {shape_str(be.shape(t))})"
-            fail("steer", "vector", valid, v)
+    def add(t: Any, pos: int, ev: Event, site: Site) -> Any:
+        v = site.part.vector(be, vectors[site.name].like(be, t), t)
+        if v is None:
+            fail("steer", "vector", site.part.vector_shape(be, t, site.name), vectors[site.name].like(be, t))
         return t + v * scale if scale != 1.0 else t + v
 
-    return edit_outputs(
-        model,
-        layers,
-        add,
-        name="steer",
-        kinds=("float", "complex"),
-        calls=calls,
-        index=index,
-        steps=steps,
-        positions=positions,
-        token_dim=token_dim,
-    )
+    return edit_sites(model, found, add, kinds=("float", "complex"), calls=calls, steps=steps, positions=positions, token_dim=token_dim)
 
 
+@public_entry()
 def edit(
     model: Layer,
     layers: LayerSpec,
@@ -579,17 +524,13 @@ def edit(
 
     ``heads=``: ``fn`` gets and returns the selected heads' record ``[B, H_selected, T, d_head]``.
     """
-    check_model(model, fn="edit")
-    if heads is not None and heads is not False:
-        from hookkit.interventions.heads import edit_with_heads
+    check_model(model)
+    check_index(index)
+    found = sites_of(model, layers, positions, steps, index, heads=heads, head_layout=head_layout)
+    check_callable(fn, fn="edit", arg="fn", signature="fn(heads, ev)" if kind_of({"heads": heads}) else "fn(output, ev)")
 
-        if positions is not None or steps is not None:
-            fail("edit", "heads", "None with positions= or steps= (per-head edits act on every position)", heads)
-        return edit_with_heads(model, layers, fn, calls, heads, head_layout)
-    check_callable(fn, fn="edit", arg="fn", signature="fn(output, ev)")
-
-    def apply(t: Any, pos: int, ev: Event) -> Any:
+    def apply(t: Any, pos: int, ev: Event, site: Site) -> Any:
         new = fn(t, ev)
         return t if new is None else new
 
-    return edit_outputs(model, layers, apply, name="edit", calls=calls, index=index, steps=steps, positions=positions, token_dim=token_dim)
+    return edit_sites(model, found, apply, calls=calls, steps=steps, positions=positions, token_dim=token_dim)

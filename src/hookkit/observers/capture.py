@@ -13,14 +13,17 @@ from itertools import count
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal
 
+from hookkit.core.entry import entered
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.sequences import select_output, stitch
+from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_model, fail
+from hookkit.sites import RecordSource, Site, attach_sites, names_of, resolve
 
 _SLOT = object()
 _NO_GRADS: list[Any] = []  # shared by records of captures without grads=True (nobody reads or writes it)
@@ -42,51 +45,66 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
     if key in memo:
         return memo[key]
     memo[key] = obj  # a cycle comes back to the original object: terminates
-    new: Any = obj
-    if isinstance(obj, tuple):
-        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            new = type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    elif isinstance(obj, list):
-        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            new = items
-    elif isinstance(obj, dict):
-        values = {k: _map_deep(v, fn, be, memo, depth + 1) for k, v in obj.items()}
-        if any(values[k] is not v for k, v in obj.items()):
-            if type(obj) is dict:
-                new = values
-            else:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
-                try:
-                    new = type(obj)(**values)
-                except TypeError:
-                    new = type(obj)()
-                    new.update(values)
-    elif be.is_layer(obj) or isinstance(obj, Enum):
+    if be.is_layer(obj) or isinstance(obj, Enum):
         return obj
+
+    def inner(o: Any) -> Any:
+        return _map_deep(o, fn, be, memo, depth + 1)
+
+    if isinstance(obj, tuple):
+        new = _map_tuple(obj, inner)
+    elif isinstance(obj, list):
+        items = [inner(o) for o in obj]
+        new = items if any(a is not b for a, b in zip(items, obj)) else obj
+    elif isinstance(obj, dict):
+        new = _map_dict(obj, inner)
     else:
-        try:
-            new = copy.copy(obj)
-        except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
-            return obj
-        changes = {}
-        fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
-        names = fields or list(getattr(obj, "__dict__", {}))
-        names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
-        for n in dict.fromkeys(names):
-            if n.startswith("__"):
-                continue
-            try:
-                value = getattr(obj, n)
-            except AttributeError:
-                continue
-            mapped = _map_deep(value, fn, be, memo, depth + 1)
-            if mapped is not value:
-                changes[n] = mapped
-        if changes or new is not obj:
-            for n, v in changes.items():
-                object.__setattr__(new, n, v)  # also frozen dataclasses
+        new = _map_object(obj, inner)
     memo[key] = new
+    return new
+
+
+def _map_tuple(obj: tuple, inner: Callable[[Any], Any]) -> Any:
+    items = [inner(o) for o in obj]
+    if all(a is b for a, b in zip(items, obj)):
+        return obj
+    return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+
+
+def _map_dict(obj: dict, inner: Callable[[Any], Any]) -> Any:
+    values = {k: inner(v) for k, v in obj.items()}
+    if all(values[k] is v for k, v in obj.items()):
+        return obj
+    if type(obj) is dict:
+        return values
+    try:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
+        return type(obj)(**values)
+    except TypeError:
+        new = type(obj)()
+        new.update(values)
+        return new
+
+
+def _map_object(obj: Any, inner: Callable[[Any], Any]) -> Any:
+    """A shallow copy of ``obj`` with its attributes (fields, ``__dict__``, slots) mapped; ``obj``
+    itself when it cannot be copied."""
+    try:
+        new = copy.copy(obj)
+    except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
+        return obj
+    fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+    names = fields or list(getattr(obj, "__dict__", {}))
+    names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
+    for n in dict.fromkeys(names):
+        if n.startswith("__"):
+            continue
+        try:
+            value = getattr(obj, n)
+        except AttributeError:
+            continue
+        mapped = inner(value)
+        if mapped is not value:
+            object.__setattr__(new, n, mapped)  # also frozen dataclasses
     return new
 
 
@@ -155,7 +173,7 @@ def _keep_limit(keep: Any) -> int | None:
     fail("capture", "keep", "'all', 'last' or a number of forwards >= 1", keep)
 
 
-class capture(HandleGroup):
+class capture(HandleGroup, RecordSource):
     """Record what selected layers see, per call. A context manager; also usable with ``.remove()``.
 
     >>> with hookkit.capture(model, "h.*.attn", grads=True) as cap:   # doctest: +SKIP
@@ -213,26 +231,9 @@ class capture(HandleGroup):
         index: int = 0,
     ):
         super().__init__()
-        self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
-        self._positions = None if positions is None else Positions(positions, "capture")
-        self._gen_steps = None if steps is None else check_steps(steps, "capture")
-        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
-        if type(index) is not int or index < 0:  # bool and numpy ints refused as before
-            fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
-        self._index = index
-        self._steps: deque[int] = deque()
-        self._backend = check_model(model, fn="capture")
-        flags = (inputs, outputs, grads, detach, clone)
-        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
-            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
-                check_bool(value, fn="capture", arg=arg)
-        if to is not None:
-            problem = self._backend.device_problem(to)
-            if problem:
-                fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
+        self._backend = self._options(model, keep, positions, steps, token_dim, index)
+        self._check_flags(inputs, outputs, grads, detach, clone, to)
         self._model = weakref.ref(model)
-        if self._positions is not None and self._token_dim is None:
-            self._token_dim = token_dim_of(model, fn="capture")
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
         # outputs only, detached, kept where they are: each layer's consumer is a closure without lookups
@@ -243,8 +244,29 @@ class capture(HandleGroup):
         self._records: dict[str, list[Record]] = {}
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
-            self._heads(model, layers, heads, head_layout)
-            return
+            with entered("capture"):
+                found = resolve(model, layers, heads=heads, head_layout=head_layout)
+            self._attach_views(model, found, "heads", heads)
+        else:
+            self._attach_layers(model, layers, grads)
+
+    def _options(self, model: Any, keep: Any, positions: Any, steps: Any, token_dim: Any, index: Any) -> Any:
+        """Check the options that shape the records; the model's backend."""
+        self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
+        self._positions = None if positions is None else Positions(positions, "capture")
+        self._gen_steps = None if steps is None else check_steps(steps, "capture")
+        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
+        if type(index) is not int or index < 0:  # bool and numpy ints refused as before
+            fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
+        self._index = index
+        self._steps: deque[int] = deque()
+        backend = check_model(model, fn="capture")
+        if self._positions is not None and self._token_dim is None:
+            self._token_dim = token_dim_of(model, fn="capture")
+        return backend
+
+    def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
+        """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
         named = select(model, layers)
         self.names: list[str] = named.names
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
@@ -262,21 +284,41 @@ class capture(HandleGroup):
             self.remove()
             raise
 
+    def _check_flags(self, inputs: Any, outputs: Any, grads: Any, detach: Any, clone: Any, to: Any) -> None:
+        flags = (inputs, outputs, grads, detach, clone)
+        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
+            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
+                check_bool(value, fn="capture", arg=arg)
+        if to is not None:
+            problem = self._backend.device_problem(to)
+            if problem:
+                fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
+
     @property
     def grads(self) -> _Grads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
         return _Grads(self)  # made per access: a capture holds no reference to itself
 
-    def _heads(self, model: Any, layers: LayerSpec, heads: Any, head_layout: Any) -> None:
-        from hookkit.interventions.heads import attach_capture
-
+    def _attach_views(self, model: Any, found: list[Site], kind: str, given: Any) -> None:
+        """Sites whose value is a view of a tensor (``heads=``: ``[B, H, T, d_head]``): each call's
+        ``site.read`` recorded as the layer's output."""
         if self._inputs or self._grads or not self._outputs:
-            fail("capture", "heads", "None with inputs=True, grads=True or outputs=False (head records are outputs)", heads)
+            fail("capture", kind, f"None with inputs=True, grads=True or outputs=False ({kind[:-1]} records are outputs)", given)
         if self._positions is not None or self._gen_steps is not None:
-            fail("capture", "heads", "None with positions= or steps= (head records hold every position)", heads)
-        self.names = []
+            fail("capture", kind, f"None with positions= or steps= ({kind[:-1]} records hold every position)", given)
+        self.names = names_of(found)
+        be, record = self._backend, self.record_value
+
+        def consumer(site: Site) -> Callable[[Event], None]:
+            def consume(ev: Event) -> None:
+                value = site.read(be, ev)
+                if value is not None:
+                    record(site.name, ev, value)
+
+            return consume
+
         try:
-            self.names = attach_capture(self, model, layers, heads, head_layout)
+            attach_sites(model, found, consumer, OBSERVER, group=self)
         except BaseException:
             self.remove()
             raise
@@ -378,8 +420,6 @@ class capture(HandleGroup):
     def _last(self, name: str) -> Record:
         recs = self._records.get(name)
         if recs is None:
-            from hookkit.core.suggest import close_matches
-
             raise KeyError(f"layer {name!r} is not captured; captured: {', '.join(close_matches(name, self.names) or self.names[:8])}")
         if not recs:
             raise KeyError(f"layer {name!r} has not run since the capture started{self._swapped(name)}")

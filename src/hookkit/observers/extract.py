@@ -2,8 +2,8 @@
 
 A short pipeline: check the arguments, open the run (fingerprint, folder, this rank's part), attach
 the collector (router consumers that reduce and cast each output on its device), run the batches
-(complete batches go to a shard buffer; a full buffer goes to the writer thread, which writes the
-shard, then the index: ``extract_io``), finish (the last shard; under a process group, the index of
+(complete batches go to the folder's shard buffer; a full buffer goes to the writer thread, which
+writes the shard, then the index: ``folder.FolderWriter``, the format's one writer), finish (the last shard; under a process group, the index of
 all ranks: ``extract_ranks``). An interrupted run, re-run with the same arguments, continues after
 the last shard its index lists.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import add_note
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
@@ -28,51 +28,14 @@ from hookkit.core.types import Layer
 from hookkit.core.validate import check_runnable
 from hookkit.observers import extract_ranks as ranks
 from hookkit.observers import features as fmt
-from hookkit.observers.extract_io import Progress, Rows, Writer
 from hookkit.observers.extract_ranks import RankPlan
 from hookkit.observers.features import ExtractError, Features, load_features
+from hookkit.observers.folder import FolderWriter, count_samples, forget, open_folder, parse_size
 from hookkit.observers.reductions import ReduceSpec, Reduction, reductions_for
 from hookkit.observers.summary.dryrun import has_data
 
 DEFAULT_SHARD_SIZE = 16 * 2**20  # 16 MB: peak memory flat from 1,000 samples on (BENCHMARKS.md)
 STORABLE = tuple(fmt.CODES)  # dtype names extract can store
-
-
-# -- sizes, samples -------------------------------------------------------------------------------
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-
-
-def parse_size(size: int | str, what: str = "shard_size") -> int:
-    """Bytes from an int or a string like "64MB" / "512KiB"."""
-    if isinstance(size, int) and not isinstance(size, bool) and size > 0:
-        return size
-    if isinstance(size, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", size)
-        if m and m.group(2).lower() in _UNITS and float(m.group(1)) > 0:
-            return max(1, int(float(m.group(1)) * _UNITS[m.group(2).lower()]))
-    raise ExtractError(f"extract({what}=...): expected a positive number of bytes or a size like '64MB'; got {size!r}")
-
-
-def count_samples(batch: Any, b: int) -> int:
-    """The number of samples of a batch: dim 0 of its first array-like leaf (a tensor, an ndarray)."""
-    stack = [batch]
-    while stack:
-        x = stack.pop(0)
-        if isinstance(x, (str, bytes)):
-            continue
-        shape = getattr(x, "shape", None)
-        if shape is not None and not isinstance(x, type):
-            if len(shape) == 0:
-                break
-            return int(shape[0])
-        if isinstance(x, Mapping):
-            stack = list(x.values()) + stack
-        elif isinstance(x, (tuple, list)):
-            stack = list(x) + stack
-    raise ExtractError(
-        f"extract: cannot tell how many samples batch {b} holds (a {type(batch).__name__}): the first tensor of a batch "
-        "(a tensor, a tuple (x, y), a dict like {'input_ids': ...}) must hold the samples along dim 0"
-    )
 
 
 def _default_forward(model: Any, be: Backend) -> Callable[[Any], Any]:
@@ -139,102 +102,6 @@ def _weights(model: Any, be: Backend) -> dict[str, str]:
     return out
 
 
-def _difference(key: str, old: Any, new: Any) -> str:
-    """What changed in fingerprint field ``key``, for the refusal message."""
-    if key == "weights" and isinstance(old, dict):
-        changed = [n for n in new if n in old and old[n] != new[n]]
-        gone, added = [n for n in old if n not in new], [n for n in new if n not in old]
-        parts = []
-        for what, names in (("differ", changed), ("are new", added), ("are gone", gone)):
-            if names:
-                more = f" and {len(names) - 3} more" if len(names) > 3 else ""
-                parts.append(f"{len(names)} of {len(new)} tensors {what} ({', '.join(names[:3])}{more})")
-        return "weights: " + "; ".join(parts) + ": another checkpoint or another random init"
-    if key == "weights":
-        return "weights: not recorded there (a folder from an older hookkit)"
-    return f"{key}: {old!r} there, {new!r} now"[:300]
-
-
-# -- the folder -----------------------------------------------------------------------------------
-def prepare_out(
-    out: str,
-    fingerprint: dict[str, Any],
-    meta: dict[str, Any],
-    plan: RankPlan | None = None,
-    fn: str = "extract",
-    same: str = "model and weights, layers, inputs, reduce and dtype",
-) -> dict[str, Any]:
-    """Create or reopen ``out``: a new index (this rank's, under a process group), or the old one
-    when the fingerprint matches (resume). Also used by ``cam(out=...)``, which writes the same format
-    (``fn`` and ``same``: the function and the arguments its errors name)."""
-    plan = plan or RankPlan(0, 1, None, None, None)
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ExtractError(f"{fn}(out={out!r}): it is a file; give a folder (created if missing)")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise ExtractError(f"{fn}(out={out!r}): cannot create the folder: {e.strerror or e}") from None
-    if not os.access(out, os.W_OK | os.X_OK):
-        raise ExtractError(f"{fn}(out={out!r}): the folder is not writable")
-    index = None
-    top = os.path.join(out, fmt.INDEX)
-    if plan.ranked and os.path.exists(top):  # a finished multi-rank run: left as it is
-        return fmt.read_index(out)
-    ranks.check_world(out, plan)
-    if os.path.exists(os.path.join(out, plan.index_name)):
-        try:
-            index = fmt.read_index(out, plan.index_name, plan.shard_rank)
-        except fmt.FeaturesError as e:
-            raise ExtractError(
-                f"{fn}(out={out!r}): the folder holds an index that cannot be resumed ({e}); use a new folder or delete it"
-            ) from None
-        old = index.get("fingerprint") or {}
-        diff = [k for k in fingerprint if old.get(k) != fingerprint[k]]
-        if diff:
-            what = "; ".join(_difference(k, old.get(k), fingerprint[k]) for k in diff)
-            raise ExtractError(
-                f"{fn}(out={out!r}): the folder holds an extraction with other arguments ({what}); "
-                f"re-run with the same {same} to resume it, or use a new folder"
-            )
-    else:
-        names = [n for n in os.listdir(out) if _own_shard(n, plan)]
-        if names:
-            raise ExtractError(f"{fn}(out={out!r}): the folder holds shard files but no {plan.index_name}; use a new folder")
-        index = {
-            "format": fmt.FORMAT,
-            "version": fmt.VERSION,
-            "fingerprint": fingerprint,
-            "metadata": meta,
-            "layers": {},
-            "shards": [],
-            "count": 0,
-            "batches": 0,
-            "complete": False,
-        }
-        if plan.ranked:
-            index.update(rank=plan.rank, world=plan.world)
-        if plan.ids is not None:
-            index["samples"] = True  # each shard also holds every row's data-set index
-        try:
-            fmt.write_json(os.path.join(out, plan.index_name), index)
-        except OSError as e:
-            raise ExtractError(f"{fn}(out={out!r}): cannot write to the folder: {e.strerror or e}") from None
-    # leftovers of a killed run: temporary files, and shards written after the index's last update
-    listed = {s["file"] for s in index["shards"]}
-    for n in os.listdir(out):
-        stale_tmp = n.startswith(".") and n.endswith(".tmp") and (_own_shard(n[1:-4], plan) or n[1:-4] == plan.index_name)
-        if stale_tmp or (_own_shard(n, plan) and n not in listed):
-            os.remove(os.path.join(out, n))
-    return index
-
-
-def _own_shard(name: str, plan: RankPlan) -> bool:
-    """A shard file of this rank (or of the single process)."""
-    if not fmt._SHARD_NAME.fullmatch(name):
-        return False
-    return name.startswith(f"shard-r{plan.rank:05d}-") if plan.ranked else not name.startswith("shard-r")
-
-
 # -- the pipeline: checks, open run, collector, batches, finish --------------------------------------
 @dataclass
 class _Run:
@@ -250,7 +117,6 @@ class _Run:
     plan: RankPlan
     index: dict[str, Any]
     existed: bool
-    done_sizes: list[int] = field(default_factory=list)
     specs: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
 
     @property
@@ -297,10 +163,9 @@ def _open_run(model: Any, data: Any, layers: LayerSpec, out: str, inputs: bool, 
         "dtype": dtype,
     }
     existed = os.path.isdir(out)
-    index = prepare_out(out, fp, meta, plan)
+    index = open_folder(out, fp, meta, plan)
     run = _Run(out, be, named, keys, reds, fp, meta, plan, index, existed)
     if "ranks" not in index:
-        run.done_sizes = [c for s in index["shards"] for c in s["batch_sizes"]]
         run.specs = {k: (tuple(v["shape"]), v["dtype"]) for k, v in index["layers"].items()}
     return run
 
@@ -399,34 +264,34 @@ def _run_batches(
     run: _Run, collector: _Collector, data: Iterable[Any], forward: Callable[[Any], Any], shard_bytes: int, progress: bool | None
 ) -> None:
     """Every batch of ``data``: skip those written before an interruption (after checking them),
-    run the others and hand their rows to the shard buffer; then flush and mark the index complete."""
-    out, be, plan, index, done_sizes = run.out, run.be, run.plan, run.index, run.done_sizes
+    run the others and hand their rows to the folder; then finish it."""
+    plan = run.plan
     keys = run.keys + ([fmt.SAMPLE_KEY] if plan.ids is not None else [])
     total = len(data) if hasattr(data, "__len__") else None  # type: ignore[arg-type]
-    samples, start, b = index["count"], 0, -1
-    writer = Writer(out, index, plan.index_name, plan.shard_rank)
-    bar = None
-    try:
-        buffer = Rows(keys, shard_bytes, writer)
-        others = _other_ranks(run) if plan.ranked and plan.rank == 0 else None
-        bar = Progress(
-            progress if plan.rank == 0 else False, total * plan.world if (total and others) else total, writer, len(done_sizes), others
-        )
+    others = _other_ranks(run) if plan.ranked and plan.rank == 0 else None
+    shown = progress if plan.rank == 0 else False
+    start, b = 0, -1
+    with FolderWriter(
+        run.out,
+        run.index,
+        keys,
+        shard_bytes,
+        shown,
+        total * plan.world if (total and others) else total,
+        plan=plan,
+        others=others,
+        specs=run.specs,
+    ) as folder:
         for b, batch in enumerate(data):
             collector.batch = b
             n = count_samples(batch, b)
             ids = ranks.sample_rows(plan, start, n, b)
             start += n
-            if b < len(done_sizes):  # written before the interruption: skip, after checking it
-                if n != done_sizes[b]:
-                    raise ExtractError(
-                        f"extract(out={out!r}): batch {b} holds {n} samples but held {done_sizes[b]} in the interrupted run; "
-                        "the data changed (a shuffled loader?): resume needs the same batches in the same order"
-                    )
+            if folder.resumed(b, n):
                 continue
             collector.got.clear()
             try:
-                with be.no_grad():
+                with run.be.no_grad():
                     forward(batch)
             except Exception as e:
                 if not isinstance(e, ExtractError):
@@ -436,29 +301,12 @@ def _run_batches(
             if ids is not None:
                 rows[fmt.SAMPLE_KEY] = ids
                 run.specs.setdefault(fmt.SAMPLE_KEY, ((), "int64"))
-            buffer.add(rows, n, run.specs)  # a copy: the batch's tensors are freed now
-            samples += n
-            writer.check()
-            bar.update(b + 1, samples)
-        if b + 1 < len(done_sizes):
-            raise ExtractError(
-                f"extract(out={out!r}): data gave {b + 1} batches, fewer than the {len(done_sizes)} already written; "
-                "the data changed: resume needs the same batches in the same order"
-            )
-        if b < 0:
-            raise ExtractError("extract(data=...): the data gave no batches (an exhausted iterator?)")
-        buffer.flush(run.specs)
-        writer.close()
-        writer.check()
-        index["complete"] = True
-        fmt.write_json(os.path.join(out, plan.index_name), index)
-    finally:
-        writer.close()  # shards already queued are whole: they are written (resume skips them)
-        if bar is not None:
-            bar.close()
+            folder.add(b, rows, n)
+        folder.finish(b)
 
 
 # -- extract --------------------------------------------------------------------------------------
+@public_entry("extract")
 def extract(
     model: Layer,
     data: Iterable[Any],
@@ -526,18 +374,7 @@ def extract(
         finally:
             collector.remove()
             if not finished and run.fresh:
-                _forget(out, run.existed, run.plan.index_name)
+                forget(out, run.existed, run.plan.index_name)
     if run.plan.ranked:
         ranks.finish(out, run.plan, run.be, run.fingerprint, run.meta)
     return load_features(out)
-
-
-def _forget(out: str, existed: bool, index_name: str = fmt.INDEX) -> None:
-    """A call that failed before writing any shard leaves nothing behind: no index (which would tie
-    the folder to these arguments), and no folder it created."""
-    try:
-        os.remove(os.path.join(out, index_name))
-        if not existed and not os.listdir(out):
-            os.rmdir(out)
-    except OSError:
-        pass

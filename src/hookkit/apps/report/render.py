@@ -71,7 +71,7 @@ def table(header: list[str], rows: list[list[Any]], numeric: AbstractSet[int] = 
 
 
 def page(title: str, meta: dict[str, Any], sections: list[Section]) -> str:
-    from hookkit import __version__
+    from hookkit._version import __version__
 
     meta_html = " &middot; ".join(f"{html.escape(str(k))}: <b>{html.escape(str(v))}</b>" for k, v in meta.items())
     nav = "".join(f'<a href="#{anchor(s.id)}">{html.escape(s.title)}</a>' for s in sections)

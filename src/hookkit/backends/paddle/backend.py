@@ -91,7 +91,7 @@ class PaddleBackend(PaddleOps, Backend):
 
     # -- hookkit.summary ------------------------------------------------------------------------
     def mult_add_counter(self) -> Any:
-        from hookkit.backends.paddle.flops import PaddleRuleCounter
+        from hookkit.backends.paddle.flops import PaddleRuleCounter  # lazy: only hookkit.summary counts mult-adds, on its first use
 
         return PaddleRuleCounter()
 
@@ -105,7 +105,7 @@ class PaddleBackend(PaddleOps, Backend):
         }
 
     def has_forward(self, layer: Any) -> bool:
-        return type(layer).forward is not paddle.nn.Layer.forward
+        return getattr(type(layer), "forward", None) is not paddle.nn.Layer.forward  # an operation site has none
 
     def forward_state(self, layer: Any) -> list[tuple[str, Any]]:
         # BatchNorm's running statistics are non-trainable parameters here, not buffers; RNN

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from hookkit.backends.base import Backend, drop_hook_entries
-from hookkit.backends.torch import compiled, distributed
+from hookkit.backends.torch import compiled, distributed, native_hooks
 from hookkit.backends.torch import stats as torch_stats
 from hookkit.backends.torch import tree_watch as torch_tree
 from hookkit.backends.torch.ops import TorchOps
@@ -46,6 +46,9 @@ class TorchBackend(TorchOps, Backend):
     def is_layer(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
 
+    def view_base(self, t: Any) -> Any:
+        return t._base  # the base's own Python object while it lives (PyTorch keeps one per tensor)
+
     def is_tensor(self, obj: Any) -> bool:
         return isinstance(obj, torch.Tensor)
 
@@ -68,10 +71,10 @@ class TorchBackend(TorchOps, Backend):
         return list(layer.named_parameters(recurse=recurse))
 
     def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
-        return layer.register_forward_pre_hook(fn, with_kwargs=True)
+        return native_hooks.place(layer._forward_pre_hooks, layer._forward_pre_hooks_with_kwargs, fn)
 
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
-        return layer.register_forward_hook(fn, with_kwargs=True)
+        return native_hooks.place(layer._forward_hooks, layer._forward_hooks_with_kwargs, fn)
 
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         return drop_hook_entries(
@@ -116,7 +119,7 @@ class TorchBackend(TorchOps, Backend):
 
     # -- hookkit.summary ------------------------------------------------------------------------
     def mult_add_counter(self) -> Any:
-        from hookkit.backends.torch.flops import TorchOpCounter
+        from hookkit.backends.torch.flops import TorchOpCounter  # lazy: only hookkit.summary counts mult-adds, on its first use
 
         return TorchOpCounter()
 

@@ -90,20 +90,7 @@ def summarize(
 ) -> tuple[Summary, BaseException | None]:
     """The summary and the forward's exception (None when it ran), without printing or raising it."""
     be = check_model(model, fn="summary")
-    check_choice(mode, MODES, fn="summary", arg="mode")
-    if optimizer is not None and mode != "train":
-        fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
-    if optimizer is not None and not be.family("training").is_optimizer(optimizer):
-        fail("summary", "optimizer", f"None or an optimizer of the model's framework ({be.name})", optimizer, kind=ArgumentTypeError)
-    if loss_fn is not None and not callable(loss_fn):
-        fail("summary", "loss_fn", "None or a callable taking the model's output and returning a scalar loss", loss_fn)
-    columns = tuple(columns)
-    if mode == "train" and columns == DEFAULT_COLUMNS:
-        columns += ("saved",)
-    bad = [c for c in columns if c not in COLUMNS]
-    if bad:
-        fail("summary", "columns", f"column names among {', '.join(COLUMNS)}", bad if len(bad) > 1 else bad[0])
-    check_int(depth, fn="summary", arg="depth", low=0)
+    columns = _checked(be, depth, columns, mode, optimizer, loss_fn)
 
     named = list(be.named_layers(model))
     opaque = be.opaque_layers(model)
@@ -121,21 +108,12 @@ def summarize(
 
     hooked = [] if "" in opaque else [(n, m) for n, m in select(model, ALL) if _opaque_root(n, opaque) is None]
     leaf_ids = {id(m) for _, m in named if not be.children(m)}
-    saved = None
-    if mode == "train":
-        params = dry.params if dry is not None else [p for p in be.parameters(model) if _initialized(be, p)]
-        saved = SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
-    rec, counter, exc = run_forward(
-        model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved, call=dry.call if dry is not None else None
-    )
+    saved = _saved_counter(be, model, optimizer, loss_fn, dry) if mode == "train" else None
+    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved, call=dryrun.call_of(dry))
     rows = _with_opaque_rows(rec.rows, be, named, opaque)
     result = _assemble(model, be, named, rows, depth, columns, notes)
     if saved is not None:
-        result.saved_bytes = saved.total
-        if exc is None and optimizer is not None:
-            loss = loss_fn or default_loss(be)
-            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry)
-        saved.release()
+        _training(be, model, named, result, saved, exc, optimizer, loss_fn, args, kwargs, dry)
     result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
     result.mult_adds_method = counter.label
     result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]
@@ -143,6 +121,53 @@ def summarize(
     if exc is not None:
         _attribute(exc, rec, result, made_dtypes)
     return result, exc
+
+
+def _checked(be: Any, depth: int, columns: Sequence[str], mode: str, optimizer: Any, loss_fn: Any) -> tuple[str, ...]:
+    """The arguments checked; the columns shown (``saved`` added to the default ones in train mode)."""
+    check_choice(mode, MODES, fn="summary", arg="mode")
+    if optimizer is not None and mode != "train":
+        fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
+    if optimizer is not None and not be.family("training").is_optimizer(optimizer):
+        fail("summary", "optimizer", f"None or an optimizer of the model's framework ({be.name})", optimizer, kind=ArgumentTypeError)
+    if loss_fn is not None and not callable(loss_fn):
+        fail("summary", "loss_fn", "None or a callable taking the model's output and returning a scalar loss", loss_fn)
+    columns = tuple(columns)
+    if mode == "train" and columns == DEFAULT_COLUMNS:
+        columns += ("saved",)
+    bad = [c for c in columns if c not in COLUMNS]
+    if bad:
+        fail("summary", "columns", f"column names among {', '.join(COLUMNS)}", bad if len(bad) > 1 else bad[0])
+    check_int(depth, fn="summary", arg="depth", low=0)
+    return columns
+
+
+def _saved_counter(be: Any, model: Any, optimizer: Any, loss_fn: Any, dry: Any = None) -> SavedCounter:
+    """Train mode: counts the bytes saved for backward (and, with an optimizer, runs the loss's backward);
+    a dry run's parameters are its fake ones."""
+    params = dry.params if dry is not None else [p for p in be.parameters(model) if _initialized(be, p)]
+    return SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
+
+
+def _training(
+    be: Any,
+    model: Any,
+    named: list,
+    result: Summary,
+    saved: Any,
+    exc: Any,
+    optimizer: Any,
+    loss_fn: Any,
+    args: Any,
+    kwargs: Any,
+    dry: Any = None,
+) -> None:
+    """Train mode: the bytes saved for backward, and with an optimizer the training-memory estimate."""
+    result.saved_bytes = saved.total
+    if exc is None and optimizer is not None:
+        loss = loss_fn or default_loss(be)
+        result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry)
+    saved.release()
 
 
 # -- rows that come from the layer tree ---------------------------------------------------------
@@ -265,14 +290,8 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         calls[row.name] = calls.get(row.name, 0) + 1
     for row in rows:
         if row.name not in info:
-            layer = by_name[row.name]
-            n, trainable = _layer_params(layer, be)
-            tied = []
-            for pname, p in be.named_parameters(layer, recurse=False):
-                if id(p) in tied_ids:
-                    me = f"{row.name}.{pname}" if row.name else pname
-                    tied.append(f"{pname} = " + ", ".join(o for o in owners[id(p)] if o != me))
-            info[row.name] = (n, trainable, tied)
+            n, trainable = _layer_params(by_name[row.name], be)
+            info[row.name] = (n, trainable, _tied(be, row.name, by_name[row.name], owners, tied_ids))
         row.params, row.trainable, row.tied = info[row.name]
         row.calls = calls[row.name]
     params = [p for p in unique.values() if _initialized(be, p)]
@@ -299,6 +318,16 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
     )
 
 
+def _tied(be: Backend, name: str, layer: Any, owners: dict[int, list[str]], tied_ids: set[int]) -> list[str]:
+    """``"weight = other.weight"`` for each of the layer's own parameters shared with other layers."""
+    tied = []
+    for pname, p in be.named_parameters(layer, recurse=False):
+        if id(p) in tied_ids:
+            me = f"{name}.{pname}" if name else pname
+            tied.append(f"{pname} = " + ", ".join(o for o in owners[id(p)] if o != me))
+    return tied
+
+
 # -- failures -----------------------------------------------------------------------------------
 def _attribute(exc: BaseException, rec: Recorder, result: Summary, made_dtypes: list[str]) -> None:
     """Name the failing layer: the router's annotation for hook errors, else the innermost open call."""
@@ -320,13 +349,17 @@ def _attribute(exc: BaseException, rec: Recorder, result: Summary, made_dtypes: 
         result.rows = [r for r in result.all_rows if id(r) in shown or r is failed]
     result.error = f"{type(exc).__name__} {where}: {exc}"
     note = f"hookkit.summary: the forward failed {where}"
-    if failed is not None and "Embedding" in failed.type and made_dtypes and all(is_float(d) for d in made_dtypes):
-        hint = (
-            f"hint: {failed.type} takes integer ids, and the summary made float inputs: "
-            "pass dtypes='long' (on the command line: --dtype long)"
-        )
+    hint = _embedding_hint(failed, made_dtypes)
+    if hint:
         note += "\n" + hint
         result.error += f" ({hint})"
     if note not in getattr(exc, "__notes__", ()):
         add_note(exc, note)
     exc.hookkit_summary = result  # type: ignore[attr-defined]
+
+
+def _embedding_hint(failed: Row | None, made_dtypes: list[str]) -> str:
+    """An embedding that failed on the float inputs the summary made: say to make integer ones."""
+    if failed is not None and "Embedding" in failed.type and made_dtypes and all(is_float(d) for d in made_dtypes):
+        return f"hint: {failed.type} takes integer ids, and the summary made float inputs: pass dtypes='long' (on the command line: --dtype long)"
+    return ""

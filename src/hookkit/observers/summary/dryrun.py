@@ -52,6 +52,11 @@ def prepare(be: Backend, model: Any, args: tuple, kwargs: dict, device: Any, mis
     return dry
 
 
+def call_of(dry: DryRun | None) -> Any:
+    """What runs the summary's forward: the dry run's fake forward, or None (the model itself)."""
+    return dry.call if dry is not None else None
+
+
 def optimizer_state_bytes(be: Backend, model: Any, layers: list[Any], optimizer: Any, reached: set[int]) -> int:
     """Bytes of the state ``optimizer`` creates in its steady state, from one step on gradients
     without data (meta tensors: nothing allocated) given to the parameters whose ids are in

@@ -138,74 +138,22 @@ def memory_plan(
     optimizer: str = "adam",
 ) -> MemoryPlan:
     """The plan of ``Summary.memory_plan`` (see the module's docstring for the formulas)."""
-    check_int(ranks, fn="memory_plan", arg="ranks", low=1)
-    check_choice(sharding, SHARDINGS, fn="memory_plan", arg="sharding")
-    check_choice(optimizer, tuple(OPTIMIZERS), fn="memory_plan", arg="optimizer")
-    if checkpointing not in (False, True, "blocks"):
-        fail("memory_plan", "checkpointing", "False, True or 'blocks' (activation checkpointing of every repeated block)", checkpointing)
-    if not isinstance(master_weights, bool):
-        fail("memory_plan", "master_weights", "True or False", master_weights, kind=ArgumentTypeError)
-    if not s.total_params:
-        fail("memory_plan", "summary", "a summary of a model with parameters", s.model_type)
-    # the dtype the summary ran with: the model's most common floating dtype (a quantized parameter
-    # reports the dtype it computes in), else the one of its bytes per parameter
-    floats = {k: n for k, n in s.param_dtypes.items() if k in ITEMSIZE and "int" not in k}
-    size = max(1, round(s.param_bytes / s.total_params))
-    run_dtype = max(floats, key=floats.__getitem__) if floats else next((k for k, v in ITEMSIZE.items() if v == size), "float32")
+    _check(s, ranks, sharding, checkpointing, master_weights, optimizer)
+    run_dtype = _run_dtype(s)
     run_size = ITEMSIZE[run_dtype]
     pd = dtype_name(param_dtype, "memory_plan") if param_dtype is not None else run_dtype
     gd = dtype_name(grad_dtype, "memory_plan") if grad_dtype is not None else pd
     bp, bg = _itemsize(pd, "param_dtype"), _itemsize(gd, "grad_dtype")
-    n, P, T = ranks, s.total_params, s.trainable_params
-    k = OPTIMIZERS[optimizer]
-    bs = 4 if master_weights else bp
-    notes: list[str] = []
-
     blocks = blocks_of(s.all_rows)
     first = [r for r in blocks if r.call == 0]
+    P = s.total_params
     unit = max([r.params for r in first] + [P - sum(r.params for r in first)]) if first else P
-    shard_params = sharding in ("zero3", "fsdp")
-    shard_grads = sharding in ("zero2", "zero3", "fsdp")
-    shard_states = sharding != "ddp"
-
-    def div(x: int, on: bool) -> int:
-        return math.ceil(x / n) if on else x
-
-    parts: dict[str, int] = {}
-    formulas: dict[str, str] = {}
-    if shard_params:
-        parts["params"] = div(P * bp, True) + unit * bp
-        formulas["params"] = f"P x {bp} / {n} + one gathered unit ({unit:,} params) x {bp}"
-    else:
-        parts["params"] = P * bp
-        formulas["params"] = f"P x {bp} (P = {P:,})"
-    if shard_grads:
-        parts["gradients"] = div(T * bg, True) + (unit * bg if shard_params else 0)
-        formulas["gradients"] = f"T x {bg} / {n}" + (f" + one unit's gradients x {bg}" if shard_params else "")
-    else:
-        parts["gradients"] = T * bg
-        formulas["gradients"] = f"T x {bg} (T = {T:,})"
-    parts["master_weights"] = div(T * 4, shard_states) if master_weights else 0
-    formulas["master_weights"] = ("T x 4" + (f" / {n}" if shard_states else "")) if master_weights else "none"
-    parts["optimizer_state"] = div(T * k * bs, shard_states)
-    formulas["optimizer_state"] = f"T x {k} states x {bs}" + (f" / {n}" if shard_states else "")
-
+    parts, formulas = _model_states(
+        P, s.trainable_params, ranks, sharding, (bp, bg, 4 if master_weights else bp), OPTIMIZERS[optimizer], master_weights, unit
+    )
+    notes: list[str] = []
+    acts, formulas["activations"] = _activations(s, blocks, first, checkpointing, run_size, notes)
     scale = bp / run_size
-    saved = s.saved_bytes
-    if not saved and not s.dry_run and (s.training is None):
-        notes.append("activations 0: the summary ran without mode='train' (no saved-for-backward bytes); summarize with mode='train'")
-    if checkpointing and blocks:
-        inside = sum(r.saved_bytes for r in blocks)
-        kept = sum(_first_input_bytes(r, run_size) for r in blocks)
-        shared = max(0, first[0].input_bytes - _first_input_bytes(first[0], run_size)) if first else 0
-        biggest = max(r.saved_bytes for r in blocks)
-        acts = saved - inside + kept + shared + biggest
-        formulas["activations"] = f"saved outside {len(blocks)} blocks + each block's first input + one block's saves (recomputed)"
-    else:
-        if checkpointing:
-            notes.append("checkpointing: no repeated blocks found in the summary (named <list>.<i>, one type): no checkpointing applied")
-        acts = saved
-        formulas["activations"] = "the summary's saved-for-backward bytes"
     parts["activations"] = round(acts * scale)
     if scale != 1:
         formulas["activations"] += f" x {bp}/{run_size}"
@@ -218,7 +166,7 @@ def memory_plan(
         notes.append(f"blocks: {len(first)} x {first[0].type} ({first[0].name.rpartition('.')[0]}.*), {first[0].params:,} params each")
     notes.append("activations are those of the summary's input, one rank's micro-batch; the allocator's fragmentation is not counted")
     return MemoryPlan(
-        ranks=n,
+        ranks=ranks,
         sharding=sharding,
         checkpointing=checkpointing,
         param_dtype=pd,
@@ -229,10 +177,80 @@ def memory_plan(
         formulas=formulas,
         total=sum(parts.values()),
         params=P,
-        trainable_params=T,
+        trainable_params=s.trainable_params,
         blocks=[r.name for r in first],
         notes=notes,
     )
+
+
+def _check(s: Summary, ranks: Any, sharding: Any, checkpointing: Any, master_weights: Any, optimizer: Any) -> None:
+    check_int(ranks, fn="memory_plan", arg="ranks", low=1)
+    check_choice(sharding, SHARDINGS, fn="memory_plan", arg="sharding")
+    check_choice(optimizer, tuple(OPTIMIZERS), fn="memory_plan", arg="optimizer")
+    if checkpointing not in (False, True, "blocks"):
+        fail("memory_plan", "checkpointing", "False, True or 'blocks' (activation checkpointing of every repeated block)", checkpointing)
+    if not isinstance(master_weights, bool):
+        fail("memory_plan", "master_weights", "True or False", master_weights, kind=ArgumentTypeError)
+    if not s.total_params:
+        fail("memory_plan", "summary", "a summary of a model with parameters", s.model_type)
+
+
+def _run_dtype(s: Summary) -> str:
+    """The dtype the summary ran with: the model's most common floating dtype (a quantized parameter
+    reports the dtype it computes in), else the one of its bytes per parameter."""
+    floats = {k: n for k, n in s.param_dtypes.items() if k in ITEMSIZE and "int" not in k}
+    if floats:
+        return max(floats, key=floats.__getitem__)
+    size = max(1, round(s.param_bytes / s.total_params))
+    return next((k for k, v in ITEMSIZE.items() if v == size and "int" not in k), "float32")
+
+
+def _model_states(
+    P: int, T: int, n: int, sharding: str, sizes: tuple[int, int, int], k: int, master_weights: bool, unit: int
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Parameters, gradients, master weights and optimizer state per rank, and their formulas;
+    ``sizes``: bytes per parameter, gradient and optimizer state value."""
+    bp, bg, bs = sizes
+    shard_params = sharding in ("zero3", "fsdp")
+    shard_grads = sharding in ("zero2", "zero3", "fsdp")
+    shard_states = sharding != "ddp"
+    per = f" / {n}" if shard_states else ""
+    parts, formulas = {}, {}
+    if shard_params:
+        parts["params"] = math.ceil(P * bp / n) + unit * bp
+        formulas["params"] = f"P x {bp} / {n} + one gathered unit ({unit:,} params) x {bp}"
+    else:
+        parts["params"] = P * bp
+        formulas["params"] = f"P x {bp} (P = {P:,})"
+    if shard_grads:
+        parts["gradients"] = math.ceil(T * bg / n) + (unit * bg if shard_params else 0)
+        formulas["gradients"] = f"T x {bg} / {n}" + (f" + one unit's gradients x {bg}" if shard_params else "")
+    else:
+        parts["gradients"] = T * bg
+        formulas["gradients"] = f"T x {bg} (T = {T:,})"
+    parts["master_weights"] = (math.ceil(T * 4 / n) if shard_states else T * 4) if master_weights else 0
+    formulas["master_weights"] = f"T x 4{per}" if master_weights else "none"
+    parts["optimizer_state"] = math.ceil(T * k * bs / n) if shard_states else T * k * bs
+    formulas["optimizer_state"] = f"T x {k} states x {bs}{per}"
+    return parts, formulas
+
+
+def _activations(s: Summary, blocks: list[Row], first: list[Row], checkpointing: Any, run_size: int, notes: list[str]) -> tuple[int, str]:
+    """Bytes saved for backward (at the summary's itemsize) under the checkpointing, and the formula."""
+    saved = s.saved_bytes
+    if not saved and not s.dry_run and s.training is None:
+        notes.append("activations 0: the summary ran without mode='train' (no saved-for-backward bytes); summarize with mode='train'")
+    if not checkpointing:
+        return saved, "the summary's saved-for-backward bytes"
+    if not blocks:
+        notes.append("checkpointing: no repeated blocks found in the summary (named <list>.<i>, one type): no checkpointing applied")
+        return saved, "the summary's saved-for-backward bytes"
+    inside = sum(r.saved_bytes for r in blocks)
+    kept = sum(_first_input_bytes(r, run_size) for r in blocks)
+    shared = max(0, first[0].input_bytes - _first_input_bytes(first[0], run_size)) if first else 0
+    biggest = max(r.saved_bytes for r in blocks)
+    formula = f"saved outside {len(blocks)} blocks + each block's first input + one block's saves (recomputed)"
+    return saved - inside + kept + shared + biggest, formula
 
 
 def _first_input_bytes(r: Row, itemsize: int) -> int:

@@ -7,6 +7,7 @@ import io
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,30 +290,37 @@ def _em_indent(label: str) -> str:
 
 def cell(r: Row, column: str, total_params: int) -> str:
     """One table cell; ``--`` where there is nothing to show (torchinfo's convention)."""
-    if column == "input_size":
-        return shapes(r.input_shapes)
-    if column == "output_size":
-        if r.failed:
-            return "FAILED"
-        if r.static:
-            return "--"
-        return shapes(r.output_shapes) if r.finished else "(unfinished)"
-    if column == "num_params":
-        if r.call > 0:
-            return "(recursive)" if r.params else "--"
-        text = f"{r.params:,}" if r.params else "--"
-        return text + " (tied)" if r.tied else text
-    if column == "params_percent":
-        return f"{100.0 * r.params / total_params:.2f}%" if r.params and total_params and r.call == 0 else "--"
-    if column == "kernel_size":
-        return str(r.kernel_size) if r.kernel_size else "--"
-    if column == "trainable":
-        return "--" if r.trainable is None else str(r.trainable)
-    if column == "mult_adds":
-        return f"{r.mult_adds:,}" if r.mult_adds else "--"
-    if column == "saved":
-        return mb(r.saved_bytes) if r.saved_bytes else "--"
-    raise AssertionError(column)
+    if column not in _CELLS:
+        raise AssertionError(column)
+    return _CELLS[column](r, total_params)
+
+
+def _output_size(r: Row, total_params: int) -> str:
+    if r.failed:
+        return "FAILED"
+    if r.static:
+        return "--"
+    return shapes(r.output_shapes) if r.finished else "(unfinished)"
+
+
+def _num_params(r: Row, total_params: int) -> str:
+    if r.call > 0:
+        return "(recursive)" if r.params else "--"
+    text = f"{r.params:,}" if r.params else "--"
+    return text + " (tied)" if r.tied else text
+
+
+#: column -> its cell, from the row and the model's parameter count
+_CELLS: dict[str, Callable[[Row, int], str]] = {
+    "input_size": lambda r, total: shapes(r.input_shapes),
+    "output_size": _output_size,
+    "num_params": _num_params,
+    "params_percent": lambda r, total: f"{100.0 * r.params / total:.2f}%" if r.params and total and r.call == 0 else "--",
+    "kernel_size": lambda r, total: str(r.kernel_size) if r.kernel_size else "--",
+    "trainable": lambda r, total: "--" if r.trainable is None else str(r.trainable),
+    "mult_adds": lambda r, total: f"{r.mult_adds:,}" if r.mult_adds else "--",
+    "saved": lambda r, total: mb(r.saved_bytes) if r.saved_bytes else "--",
+}
 
 
 def training_lines(t: dict[str, Any]) -> list[str]:

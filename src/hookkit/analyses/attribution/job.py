@@ -1,0 +1,218 @@
+"""What an attribution call asks for, checked before anything runs: ``check_call`` turns the
+arguments of ``hookkit.attribute`` into a ``Job`` (framework, layer, inputs, baselines, target,
+options), or fails naming the argument and what would be valid."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, METHODS, NEURON_METHODS, PATH_METHODS
+from hookkit.analyses.attribution.rules import RULES, min_steps
+from hookkit.analyses.targets import Target, check_target
+from hookkit.core.entry import entry_name
+from hookkit.core.select import select
+from hookkit.core.validate import (
+    ArgumentTypeError,
+    InvalidArgument,
+    check_bool,
+    check_choice,
+    check_int,
+    check_model,
+    check_number,
+    check_runnable,
+    check_tensor_like,
+    fail,
+    shown,
+)
+
+
+@dataclass(frozen=True)
+class AttributeOptions:
+    """``attribute``'s keyword arguments (their meaning: ``hookkit.attribute``'s docstring); the same names
+    and defaults as its signature (tests/test_attribution.py checks that they stay so). Checked once by
+    ``check_call``, which returns them with the numbers normalized."""
+
+    baselines: Any = None
+    n_steps: int = 50
+    rule: str = "gausslegendre"
+    attribute_to: str = "output"
+    internal_batch_size: int | str | None = "auto"
+    max_memory: float | None = None
+    neuron: int | Sequence[int] | None = None
+    stdevs: float = 1.0
+    nt_samples: int = 5
+    seed: int | None = None
+    forward_kwargs: dict[str, Any] | None = None
+    return_delta: bool = False
+    eval: bool = True
+
+
+@dataclass
+class Job:
+    """One checked call of ``attribute``: the model and its backend (``m``: ``tensor_math`` ops, ``ops``: the
+    ``attribution`` family), the layer (``name``, ``layer``; None at the inputs), the inputs ``x`` of ``n``
+    samples and the baselines ``base``, the method, the target and the options; ``tap`` (the layer's
+    consumer), ``kind`` (the ``RUNNERS`` key) and ``scores`` (per-sample scores by "input" / "baseline")."""
+
+    be: Any
+    m: Any
+    ops: Any
+    model: Any
+    name: str
+    layer: Any
+    x: Any
+    n: int
+    method: str
+    target: Target
+    opts: AttributeOptions
+    neuron: tuple[int, ...] | None  # opts.neuron checked
+    base: Any = None
+    kwargs: dict = field(default_factory=dict)
+    tap: Any = None
+    kind: str = ""
+    scores: dict = field(default_factory=dict)
+
+
+def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target, opts: AttributeOptions) -> Job:
+    """The ``Job`` of a call of ``hookkit.attribute``, every argument checked; errors name the public function."""
+    fn = entry_name()
+    be = check_model(model, fn=fn)
+    check_runnable(be, model, fn=fn)
+    opts = _checked_options(opts, method)
+    name, found, neuron = _checked_layer(model, layer, method, opts)
+    x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
+    shape = be.shape(x)
+    if len(shape) < 1 or shape[0] < 1:
+        fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
+    to_inputs = layer is None or neuron is not None or method == "conductance"
+    if to_inputs and be.dtype_kind(x) != "float":
+        what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
+        fail(
+            fn,
+            "inputs",
+            f"floating-point for {what} (the path runs through the inputs); for token ids attribute at the embedding layer",
+            inputs,
+        )
+    check_target(target, shape[0])
+    m, ops = be.family("tensor_math"), be.family("attribution")
+    job = Job(be, m, ops, model, name, found, x, shape[0], method, target, opts, neuron)
+    kwargs = opts.forward_kwargs
+    if kwargs is not None and not (isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
+        fail(fn, "forward_kwargs", "None or a dict of the model's keyword arguments", kwargs, kind=ArgumentTypeError)
+    job.kwargs = dict(kwargs or {})
+    if method in PATH_METHODS:
+        job.base = _baselines(be, opts.baselines, x)
+    job.kind = ("input" if layer is None else "neuron" if neuron is not None else "layer") + ":" + method
+    return job
+
+
+def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
+    """The options checked one by one (in the order the user reads them), numbers normalized."""
+    fn = entry_name()
+    check_bool(opts.eval, fn=fn, arg="eval")
+    check_bool(opts.return_delta, fn=fn, arg="return_delta")
+    check_choice(method, METHODS, fn=fn, arg="method")
+    check_choice(opts.rule, RULES, fn=fn, arg="rule")
+    check_choice(opts.attribute_to, ("output", "input"), fn=fn, arg="attribute_to")
+    batch = opts.internal_batch_size
+    checked = replace(
+        opts,
+        n_steps=check_int(opts.n_steps, fn=fn, arg="n_steps", low=min_steps(opts.rule)),
+        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0),
+        nt_samples=check_int(opts.nt_samples, fn=fn, arg="nt_samples", low=1),
+        seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
+        max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
+    )
+    if not (batch is None or batch == "auto" or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1)):
+        fail(fn, "internal_batch_size", '"auto", None (all scaled inputs at once) or an int >= 1', batch, kind=ArgumentTypeError)
+    return checked
+
+
+def _checked_layer(model: Any, layer: Any, method: str, opts: AttributeOptions) -> tuple[str, Any, tuple[int, ...] | None]:
+    """The one layer attributed to (``("", None)`` at the inputs), and ``neuron`` / ``return_delta`` checked
+    against it: ``(name, layer, neuron as a tuple)``."""
+    fn = entry_name()
+    name, found = "", None
+    if layer is None:
+        if method not in INPUT_METHODS:
+            fail(
+                fn,
+                "method",
+                f"one of {', '.join(map(repr, INPUT_METHODS))} with layer=None (the model's inputs); {method!r} needs a layer",
+                method,
+            )
+        if opts.attribute_to != "output":
+            fail(fn, "attribute_to", '"output" with layer=None (attribute_to="input" names a layer\'s input)', opts.attribute_to)
+        if opts.neuron is not None:
+            fail(fn, "neuron", "None with layer=None (a neuron is an index into a layer's output)", opts.neuron)
+    else:
+        if method not in LAYER_METHODS:
+            fail(
+                fn,
+                "method",
+                f"one of {', '.join(map(repr, LAYER_METHODS))} at a layer; {method!r} works at the inputs (layer=None)",
+                method,
+            )
+        named = select(model, layer)
+        if len(named) != 1:
+            names = ", ".join(n or "(root)" for n, _ in named[:6]) + (", ..." if len(named) > 6 else "")
+            raise InvalidArgument(f"{fn}(): layer must match exactly one layer; {shown(layer)} matched {len(named)}: {names}")
+        name, found = named[0]
+    neuron = opts.neuron
+    if neuron is not None:
+        if method not in NEURON_METHODS:
+            fail(fn, "neuron", f"None for method={method!r}; neuron variants: {', '.join(NEURON_METHODS)}", neuron)
+        neuron = _check_neuron(neuron)
+    if opts.return_delta and (method not in PATH_METHODS or opts.neuron is not None):
+        fail(
+            fn,
+            "return_delta",
+            "False for this method: the delta is defined for integrated_gradients and conductance (without neuron=)",
+            opts.return_delta,
+        )
+    return name, found, neuron
+
+
+def _check_neuron(neuron: Any) -> tuple[int, ...]:
+    items = (neuron,) if isinstance(neuron, (int, np.integer)) and not isinstance(neuron, bool) else neuron
+    try:
+        items = tuple(items)
+    except TypeError:
+        items = ()  # not a sequence: refused below
+    if not items or not all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in items):
+        fail(
+            entry_name(),
+            "neuron",
+            "an int or a tuple of ints indexing the layer's output (without the batch axis)",
+            neuron,
+            kind=ArgumentTypeError,
+        )
+    return tuple(int(i) for i in items)
+
+
+def _baselines(be: Any, baselines: Any, x: Any) -> Any:
+    m, shape = be.family("tensor_math"), tuple(be.shape(x))
+    if baselines is None:
+        return be.zeros_like(x)
+    if isinstance(baselines, (int, float, np.integer, np.floating)) and not isinstance(baselines, bool):
+        return m.full(shape, float(baselines), x)
+    b = check_tensor_like(baselines, be, fn=entry_name(), arg="baselines")
+    got = tuple(be.shape(b))
+    if got == shape[1:]:
+        got, b = (1, *got), m.reshape(b, (1, *got))
+    if got not in (shape, (1, *shape[1:])):
+        fail(
+            entry_name(),
+            "baselines",
+            f"None, a number, or a tensor shaped like inputs {list(shape)} (or one sample {list(shape[1:])})",
+            f"a tensor of shape {list(got)}",
+        )
+    if be.device_of(b) != be.device_of(x):
+        b = be.to(b, be.device_of(x))
+    if be.dtype_name(b) != be.dtype_name(x):
+        b = be.cast(b, be.dtype_name(x))
+    return b if got == shape else m.tile_rows(b, shape[0])
