@@ -55,24 +55,3 @@ def prepare(be: Backend, model: Any, args: tuple, kwargs: dict, device: Any, mis
 def call_of(dry: DryRun | None) -> Any:
     """What runs the summary's forward: the dry run's fake forward, or None (the model itself)."""
     return dry.call if dry is not None else None
-
-
-def optimizer_state_bytes(be: Backend, model: Any, layers: list[Any], optimizer: Any, reached: set[int]) -> int:
-    """Bytes of the state ``optimizer`` creates in its steady state, from one step on gradients
-    without data (meta tensors: nothing allocated) given to the parameters whose ids are in
-    ``reached`` (those the loss's backward reaches: an optimizer skips the others, as in the real
-    step); its state and the parameters' ``.grad`` are put back afterwards."""
-    from hookkit.observers.summary.memory import StateSnapshot, distinct_bytes, tensors_under
-
-    ops, meta = be.family("training"), be.family("meta")
-    snap = StateSnapshot(be, model, layers, optimizer)
-    try:
-        for p in snap.params:
-            if be.requires_grad(p) and id(p) in reached:
-                ops.put_grad(p, meta.empty_like(p))
-        optimizer.step()
-        skip = {id(p) for p in snap.params}
-        param_keys = {k[0] for k in map(ops.storage, snap.params) if k is not None}
-        return distinct_bytes(be, tensors_under(be, ops.optimizer_state(optimizer), skip), param_keys)
-    finally:
-        snap.restore()

@@ -264,8 +264,6 @@ def training_estimate(
     }
     parts["transient"] = largest_transient(be, named, result.all_rows, parts["gradients"])
     if dry is not None:
-        from hookkit.observers.summary.dryrun import optimizer_state_bytes
-
         reached = dry.backward(saved.loss)
         parts["optimizer_state"] = optimizer_state_bytes(be, model, [m for _, m in named], optimizer, reached)
         return {
@@ -284,3 +282,22 @@ def training_estimate(
         "measured": at_start + measured["peak_delta"],
         "measured_how": measured["how"],
     }
+
+
+def optimizer_state_bytes(be: Backend, model: Any, layers: list[Any], optimizer: Any, reached: set[int]) -> int:
+    """Bytes of the state ``optimizer`` creates in its steady state, from one step on gradients
+    without data (meta tensors: nothing allocated) given to the parameters whose ids are in
+    ``reached`` (those the loss's backward reaches: an optimizer skips the others, as in the real
+    step); its state and the parameters' ``.grad`` are put back afterwards."""
+    ops, meta = be.family("training"), be.family("meta")
+    snap = StateSnapshot(be, model, layers, optimizer)
+    try:
+        for p in snap.params:
+            if be.requires_grad(p) and id(p) in reached:
+                ops.put_grad(p, meta.empty_like(p))
+        optimizer.step()
+        skip = {id(p) for p in snap.params}
+        param_keys = {k[0] for k in map(ops.storage, snap.params) if k is not None}
+        return distinct_bytes(be, tensors_under(be, ops.optimizer_state(optimizer), skip), param_keys)
+    finally:
+        snap.restore()

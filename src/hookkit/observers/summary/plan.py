@@ -31,11 +31,13 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, fail
 from hookkit.observers.summary.inputs import dtype_name
-from hookkit.observers.summary.table import Row, Summary
+
+if TYPE_CHECKING:  # annotations only: table.Summary.memory_plan calls this module
+    from hookkit.observers.summary.table import Row, Summary
 
 SHARDINGS = ("ddp", "zero1", "zero2", "zero3", "fsdp")
 OPTIMIZERS = {"adam": 2, "adamw": 2, "sgd-momentum": 1, "rmsprop": 1, "adagrad": 1, "lion": 1, "sgd": 0}

@@ -15,6 +15,7 @@ import numpy as np
 
 from hookkit.backends import Backend
 from hookkit.core import router
+from hookkit.observers.summary.dryrun import has_data
 from hookkit.observers.summary.table import Row
 
 
@@ -105,8 +106,6 @@ class ModelState:
     def __init__(self, be: Backend, model: Any, layers: list[Any]):
         self.be, self.model = be, model
         self.modes = [(m, be.is_training(m)) for m in layers]
-        from hookkit.observers.summary.dryrun import has_data
-
         # buffers without data (meta device) hold no values to change or put back
         self.buffers = [(m, n, b, be.clone(b)) for m in layers for n, b in be.forward_state(m) if b is not None and has_data(be, b)]
 
