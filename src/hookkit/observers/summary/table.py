@@ -9,7 +9,10 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: plan.py imports this module's types the same way
+    from hookkit.observers.summary.plan import MemoryPlan
 
 COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "trainable", "mult_adds", "saved")
 DEFAULT_COLUMNS = ("input_size", "output_size", "num_params", "trainable", "mult_adds")
@@ -93,7 +96,7 @@ class Summary:
     #: parameters per dtype name (``{"bfloat16": 70_553_706_496}``), tied ones once
     param_dtypes: dict[str, int] = field(default_factory=dict)
 
-    def memory_plan(self, ranks: int = 1, sharding: str = "ddp", **options: Any) -> Any:
+    def memory_plan(self, ranks: int = 1, sharding: str = "ddp", **options: Any) -> MemoryPlan:
         """Per-rank training memory of this model and input under a parallel plan (``plan.memory_plan``):
         parameters, gradients, master weights, optimizer state and activations, as data and a table.
 
