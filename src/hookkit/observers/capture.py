@@ -140,7 +140,7 @@ class Record:
         return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
 
 
-class _Grads:
+class CapturedGrads:
     """``cap.grads[name]``: the most recent gradient w.r.t. that layer's output (per call: ``cap.calls(name)[i].grad``)."""
 
     def __init__(self, cap: capture):
@@ -181,6 +181,10 @@ class capture(HandleGroup, RecordSource):
     >>> cap["h.0.attn"]          # last output of that layer
     >>> cap.calls("h.0.attn")    # every call's Record, in order
     >>> cap.grads["h.0.attn"]    # gradient w.r.t. that output
+
+    ``grads=True`` also keeps the gradient w.r.t. each recorded output (``cap.grads[name]``);
+    ``inputs=True`` also keeps each call's inputs (``Record.inputs``, ``Record.kwargs``);
+    ``outputs=False`` keeps no outputs (with ``inputs=True``: the inputs only).
 
     ``detach`` keeps outputs out of the graph (default), whatever holds them (tuples, dicts,
     dataclasses, Hugging Face ``ModelOutput`` and cache objects); ``clone`` copies them (needed when
@@ -295,9 +299,9 @@ class capture(HandleGroup, RecordSource):
                 fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
 
     @property
-    def grads(self) -> _Grads:
+    def grads(self) -> CapturedGrads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
-        return _Grads(self)  # made per access: a capture holds no reference to itself
+        return CapturedGrads(self)  # made per access: a capture holds no reference to itself
 
     def _attach_views(self, model: Any, found: list[Site], kind: str, given: Any) -> None:
         """Sites whose value is a view of a tensor (``heads=``: ``[B, H, T, d_head]``): each call's
@@ -509,5 +513,10 @@ class capture(HandleGroup, RecordSource):
         self._steps.clear()
 
     def __repr__(self) -> str:
-        n = sum(len(v) for v in self._records.values())
-        return f"<hookkit.capture {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
+        n, k = sum(len(v) for v in self._records.values()), len(self.names)
+        return f"<hookkit.capture {k} layer{'' if k == 1 else 's'}, {n} record{'' if n == 1 else 's'}, {'removed' if self.removed else 'active'}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import capture_html
+
+        return capture_html(self)

@@ -21,6 +21,7 @@ import numpy as np
 from hookkit.backends import Backend, backend_for
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import add_note
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
@@ -307,6 +308,7 @@ def _run_batches(
 
 # -- extract --------------------------------------------------------------------------------------
 @public_entry("extract")
+@explains_failures("extract")
 def extract(
     model: Layer,
     data: Iterable[Any],

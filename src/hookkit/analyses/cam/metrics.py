@@ -24,6 +24,7 @@ from hookkit.analyses.cam.call import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, check_runnable, fail
 
@@ -126,6 +127,7 @@ def _maps(be: Any, x: Any, maps: Any, metric: str) -> np.ndarray:
 
 
 @public_entry("cam_metric")
+@explains_failures("cam_metric")
 def cam_metric(
     model: Layer,
     inputs: Any,

@@ -25,6 +25,7 @@ from hookkit.analyses.cam.stream import stream
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
@@ -335,6 +336,7 @@ def cam(
     as_tensor: bool = ..., out: str | os.PathLike[str], **options: Unpack[CamKeywords],
 ) -> Features: ...  # fmt: skip
 @public_entry("cam")
+@explains_failures("cam")
 def cam(
     model: Layer,
     layers: LayerSpec,

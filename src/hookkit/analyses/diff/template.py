@@ -20,12 +20,14 @@ from hookkit.analyses.diff.result import Diff
 from hookkit.analyses.diff.sides import SideA, SideB
 from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import HookkitError
+from hookkit.core.failures import explains_failures
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_bool, check_callable, check_model, check_number, check_runnable, fail
 
 
 @public_entry("diff")
+@explains_failures("diff", models=2)
 def diff(
     a: Layer,
     b: Layer,

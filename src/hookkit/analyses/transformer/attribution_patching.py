@@ -18,6 +18,7 @@ from hookkit.analyses.inputs import call_model
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.transformer.patching import Metric, capture_clean, check_pair, metric_rows, sites
 from hookkit.core.entry import public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event
 from hookkit.core.select import LayerSpec
@@ -26,6 +27,7 @@ from hookkit.core.validate import check_bool, check_model, check_runnable
 from hookkit.sites import Heads, Site, attach_sites
 
 
+@explains_failures("attribution_patching")
 @public_entry()
 def attribution_patching(
     model: Layer,

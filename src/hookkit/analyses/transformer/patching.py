@@ -20,6 +20,7 @@ from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.transformer.lens import check_positions
 from hookkit.core.architectures import token_dim
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event
 from hookkit.core.select import LayerSpec
@@ -98,6 +99,7 @@ def capture_clean(model: Layer, be: Any, found: list[Site], clean: Any) -> dict[
     return stored
 
 
+@explains_failures("patching_sweep")
 @public_entry()
 def patching_sweep(
     model: Layer,

@@ -65,6 +65,10 @@ def report(
     per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
     ``graph``: a ``hookkit.graph(...)`` result, drawn as a section (coloured by the activation
     statistics given, when it has no overlay of its own); ``report([], path, graph=g)``: the graph alone.
+    ``dropout``: what plug-in dropout hooks did, ``{layer: {"kind", "p", "fraction", "calls"}}`` (the
+    demo's table). ``figures``: ready PNGs to show, ``[{"section": ..., "caption": ..., "png": bytes}]``
+    (as a folder's ``figures.json`` lists them). ``meta``: the header's facts, ``{"framework": ...,
+    "model": ...}``, shown as "key: value".
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP

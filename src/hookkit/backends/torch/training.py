@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -143,8 +145,14 @@ class TorchTraining(Training):
         # memory; the running sum of those events peaks where the step held the most
         from torch.autograd import profiler
 
-        with profiler.profile(profile_memory=True, use_kineto=True) as prof:
+        prof: Any = profiler.profile(profile_memory=True, use_kineto=True)
+        with _quiet_fd2():  # Kineto writes "USDT: ... profiler_start" / "profiler_stop" to fd 2
+            prof.__enter__()
+        try:
             fn()
+        finally:
+            with _quiet_fd2():
+                prof.__exit__(None, None, None)
         events = [e for e in prof.kineto_results.events() if e.name() == "[memory]"]
         events.sort(key=lambda e: e.start_ns())
         live = peak = 0
@@ -216,3 +224,23 @@ class TorchTraining(Training):
 
 
 OPS = TorchTraining()
+
+
+@contextlib.contextmanager
+def _quiet_fd2() -> Iterator[None]:
+    """Send the process's C-level standard error to the null device for the block: the profiler's
+    start and stop lines are written there by C++, below ``sys.stderr``. Only around the profiler's
+    own start and stop, never around the user's code."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no fd 2 (an embedded interpreter): nothing to quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

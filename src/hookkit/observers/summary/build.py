@@ -40,6 +40,10 @@ def summary(
     ``input_size``: a shape, a list of shapes or a dict of keyword shapes; ``dtypes``: one per input
     or one for all (``"long"`` for token ids). ``input_data``: a tensor, a list/tuple of tensors or a
     dict of keyword tensors. Neither: the layer tree with parameter counts, no forward.
+    ``depth``: how deep the layer tree is shown (deeper layers are summed into their parent);
+    ``columns``: which columns, among "input_size", "output_size", "num_params", "trainable",
+    "mult_adds", "saved" (torchinfo's names); ``device``: where the made inputs go (default: the
+    model's device).
     ``mode``: "eval" (default), "train" or "same"; the model's modes and buffers are restored
     afterwards. When the forward raises, the rows that ran are printed and the error is re-raised
     with the failing layer named (its ``hookkit_summary`` attribute holds the rows).

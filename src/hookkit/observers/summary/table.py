@@ -146,6 +146,7 @@ class Summary:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
         """The summary a ``to_dict()`` describes (``summary.json``, ``--json``): the same table again.
+        ``data``: that dict (read with ``json.load``; checked as data, nothing is executed).
 
         >>> hookkit.observers.summary.Summary.from_dict(json.load(open("summary.json")))   # doctest: +SKIP
         """
