@@ -96,16 +96,43 @@ class Summary:
     #: parameters per dtype name (``{"bfloat16": 70_553_706_496}``), tied ones once
     param_dtypes: dict[str, int] = field(default_factory=dict)
 
-    def memory_plan(self, ranks: int = 1, sharding: str = "ddp", **options: Any) -> MemoryPlan:
-        """Per-rank training memory of this model and input under a parallel plan (``plan.memory_plan``):
-        parameters, gradients, master weights, optimizer state and activations, as data and a table.
+    def memory_plan(
+        self,
+        ranks: int = 1,
+        sharding: str = "ddp",
+        *,
+        checkpointing: bool | str = False,
+        param_dtype: Any = None,
+        grad_dtype: Any = None,
+        master_weights: bool = False,
+        optimizer: str = "adam",
+    ) -> MemoryPlan:
+        """Per-rank training memory of this model and input under a parallel plan: parameters,
+        gradients, master weights, optimizer state and activations, as data and a table.
+
+        ``ranks``: the data-parallel ranks. ``sharding``: "ddp" (all replicated), "zero1" (optimizer
+        state and master weights divided among the ranks), "zero2" (gradients too), "zero3" or "fsdp"
+        (parameters too, one unit gathered at a time). ``checkpointing``: False, True or "blocks"
+        (activation checkpointing of every repeated block). ``param_dtype``, ``grad_dtype``: the dtypes
+        trained in (default: the model's; gradients as parameters). ``master_weights``: an fp32 copy of
+        the parameters. ``optimizer``: "adam", "adamw", "sgd-momentum", "rmsprop", "adagrad", "lion" or
+        "sgd" (its states per parameter). The formulas: ``hookkit.observers.summary.plan``.
 
         >>> s = hookkit.summary(meta_llama, {"input_ids": (1, 4096)}, dtypes="long", mode="train")   # doctest: +SKIP
         >>> print(s.memory_plan(ranks=8, sharding="fsdp", checkpointing="blocks", param_dtype="bfloat16"))   # doctest: +SKIP
         """
-        from hookkit.observers.summary.plan import memory_plan
+        from hookkit.observers.summary.plan import memory_plan  # lazy: plan imports this module's types
 
-        return memory_plan(self, ranks=ranks, sharding=sharding, **options)
+        return memory_plan(
+            self,
+            ranks=ranks,
+            sharding=sharding,
+            checkpointing=checkpointing,
+            param_dtype=param_dtype,
+            grad_dtype=grad_dtype,
+            master_weights=master_weights,
+            optimizer=optimizer,
+        )
 
     @property
     def non_trainable_params(self) -> int:
