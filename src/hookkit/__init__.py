@@ -65,6 +65,7 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+from hookkit.observers.summary.plan import MemoryPlan
 from hookkit.sae import (  # sparse autoencoders (issue 42)
     SAE,
     FeatureStats,
@@ -184,6 +185,7 @@ __all__ = [
     "train_sae",
     "FeatureViews",
     "feature_views",
+    "MemoryPlan",
 ]
 
 # an unknown keyword argument of a public function or class gets "did you mean" (core/keywords.py)

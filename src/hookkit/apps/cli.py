@@ -35,6 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("--depth", type=int, default=3, help="layer tree depth to show (default: 3)")
     summary.add_argument("--kw", action="append", default=[], help="keyword for the callable or its config, like n_layer=2 (repeatable)")
     summary.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    summary.add_argument(
+        "--config", default=None, help="a transformers config: a JSON file (config.json) or inline JSON; --kw overrides it"
+    )
+    summary.add_argument("--meta", action="store_true", help="build the model on the meta device (no weights allocated): a dry run")
+    summary.add_argument("--mode", default="eval", choices=("eval", "train"), help="train: gradients on, the Saved column (default: eval)")
+    summary.add_argument(
+        "--plan",
+        default=None,
+        help="a training-memory plan (implies --mode train), like ranks=8,sharding=fsdp,checkpointing=blocks,param_dtype=bfloat16",
+    )
 
     from hookkit.apps.extract_cli import add_parser as add_extract
 

@@ -30,7 +30,7 @@ from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import InvalidArgument, check_model, fail
+from hookkit.core.validate import InvalidArgument, check_model, check_runnable, fail
 
 if TYPE_CHECKING:
     import os
@@ -383,6 +383,7 @@ def cam(
 def run_cam(model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, opts: CamOptions) -> Any:
     """``cam`` with its options made (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
     be = check_model(model, fn=entry_name())
+    check_runnable(be, model, fn=entry_name())
     opts.check(method)
     named = select(model, layers) if method != "fullgrad" else []
     target = tensor_target(be, target)

@@ -24,7 +24,7 @@ from hookkit.core.router import OBSERVER, Event
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_int, check_model, fail
+from hookkit.core.validate import ArgumentTypeError, check_int, check_model, check_runnable, fail
 from hookkit.sites import FIRST, Site, attach_sites
 
 EMBEDDINGS = "embeddings"
@@ -164,6 +164,7 @@ def logit_lens(
     >>> ids, probs = lens.top(5)
     """
     be = check_model(model)
+    check_runnable(be, model)
     check_inputs(be, inputs)
     if top_k is not None:
         top_k = check_int(top_k, arg="top_k", low=1)

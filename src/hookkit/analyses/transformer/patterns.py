@@ -24,7 +24,7 @@ from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_model
+from hookkit.core.validate import check_model, check_runnable
 from hookkit.sites import Site, attach_sites, check_heads
 
 
@@ -52,6 +52,7 @@ def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, head
     >>> pats["model.layers.0.self_attn"].shape     # [B, 2, T, T]
     """
     be = check_model(model)
+    check_runnable(be, model)
     check_inputs(be, inputs)
     targets = attention_layers(model, layers)
     sel = {}

@@ -9,8 +9,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from hookkit.backends.families.training import Training
+from hookkit.backends.torch import quantized
 from hookkit.core.validate import ArgumentTypeError, fail
 
 
@@ -95,8 +97,10 @@ class TorchTraining(Training):
     def storage(self, t: Any) -> tuple[int, int] | None:
         try:
             s = t.untyped_storage()
+            if t.is_meta or isinstance(t, FakeTensor):  # no data pointer: the storage object itself
+                return s._cdata, s.nbytes()
             return s.data_ptr(), s.nbytes()
-        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, fake tensors
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested tensors
             return None
 
     def on_step(self, optimizer: Any, fn: Callable[[], None]) -> Any:
@@ -186,7 +190,8 @@ class TorchTraining(Training):
 
     def local(self, t: Any) -> Any:
         to_local = getattr(t, "to_local", None)  # a DTensor (FSDP2): this rank's shard
-        return t if to_local is None else to_local()
+        t = t if to_local is None else to_local()
+        return quantized.OPS.dequantize(t)  # a quantized parameter (torchao, optimum-quanto): its values
 
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         with torch.no_grad():
