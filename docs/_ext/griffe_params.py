@@ -109,6 +109,7 @@ GLOSSARY = {
 #: the reference (no table; the signature still shows them)
 MADE_BY_HOOKKIT = {
     "Diff", "FeatureArray", "Features", "LayerNotFound", "LensResult", "NonFiniteError", "Pruning", "Record", "Stop", "StopForward",
+    "FeatureStats", "Graph", "Operations", "SAE", "Splice", "TopFeatures",
 }  # fmt: skip
 
 

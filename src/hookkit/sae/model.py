@@ -76,6 +76,7 @@ class SAE:
     >>> feats = sae.encode(x)            # [..., d_sae]
     >>> x_hat = sae.decode(feats)        # [..., d_in] (d_out for a transcoder)
 
+    Made by ``SAE.load``, ``SAE.from_arrays``, ``SAE.from_sae_lens`` or ``train_sae``.
     Attributes: ``architecture``, ``d_in``, ``d_sae``, ``d_out``, ``k`` (top-k), ``hook_name`` (and
     ``hook_name_out`` for a transcoder), ``cfg`` (the config as SAELens writes it), ``weights``
     (name -> tensor), ``W_enc``, ``W_dec``, ``b_enc``, ``b_dec``.
@@ -144,9 +145,12 @@ class SAE:
     ) -> SAE:
         """Read a folder SAELens's ``save_model`` wrote (``cfg.json`` + ``sae_weights.safetensors``).
 
-        ``like``: a model or tensor whose framework, device and (floating) dtype the weights take;
-        ``framework``: "torch" or "paddle" without one (default: torch when installed); ``dtype``:
-        overrides the config's.
+        ``folder``: the folder holding ``cfg.json`` and ``sae_weights.safetensors``.
+        ``like``: a model or tensor whose framework, device and (floating) dtype the weights take.
+        ``framework``: "torch" or "paddle", when no ``like`` is given (default: torch when installed).
+        ``device``: where the weights go, such as "cpu" or "cuda:0" (default: ``like``'s device, else
+        the framework's default one).
+        ``dtype``: "float32", "float16", "bfloat16" or "float64", overriding ``like``'s and the config's.
 
         >>> sae = hookkit.SAE.load("my_sae", like=model)   # doctest: +SKIP
         """
@@ -188,9 +192,37 @@ class SAE:
         device: str | None = None,
         dtype: str | None = None,
     ) -> SAE:
-        """An SAE from weight arrays (numpy or tensors), SAELens's shapes: ``W_enc [d_in, d_sae]``,
-        ``W_dec [d_sae, d_in]`` (``d_out`` for a transcoder), ``b_enc [d_sae]``, ``b_dec [d_in]``;
-        ``threshold`` ([d_sae] or one number for "batchtopk"), ``k`` for "topk".
+        """An SAE from weight arrays (numpy arrays or tensors) in SAELens's shapes; ``d_in`` and ``d_sae``
+        are read from ``W_enc``, a transcoder's ``d_out`` from ``W_dec``.
+
+        ``W_enc``: the encoder ``[d_in, d_sae]``.
+        ``W_dec``: the decoder ``[d_sae, d_in]`` (``[d_sae, d_out]`` for a transcoder).
+        ``b_dec``: the decoder's bias ``[d_in]`` (``[d_out]`` for a transcoder).
+        ``b_enc``: the encoder's bias ``[d_sae]``, for every architecture but "gated".
+        ``architecture``: "standard" (the default), "topk", "batchtopk", "jumprelu", "gated",
+        "transcoder", "skip_transcoder", "jumprelu_transcoder" or "jumprelu_skip_transcoder".
+        ``threshold``: the JumpReLU thresholds ``[d_sae]``, or for "batchtopk" the one learned threshold
+        (a number).
+        ``k``: the number of features kept per row, required for "topk".
+        ``b_gate`` / ``b_mag`` / ``r_mag``: a "gated" SAE's gate bias, magnitude bias and magnitude
+        rescaling (the log of a scale), each ``[d_sae]``.
+        ``W_skip``: a skip transcoder's skip connection ``[d_out, d_in]`` (``forward`` adds ``x @ W_skip.T``).
+        ``apply_b_dec_to_input``: subtract ``b_dec`` from the input before encoding (default: True for
+        an SAE, while a transcoder never does).
+        ``normalize_activations``: SAELens's input normalisation, "none" by default: "constant_norm_rescale"
+        and "layer_norm" normalise each row before encoding and undo it after decoding, while
+        "expected_average_only_in" and "covariance_whitening" are accepted and leave the input as it is.
+        ``rescale_acts_by_decoder_norm``: for "topk", multiply the pre-activations by the norms of the
+        decoder's rows before keeping the top ``k`` (and divide the features by them before decoding).
+        ``hook_name``: the site the SAE reads, kept in its config (``splice`` uses it when given no site).
+        ``framework``: "torch" or "paddle" (default: the framework of the tensors given, else torch when
+        installed).
+        ``like``: a model or tensor whose framework, device and (floating) dtype the weights take
+        (default: the first tensor given, when any).
+        ``device``: where the weights go, such as "cpu" or "cuda:0" (default: ``like``'s device, else
+        the framework's default one).
+        ``dtype``: "float32", "float16", "bfloat16" or "float64" (default: ``like``'s floating dtype,
+        else ``W_enc``'s).
 
         >>> sae = hookkit.SAE.from_arrays(W_enc=We, b_enc=be, W_dec=Wd, b_dec=bd, architecture="topk", k=32)   # doctest: +SKIP
         """
@@ -239,6 +271,14 @@ class SAE:
     ) -> SAE:
         """The same SAE as a SAELens object (``StandardSAE``, ``TopKSAE``..., or a training SAE).
 
+        ``sae``: the SAELens SAE (its ``cfg`` and ``state_dict()`` are read, it is not changed).
+        ``framework``: "torch" or "paddle" (default: the SAELens SAE's framework, torch).
+        ``like``: a model or tensor whose framework, device and (floating) dtype the weights take.
+        ``device``: where the weights go, such as "cpu" or "cuda:0" (default: ``like``'s device, else
+        the framework's default one).
+        ``dtype``: "float32", "float16", "bfloat16" or "float64" (default: ``like``'s floating dtype,
+        else the SAELens config's).
+
         >>> mine = hookkit.SAE.from_sae_lens(sae_lens_sae)   # doctest: +SKIP
         """
         cfg = sae.cfg.to_dict()
@@ -253,7 +293,14 @@ class SAE:
         return cls(cfg, arrays, backend=backend, device=dev, dtype=dt or cfg.get("dtype"), where=f"SAE.from_sae_lens({type(sae).__name__})")
 
     def to(self, *, like: Any = None, framework: str | None = None, device: str | None = None, dtype: str | None = None) -> SAE:
-        """A copy of this SAE on another framework, device or dtype.
+        """A copy of this SAE on another framework, device or dtype (this one is left as it is).
+
+        ``like``: a model or tensor whose framework, device and (floating) dtype the copy takes.
+        ``framework``: "torch" or "paddle" (default: this SAE's, on its device).
+        ``device``: where the copy's weights go, such as "cpu" or "cuda:0" (default: ``like``'s device,
+        else this SAE's when neither ``like`` nor ``framework`` is given, else the framework's default one).
+        ``dtype``: "float32", "float16", "bfloat16" or "float64" (default: ``like``'s floating dtype,
+        else this SAE's).
 
         >>> sae_paddle = sae.to(framework="paddle")   # doctest: +SKIP
         """
@@ -316,7 +363,10 @@ class SAE:
         return out
 
     def encode(self, x: Any) -> Any:
-        """Feature activations ``[..., d_sae]`` of activations ``x [..., d_in]``, in the SAE's dtype."""
+        """Feature activations ``[..., d_sae]`` of activations ``x [..., d_in]``, in the SAE's dtype.
+
+        ``x``: activations of the SAE's site, a tensor ``[..., d_in]`` of its framework (cast to the
+        SAE's dtype)."""
         feats, state = self._encode(x)
         if state is not None:
             self._last_state = state
@@ -324,12 +374,16 @@ class SAE:
 
     def decode(self, feats: Any) -> Any:
         """The reconstruction ``[..., d_in]`` (``d_out`` for a transcoder) of feature activations; an
-        SAE that normalises its input uses the norm of the last ``encode``, as SAELens does."""
+        SAE that normalises its input uses the norm of the last ``encode``, as SAELens does.
+
+        ``feats``: feature activations ``[..., d_sae]``, such as ``encode`` returns (changed or not)."""
         state, self._last_state = self._last_state, None
         return self._decode(feats, state)
 
     def forward(self, x: Any) -> Any:
-        """``decode(encode(x))``, plus ``x @ W_skip.T`` for a skip transcoder."""
+        """``decode(encode(x))``, plus ``x @ W_skip.T`` for a skip transcoder.
+
+        ``x``: activations of the SAE's site, a tensor ``[..., d_in]`` of its framework."""
         feats, state = self._encode(x)
         out = self._decode(feats, state)
         if self._W_skip_T is not None:
@@ -339,7 +393,14 @@ class SAE:
     __call__ = forward
 
     def features_to_output(self, x: Any, feats: Any, clean: Any, state: Any) -> Any:
-        """The spliced output: ``x + decode(feats) - decode(clean)`` (the error term kept)."""
+        """The spliced output: ``x + decode(feats) - decode(clean)`` (the error term kept), in ``x``'s dtype;
+        ``x`` itself when ``feats`` is ``clean``.
+
+        ``x``: the site's activation that ``clean`` was encoded from.
+        ``feats``: the features as the verbs on the features' site left them, ``[..., d_sae]``.
+        ``clean``: the features as encoded from ``x``, ``[..., d_sae]``.
+        ``state``: the input normalisation computed while encoding ``x`` (None when the SAE does not
+        normalise), which both decodes undo."""
         if feats is clean:
             return x
         return x + self.backend.cast(self._decode(feats, state) - self._decode(clean, state), self.backend.dtype_name(x))
@@ -351,7 +412,9 @@ class SAE:
 
     def save(self, folder: str | os.PathLike) -> str:
         """Write the SAE as SAELens's ``save_model`` does: ``cfg.json`` + ``sae_weights.safetensors``
-        (loads with ``sae_lens.SAE.load_from_disk``).
+        (loads with ``sae_lens.SAE.load_from_disk``); returns the folder.
+
+        ``folder``: the folder to write into (created when missing, its two files replaced).
 
         >>> sae.save("my_sae")   # doctest: +SKIP
         """

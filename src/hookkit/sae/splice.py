@@ -157,8 +157,13 @@ class Splice(HandleGroup):
         return vec
 
     def steer_features(self, features: int | Sequence[int], by: float | Sequence[float], **kw: Any) -> Edits:
-        """Add ``by`` to feature(s) ``features`` at every position (``positions=``, ``steps=``, ``calls=``
-        as ``hookkit.steer``); with the error term the site's output moves by ``by * W_dec[f]``.
+        """Add ``by`` to feature(s) ``features`` at every position; with the error term the site's output
+        moves by ``by * W_dec[f]``. Returns the handle (``remove()`` or a ``with`` block undoes it).
+
+        ``features``: a feature index or a list of them, each in ``0..d_sae - 1``.
+        ``by``: the amount added, one number for all or one per feature.
+        ``kw``: the keywords of ``hookkit.steer`` that choose where: ``positions=``, ``steps=``,
+        ``calls=`` and ``token_dim=``.
 
         >>> with sp.steer_features(123, by=8.0):   # doctest: +SKIP
         ...     model(ids)
@@ -167,7 +172,12 @@ class Splice(HandleGroup):
             return steer(self.model_ref, self.features, self._vector(features, by), **kw)
 
     def ablate_features(self, features: int | Sequence[int], **kw: Any) -> Edits:
-        """Set feature(s) ``features`` to zero (``positions=``, ``steps=`` as ``hookkit.ablate``).
+        """Set feature(s) ``features`` to zero; with the error term the site's output loses their
+        decoder directions. Returns the handle (``remove()`` or a ``with`` block undoes it).
+
+        ``features``: a feature index or a list of them, each in ``0..d_sae - 1``.
+        ``kw``: the keywords of ``hookkit.ablate`` that choose where: ``positions=``, ``steps=``,
+        ``calls=`` and ``token_dim=``.
 
         >>> with sp.ablate_features([5, 9]):   # doctest: +SKIP
         ...     model(ids)
@@ -190,6 +200,8 @@ class Splice(HandleGroup):
         """Record the ``top_k`` largest feature activations and their indices at each call (instead
         of the dense ``[..., d_sae]`` that ``hookkit.capture(model, sp.features)`` keeps).
 
+        ``top_k``: how many of each row's features to keep, an int in ``1..d_sae``.
+
         >>> with sp.capture_top(8) as top:   # doctest: +SKIP
         ...     model(ids)
         >>> values, indices = top.records[0]
@@ -207,9 +219,9 @@ class Splice(HandleGroup):
 
 
 class FeatureStats(HandleGroup):
-    """How often each feature fires (activation > 0) over the forwards while it is open, counted on
-    the device: ``frequency()`` ``[d_sae]`` (fraction of tokens), ``dead()`` (indices never fired),
-    ``tokens`` (rows seen)."""
+    """What ``Splice.feature_stats`` returns: how often each feature fires (activation > 0) over the
+    forwards while it is open, counted on the device: ``frequency()`` ``[d_sae]`` (fraction of
+    tokens), ``dead()`` (indices never fired), ``tokens`` (rows seen)."""
 
     def __init__(self, sp: Splice):
         super().__init__()
@@ -236,8 +248,8 @@ class FeatureStats(HandleGroup):
 
 
 class TopFeatures(HandleGroup):
-    """The ``top_k`` largest features at each call of a splice: ``records`` [(values, indices)] in
-    call order (on the model's device: no host copy per call)."""
+    """What ``Splice.capture_top`` returns: the ``top_k`` largest features at each call of a splice,
+    ``records`` [(values, indices)] in call order (on the model's device: no host copy per call)."""
 
     def __init__(self, sp: Splice, top_k: int):
         super().__init__()
@@ -262,15 +274,25 @@ def splice(
     name: str | None = None,
     index: int | None = 0,
 ) -> Splice:
-    """Splice ``sae`` into ``model`` at ``site`` (a layer name; any spec ``select`` resolves to one
-    site; None: the SAE's ``hook_name``). ``error_term=True``: the model's outputs are unchanged while ``sp.features`` exposes the
-    features (a site every verb takes); ``False``: the reconstruction replaces the activation. A
-    transcoder reads ``site`` and writes ``output_site`` (default: its config's ``hook_name_out``). ``name``: the features' site name
-    (default ``"<site>.sae"``).
+    """Splice ``sae`` into ``model`` at ``site``, its features a site of their own (``sp.features``)
+    that every verb takes. Returns a ``Splice`` (``remove()`` or the end of its
+    ``with`` block restores the model).
 
     >>> with hookkit.splice(model, "transformer.h.6", sae) as sp, hookkit.capture(model, sp.features) as cap:   # doctest: +SKIP
     ...     model(ids)
     >>> cap[sp.features]          # [batch, seq, d_sae]
+
+    ``site``: where the SAE reads, a layer name or any spec ``select`` resolves to one site (None: the
+    SAE's ``hook_name``).
+    ``sae``: a ``hookkit.SAE`` on the model's framework (``sae.to(like=model)`` moves one), whose
+    ``d_in`` is the site's width.
+    ``error_term``: True (the default) keeps the model's outputs unchanged until a verb changes the
+    features, while False replaces the site's activation by the SAE's reconstruction.
+    ``output_site``: the site a transcoder writes, while it reads ``site`` (default: its config's
+    ``hook_name_out``), None for an SAE.
+    ``name``: the name of the features' site (default ``"<site>.sae"``).
+    ``index``: which tensor of a nested output the SAE reads and writes (its position among the
+    output's tensors, depth first, 0 by default), or None for every one.
     """
     with entered("splice"):
         return Splice(model, site, sae, error_term=error_term, output_site=output_site, name=name, index=index)

@@ -372,24 +372,71 @@ def train_sae(
     log_every: int = 1, seed: int = 0, framework: str | None = None, like: Any = None, hook_name: str | None = None,
     ce_loss: Callable[[Any, Any], Any] | None = None, ce_every: int = 100,
 ) -> Trained:  # fmt: skip
-    """Train an SAE (``architecture``: "topk", "batchtopk", "jumprelu" or "standard", SAELens's names) of
-    ``d_sae`` features on ``source``: an ``extract`` folder (``site=``: which layer), an array
-    ``[..., d_in]``, or ``(model, site, data)``. Streams in bounded memory (``buffer_size`` rows
-    shuffled). Sparsity: ``k`` (top-k, batch-top-k: the mean per row), ``l1_coefficient`` (standard),
-    ``l0_coefficient`` (JumpReLU's L0 penalty, through a straight-through estimator of
-    ``jumprelu_bandwidth``). With ``(model, site, data)`` and ``ce_loss(model, batch) -> loss``,
-    every ``ce_every`` steps the metrics get ``ce_loss_recovered``: ``(zero - spliced) / (zero - clean)``
-    on the first batch (the model's loss clean, with the SAE's reconstruction spliced in, and with the
-    site zero-ablated); ``normalize_activations="expected_average_only_in"`` scales inputs to norm sqrt(d_in)
-    and folds the factor into the saved weights. ``out``: a folder for the final SAE (SAELens's
-    format), ``metrics.jsonl`` and, every ``checkpoint_every`` steps, resumable checkpoints
-    (``resume=True`` continues a killed run). Under a process group (``torch.distributed``, Paddle's
-    launcher) it trains data parallel: rank r takes every world-th batch of the one stream, gradients
-    and dead-feature counts are reduced over the ranks, rank 0 writes; the ranks end with equal weights. ``writer``: TensorBoard's ``SummaryWriter`` or anything
-    with ``add_scalar`` (``hookkit.integrations.writers.as_writer`` adapts W&B and VisualDL).
+    """Train an SAE of ``d_sae`` features on ``source`` with SAELens's losses and schedules, streamed in
+    bounded memory; returns a ``Trained`` (``sae``, ``metrics``, ``path``).
 
     >>> run = hookkit.train_sae("feats", d_sae=4096, architecture="topk", k=32, steps=20_000, out="runs/sae")   # doctest: +SKIP
     >>> run.sae, run.metrics[-1]["explained_variance"]
+
+    ``source``: an ``extract`` folder (``site=`` picks its layer), an array ``[..., d_in]``, or
+    ``(model, site, data)`` whose activations at ``site`` are captured batch by batch over ``data``, a
+    re-iterable of batches (a list, a DataLoader).
+    ``d_sae``: the number of features, an int >= 1.
+    ``architecture``: "topk" (the default), "batchtopk", "jumprelu" or "standard", SAELens's names (a
+    "batchtopk" SAE is returned and saved in its inference form, a JumpReLU at the learned threshold).
+    ``k``: the features kept per row, an int in ``1..d_sae`` for "topk" or their mean over the batch's
+    rows for "batchtopk" (a number with ``0 < k <= d_sae``), unused by the other architectures.
+    ``steps``: the number of training steps, one batch and one Adam update each.
+    ``batch_size``: rows per step (default 4096), at most the number of rows the source holds.
+    ``lr``: Adam's learning rate (betas 0.9 and 0.999, the gradients' norm clipped to 1).
+    ``lr_warm_up_steps``: the learning rate rises linearly from ``lr / lr_warm_up_steps`` to ``lr`` over
+    this many first steps (0, the default: no warm-up).
+    ``lr_decay_steps``: the learning rate falls linearly to 0 over this many last steps (0, the default:
+    no decay).
+    ``l1_coefficient``: the weight of "standard"'s L1 penalty (each activation times its decoder row's norm).
+    ``l1_warm_up_steps``: the L1 weight rises linearly to ``l1_coefficient`` over this many first steps
+    (0, the default: full weight from the start).
+    ``l0_coefficient``: the weight of "jumprelu"'s L0 penalty (the number of active features, through a
+    straight-through estimator).
+    ``l0_warm_up_steps``: the L0 weight rises linearly to ``l0_coefficient`` over this many first steps
+    (0, the default: full weight from the start).
+    ``jumprelu_bandwidth``: the width of the straight-through estimator's window around JumpReLU's
+    threshold (SAELens's ``bandwidth``).
+    ``jumprelu_init_threshold``: the threshold every feature of a "jumprelu" SAE starts from.
+    ``aux_k_coefficient``: the weight of the auxiliary-k loss of "topk" and "batchtopk", which trains
+    the dead features to predict the reconstruction's error (0: off).
+    ``dead_feature_window``: a feature that has not fired for more than this many steps counts as dead
+    (for the auxiliary-k loss and the ``dead_fraction`` metric).
+    ``topk_threshold_lr``: for "batchtopk", the rate of the running average of the smallest kept
+    activation, which becomes the saved JumpReLU's threshold.
+    ``normalize_activations``: "none" (the default) or "expected_average_only_in", which scales the inputs
+    to a mean norm of sqrt(d_in), measured on one batch, and folds the factor into the saved weights.
+    ``buffer_size``: the rows of the shuffle buffer (at least ``2 * batch_size``), which bound the memory used.
+    ``site``: with an ``extract`` folder, the layer to train on (required when the folder holds several).
+    ``out``: a folder for the final SAE (``out/final``, SAELens's format), ``metrics.jsonl`` and the
+    checkpoints (default None: nothing is written).
+    ``checkpoint_every``: write a resumable checkpoint under ``out/checkpoints`` every this many steps
+    (0, the default: none).
+    ``resume``: True (the default) continues from the latest checkpoint in ``out``, where a killed run
+    stopped, and False starts over (the old checkpoints deleted).
+    ``writer``: where the metrics go as well: TensorBoard's ``SummaryWriter`` or anything with
+    ``add_scalar(tag, value, step)`` (``hookkit.integrations.writers.as_writer`` adapts W&B and VisualDL).
+    ``log_every``: record the metrics every this many steps, and at the last one.
+    ``seed``: the seed of the initial weights and of the shuffling (the same seed, the same weights).
+    ``framework``: "torch" or "paddle", to train on when ``source`` is a folder or an array (default: torch
+    when installed).
+    ``like``: a model or tensor whose framework and device the training runs on (default: the model of
+    ``(model, site, data)``).
+    ``hook_name``: the site written in the SAE's config, which ``splice`` uses when given none (default:
+    ``site`` of ``(model, site, data)`` when it is a name).
+    ``ce_loss``: with ``(model, site, data)``, a function ``ce_loss(model, batch) -> loss``: every ``ce_every``
+    steps the metrics get ``ce_loss_recovered``, ``(zero - spliced) / (zero - clean)`` on the first batch
+    (the model's loss clean, with the SAE's reconstruction spliced in, and with the site zero-ablated).
+    ``ce_every``: the steps between two measures of ``ce_loss_recovered`` (the last step is measured too).
+
+    Under a process group (``torch.distributed``, Paddle's launcher) it trains data parallel: rank r
+    takes every world-th batch of the one stream, gradients and dead-feature counts are reduced over the
+    ranks, rank 0 writes; the ranks end with equal weights.
     """
     fn = "train_sae"
     _check_args(

@@ -54,7 +54,10 @@ class FeatureViews(dict):
     decode: Callable[[int], str] | None = None
 
     def html(self, tokens: Callable[[int], str] | Sequence[str] | None = None) -> str:
-        """One self-contained HTML fragment (``tokens``: id -> text, a list, or None for ids)."""
+        """One self-contained HTML fragment.
+
+        ``tokens``: how token ids are shown: a function id -> text (``tokenizer.decode``), a list
+        indexed by id, or None (the default) for the ``tokens=`` given to ``feature_views``, else the ids."""
         shown = _decoder(tokens if tokens is not None else self.decode)
         parts = ['<div class="hookkit-features" style="font-family:sans-serif">']
         for view in self.values():
@@ -66,7 +69,11 @@ class FeatureViews(dict):
         return self.html()
 
     def save(self, path: str | os.PathLike, tokens: Callable[[int], str] | Sequence[str] | None = None) -> str:
-        """Write a standalone HTML page; returns its path."""
+        """Write a standalone HTML page; returns its path.
+
+        ``path``: the file to write (an ``.html`` name, replaced when it exists).
+        ``tokens``: how token ids are shown, as in ``html`` (default: the ``tokens=`` given to
+        ``feature_views``, else the ids)."""
         path = os.fspath(path)
         with open(path, "w", encoding="utf-8") as f:
             f.write(
@@ -133,16 +140,27 @@ def feature_views(
     top_tokens: int = 10,
     tokens: Callable[[int], str] | Sequence[str] | None = None,
 ) -> FeatureViews:
-    """Views of ``features`` of the SAE spliced by ``splice`` over ``data`` (batches of token ids
-    ``[B, T]``, or dicts with ``input_ids``): the ``top`` contexts (``window`` tokens each side), a
-    histogram of non-zero activations (``bins`` bins up to 1.5x the first batch's maximum; larger
-    values in the last bin), and the ``top_tokens`` the decoder direction promotes through
-    ``unembed`` (a layer or its name; by default the model's output embeddings). Memory: one batch
-    of the chosen features plus ``top`` contexts per feature.
+    """Views of chosen SAE features over a data set streamed batch by batch: each feature's
+    top-activating contexts, a histogram of its non-zero activations, and the tokens its decoder
+    direction promotes. Memory: one batch of the chosen features plus ``top`` contexts per feature.
 
     >>> with hookkit.splice(model, "transformer.h.6", sae) as sp:   # doctest: +SKIP
     ...     views = hookkit.feature_views(model, sp, batches, [12, 345], tokens=tokenizer.decode)
     >>> views        # HTML in a notebook; views.save("features.html")
+
+    ``splice``: what ``hookkit.splice`` returned for ``model``, whose SAE's features are viewed.
+    ``data``: an iterable of batches of token ids ``[B, T]``: tensors, tuples whose first item is the
+    ids (all items passed to the model), or dicts with ``input_ids`` (passed as keywords).
+    ``features``: the feature indices to view, a non-empty list of ints in ``0..d_sae - 1``.
+    ``top``: how many top-activating contexts each feature keeps, largest first.
+    ``window``: how many tokens of a context are shown on each side of its token.
+    ``bins``: the histogram's bins, from 0 to 1.5 times the largest activation of the first batch where
+    the feature fired (larger values fall in the last bin).
+    ``unembed``: the layer, or its name, that maps a decoder direction to token logits (default: the
+    model family's unembedding, else ``model.get_output_embeddings()``, else no top tokens).
+    ``top_tokens``: how many of the tokens a decoder direction promotes most to list per feature (0: none).
+    ``tokens``: how token ids are shown: a function id -> text (``tokenizer.decode``), a list indexed
+    by id, or None (the default) for the ids themselves.
     """
     if not isinstance(splice, Splice):
         fail("feature_views", "splice", "what hookkit.splice returned", splice, kind=ArgumentTypeError)

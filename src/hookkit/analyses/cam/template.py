@@ -373,9 +373,9 @@ def cam(
     files (key ``"cam"``, resumable) and ``load_features(FOLDER)`` is returned.
     The model's training flags, its parameters' ``.grad`` and its hooks are left as they were.
     Returns numpy float32 maps, a tensor (``as_tensor=True``) or ``Features`` (``out=``).
-    The other keywords and their defaults: ``reshape=None``, ``prefix_tokens=None``, ``aug_smooth=False``,
-    ``eigen_smooth=False``, ``batch_size=None``, ``eval=True``, ``shard_size=16 * 2**20`` (``out=``'s
-    shards, bytes or "64MB"), ``progress=None`` (a progress line on a terminal).
+    ``options``: the other keywords, described above, with their defaults: ``reshape=None``,
+    ``prefix_tokens=None``, ``aug_smooth=False``, ``eigen_smooth=False``, ``batch_size=None``, ``eval=True``,
+    ``shard_size=16 * 2**20`` (``out=``'s shards, bytes or "64MB"), ``progress=None`` (a progress line on a terminal).
     """
     return run_cam(model, layers, inputs, method, target, CamOptions.of(as_tensor=as_tensor, out=out, **options))
 
