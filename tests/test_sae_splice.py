@@ -117,10 +117,16 @@ def test_several_saes_top_k_and_firing_frequency(fw, rng):
     x = fw.randn(8, 5)
     with hookkit.splice(model, "0", a) as s0, hookkit.splice(model, "1", b) as s1:
         with hookkit.capture(model, [s0.features, s1.features]) as cap, s1.capture_top(3) as top, s1.feature_stats() as fs:
-            model(x)
-            model(x)
+            with hookkit.capture(model, s1.features, top_k=3) as ctop:
+                model(x)
+                model(x)
     dense = fw.numpy(cap[s1.features])
     values, indices = (fw.numpy(t) for t in top.records[-1])
+    assert len(top.records) == 2 and top.records[-1]._fields == ("values", "indices")
+    by_hand = -np.sort(-dense, -1)[:, :3]  # capture(top_k=) == sp.capture_top == a top-k by hand
+    for got_v, got_i in (ctop[s1.features], top.records[-1]):
+        np.testing.assert_array_equal(fw.numpy(got_v), by_hand)
+        np.testing.assert_array_equal(np.take_along_axis(dense, fw.numpy(got_i), -1), by_hand)  # ties (zeros): any index
     np.testing.assert_array_equal(np.sort(values, -1), np.sort(np.sort(dense, -1)[:, -3:], -1))
     np.testing.assert_array_equal(np.take_along_axis(dense, indices, -1), values)
     freq = fs.frequency()

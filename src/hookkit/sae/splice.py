@@ -25,6 +25,7 @@ from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_model, fail
 from hookkit.interventions.output_edits import Edits, apply_to, check_index, edit, steer
+from hookkit.observers.capture import TopK, capture
 from hookkit.sae.model import SAE
 from hookkit.sae.site import FeaturesSpec, add_spliced
 
@@ -249,19 +250,20 @@ class FeatureStats(HandleGroup):
 
 class TopFeatures(HandleGroup):
     """What ``Splice.capture_top`` returns: the ``top_k`` largest features at each call of a splice,
-    ``records`` [(values, indices)] in call order (on the model's device: no host copy per call)."""
+    ``records`` [``TopK(values, indices)``] in call order (on the model's device: no host copy per
+    call), as ``hookkit.capture(model, sp.features, top_k=k)`` records them."""
 
     def __init__(self, sp: Splice, top_k: int):
         super().__init__()
         if not isinstance(top_k, int) or isinstance(top_k, bool) or not 0 < top_k <= sp.sae.d_sae:
             fail("capture_top", "top_k", f"an int in 1..{sp.sae.d_sae}", top_k)
-        self.k, self.ops, self.be = top_k, sp.sae.ops, sp.sae.backend
-        self.records: list[tuple[Any, Any]] = []
-        self.add(attach(sp.model_ref, select(sp.model_ref, sp.features), "forward", self._on, OBSERVER))
+        self.k, self._name = top_k, sp.features
+        self._cap = self.add(capture(sp.model_ref, sp.features, top_k=top_k))
 
-    def _on(self, ev: Event) -> None:
-        values, indices = self.ops.topk(self.be.detach(ev.output), self.k)
-        self.records.append((values, indices))
+    @property
+    def records(self) -> list[TopK]:
+        """``TopK(values, indices)`` of each call, in call order."""
+        return [r.output for r in self._cap.calls(self._name)]
 
 
 def splice(

@@ -49,9 +49,11 @@ class FeatureView:
 
 
 class FeatureViews(dict):
-    """feature index -> ``FeatureView``; ``html(tokens=)``, ``save(path)``, shown as HTML in notebooks."""
+    """feature index -> ``FeatureView``; ``html(tokens=)``, ``save(path)``, shown as HTML in notebooks
+    and as a section of ``hookkit.report(..., features=views)``; ``site``: the features' site name."""
 
     decode: Callable[[int], str] | None = None
+    site: str | None = None
 
     def html(self, tokens: Callable[[int], str] | Sequence[str] | None = None) -> str:
         """One self-contained HTML fragment.
@@ -91,7 +93,7 @@ def _decoder(tokens: Any) -> Callable[[int], str]:
 
 
 def _one(view: FeatureView, shown: Callable[[int], str]) -> str:
-    out = [f"<h3>feature {view.feature}</h3><p>fired on {view.fired} of {view.seen} tokens</p>"]
+    out = [f"<h3>feature {html.escape(str(view.feature))}</h3><p>fired on {view.fired} of {view.seen} tokens</p>"]
     if view.top_tokens:
         toks = ", ".join(f"<code>{html.escape(shown(t))}</code> {v:+.2f}" for t, v in view.top_tokens)
         out.append(f"<p>decoder direction's top tokens: {toks}</p>")
@@ -170,6 +172,7 @@ def feature_views(
         fail("feature_views", "features", f"a non-empty list of feature indices in 0..{sae.d_sae - 1}", features)
     views = FeatureViews({f: FeatureView(f) for f in feats})
     views.decode = _decoder(tokens) if tokens is not None else None
+    views.site = str(splice.features)
     idx = np.asarray(feats)
     sample0 = 0
     for batch in data:
