@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from hookkit.backends.base import Backend
 
 _seq = count(1)  # arrival order of consumers
+_PRE_EVENTS = ("forward_pre", "backward")  # the events a layer's native pre-hook serves (and a root's)
 _new = object.__new__
 
 
@@ -92,13 +93,16 @@ class LayerHooks(GradPlumbing):
         cs = self.consumers[event]
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
         self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
-        if event == "forward" and self._native_post is not None:  # only what the dispatchers read changes
-            self._invalidate()
-        else:
-            self._sync_native(layer)
+        self._invalidate()
+        # a consumer only adds needs: the native hook its event needs, if not there yet
+        if event != "forward_pre" and self._native_post is None:
+            self._native_post = self.backend.hook_forward(layer, self._on_post)
+        if event in _PRE_EVENTS and self._native_pre is None:
+            self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre)
 
     def discard(self, layer: Any, event: str, consumer: Consumer) -> None:
-        self.consumers[event] = tuple([c for c in self.consumers[event] if c is not consumer])
+        cs = self.consumers[event]
+        self.consumers[event] = () if cs == (consumer,) else tuple([c for c in cs if c is not consumer])
         self._sync_native(layer)
 
     def clear(self, layer: Any) -> None:

@@ -71,10 +71,10 @@ class TorchBackend(TorchOps, Backend):
         return list(layer.named_parameters(recurse=recurse))
 
     def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
-        return native_hooks.place(layer._forward_pre_hooks, layer._forward_pre_hooks_with_kwargs, fn)
+        return native_hooks.place(layer, True, fn)
 
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
-        return native_hooks.place(layer._forward_hooks, layer._forward_hooks_with_kwargs, fn)
+        return native_hooks.place(layer, False, fn)
 
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         return drop_hook_entries(
