@@ -54,13 +54,16 @@ class Clock:
     of the thread-local slot; None between forwards, and for good once two threads ran forwards
     of the root at the same time."""
 
-    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "live", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "live", "home", "away", "__weakref__")
 
     def __init__(self) -> None:
         self.live = True  # False once its last consumer went: the next one restarts it
         self.count = 0  # forwards started, all threads
         self.seqs = Sequences()  # token positions and generation steps of the root's forwards
         self.local = threading.local()
+        # the thread that set the clock up, and whether another thread has had a forward here: if
+        # not, a restart clears one slot instead of making a new thread-local (a microsecond)
+        self.home, self.away = get_ident(), False
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
         self.private: frozenset[int] | None = None  # during a private pass: the consumers it is hidden from
@@ -73,7 +76,11 @@ class Clock:
         one (cheaper than a new clock: its scopes stay, their last forward forgotten)."""
         self.count = 0
         self.seqs.count = 0
-        self.local = threading.local()
+        if self.away or get_ident() != self.home:
+            self.local = threading.local()
+            self.home, self.away = get_ident(), False
+        else:
+            self.local.fw = None
         self.last = self.solo = self.private = None
         self.threads = False
         if len(self.scopes) > 64:  # a sweep over a few layers after a wide capture: start small again
@@ -100,6 +107,8 @@ class Clock:
         last = self.last
         if last is not None and last.hot and last.thread != fw.thread:
             self.threads = True
+        if fw.thread != self.home:
+            self.away = True
         if frame is not None:
             fw.frame = (id(frame), frame.f_code)
         self.local.fw = self.last = fw
@@ -109,6 +118,7 @@ class Clock:
     def current(self) -> Forward:
         fw = getattr(self.local, "fw", None)
         if fw is None:
+            self.away = True  # maybe another thread's slot (autograd's device threads): a restart makes a new local
             fw = self.last
             if fw is None:
                 fw = self.last = Forward(0)
