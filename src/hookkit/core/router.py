@@ -315,10 +315,15 @@ def attach(
 
 
 def attach_each(
-    model: Layer, entries: Iterable[tuple[str, Any, Callable | None, Callable | None]], event: str, priority: int = INTERVENTION
+    model: Layer,
+    entries: Iterable[tuple[str, Any, Callable | None, Callable | None]],
+    event: str,
+    priority: int = INTERVENTION,
+    group: HandleGroup | None = None,
 ) -> HandleGroup:
     """``attach`` with a function per layer, all placed at once: ``entries`` are ``(name, layer, fn,
-    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once).
+    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once). The
+    handles join ``group`` when given (a capture's own), else a new one.
 
     >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
     """
@@ -329,7 +334,7 @@ def attach_each(
     named = [(name, layer) for name, layer, _, _ in entries]
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, entries, priority, None, event)
+    return _attach_each(model, backend, entries, priority, None, event, group)
 
 
 def attach_params(
@@ -347,15 +352,17 @@ def attach_params(
     return _attach_each(model, backend, targets, priority, partial(param_consumer, backend))
 
 
-def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "") -> HandleGroup:
+def _attach_each(
+    model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "", group: HandleGroup | None = None
+) -> HandleGroup:
     """One consumer per ``(name, target, fn, plain)``: on ``event`` of each layer (``place`` None),
     or where ``place(target, consumer)`` says, ``(hooks, object, add args, discard args)``. The
     root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
     root_hooks = _hooks_for(model, backend)
     root = (weakref.ref(model), root_hooks)
-    group = HandleGroup()
-    placed, users, scope_of, ref, hooks_of = group.handles.append, clock.users.add, clock.scope, weakref.ref, _registry.get
+    done: list[Placed] = []
+    placed, users, scope_of, ref, hooks_of = done.append, clock.users.add, clock.scope, weakref.ref, _registry.get
     try:
         for name, target, fn, plain in entries:
             consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
@@ -371,8 +378,11 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
                 root_hooks._sync_native(model)
             hooks.add(obj, *add_args)
     except BaseException:
-        group.remove()
+        HandleGroup(done).remove()
         raise
+    if group is None:
+        return HandleGroup(done)
+    group.handles += done
     return group
 
 
