@@ -21,6 +21,10 @@ from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 from hookkit.core.weakmap import IdentityWeakMap
 
 
+_NOBODY: frozenset[int] = frozenset()
+_UNREAD = object()  # ``Clock.tick``'s ``prev`` when its caller has not read the thread's forward
+
+
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
@@ -35,7 +39,7 @@ class Forward:
         # inside it finds it among its callers; no reference to the frame and its locals
         self.frame: tuple | None = None
         self.outer: Forward | None = None
-        self.hidden: frozenset[int] = frozenset()  # consumers (ids) this forward is hidden from: a private pass
+        self.hidden: frozenset[int] = _NOBODY  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
@@ -88,7 +92,7 @@ class Clock:
         for scope in self.scopes.values():
             scope.fw, scope.n = None, 0
 
-    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
+    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None, prev: Any = _UNREAD) -> Forward:
         """Start the next forward in the calling thread. ``frame``: the framework's frame running
         the call of ``root``. A forward started inside a running one (a reference pass run from a
         hook) is numbered on its own, and the outer one continues with its step and calls when it
@@ -98,7 +102,8 @@ class Clock:
             fw.hidden, fw.hot = self.private, False
         else:
             self.count += 1
-        prev = getattr(self.local, "fw", None)
+        if prev is _UNREAD:  # not given: the thread's forward (``begin`` has read it)
+            prev = getattr(self.local, "fw", None)
         if prev is not None and prev.frame is not None:
             if frame is not None and _running(prev.frame, frame.f_back, root):
                 fw.outer = prev
@@ -131,7 +136,7 @@ class Clock:
         sequence (KV-cache offset, generation step: ``hookkit.core.positions``). ``frame``: the
         framework's frame running the call (see ``tick``)."""
         prev = getattr(self.local, "fw", None)
-        fw = self.tick(transformed, frame, root)
+        fw = self.tick(transformed, frame, root, prev)
         fw.pos = self.seqs.begin(backend, root, args, kwargs, None if prev is None else prev.pos)
         return fw
 

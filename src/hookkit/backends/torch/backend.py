@@ -87,10 +87,11 @@ class TorchBackend(TorchOps, Backend):
         )
 
     # Checkpoint recomputes run inside autograd's graph task; a forward does not.
-    in_backward = staticmethod(lambda: torch._C._current_graph_task_id() != -1)
+    # (both read at each forward of a hooked root: the C functions are bound once)
+    in_backward = staticmethod(lambda _task=torch._C._current_graph_task_id: _task() != -1)
 
-    def in_transform(self) -> bool:
-        return torch._C._functorch.peek_interpreter_stack() is not None
+    def in_transform(self, _peek: Callable = torch._C._functorch.peek_interpreter_stack) -> bool:
+        return _peek() is not None
 
     def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
         compiled.forget_stale_code()
