@@ -93,7 +93,7 @@ class LayerHooks(GradPlumbing):
         cs = self.consumers[event]
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
         self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
-        self._invalidate()
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()  # derived again at the next call
         # a consumer only adds needs: the native hook its event needs, if not there yet
         if event != "forward_pre" and self._native_post is None:
             self._native_post = self.backend.hook_forward(layer, self._on_post)
@@ -122,17 +122,14 @@ class LayerHooks(GradPlumbing):
         at the layer's next call: a context opened and closed before it pays nothing for that."""
         c = self.consumers
         root = self.root_clock is not None
-        self._invalidate()
+        # the dispatch state is derived again at the next call; until then nothing derived keeps a
+        # removed consumer (and what it holds) alive
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
         if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
         # a root's post-hook marks its forward finished (see Forward.hot)
         if (root or bool(c["forward"] or c["grad"] or c["backward"])) is (self._native_post is None):
             self._native_post = self.backend.hook_forward(layer, self._on_post) if self._native_post is None else self._native_post.remove()
-
-    def _invalidate(self) -> None:
-        """Derive the dispatch state again at the next call; until then nothing derived keeps a
-        removed consumer (and what it holds) alive."""
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
 
     def _derive(self) -> None:
         c = self.consumers

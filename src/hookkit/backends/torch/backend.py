@@ -70,11 +70,10 @@ class TorchBackend(TorchOps, Backend):
     def named_parameters(self, layer: Any, recurse: bool = True) -> list[tuple[str, Any]]:
         return list(layer.named_parameters(recurse=recurse))
 
-    def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
-        return native_hooks.place(layer, True, fn)
-
-    def hook_forward(self, layer: Any, fn: Callable) -> Any:
-        return native_hooks.place(layer, False, fn)
+    # hook_forward_pre(layer, fn), hook_forward(layer, fn): straight to the placing functions (a
+    # context places and removes them each time it opens)
+    hook_forward_pre = staticmethod(native_hooks.place_pre)
+    hook_forward = staticmethod(native_hooks.place_post)
 
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         return drop_hook_entries(

@@ -3,8 +3,8 @@ id from ``RemovableHandle``'s counter, the hook in the module's dict, its "with 
 other), with a handle of one weak reference instead of a ``RemovableHandle``: hookkit places and
 removes these at each context's start and end, so their cost is what a short context costs.
 
->>> h = place(layer, False, fn)   # doctest: +SKIP
->>> h.remove()                   # doctest: +SKIP
+>>> h = place_post(layer, fn)   # doctest: +SKIP
+>>> h.remove()                 # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch.utils.hooks import RemovableHandle
 
 
 class NativeHook:
-    """Removes one hook placed by ``place``; holds the layer weakly, like ``RemovableHandle`` its dicts
+    """Removes one hook placed by ``place_pre`` or ``place_post``; holds the layer weakly, like ``RemovableHandle`` its dicts
     (one weak reference, usually one the layer has already: ``weakref.ref`` gives it back)."""
 
     __slots__ = ("_layer", "id", "_pre")
@@ -36,14 +36,19 @@ class NativeHook:
                 layer._forward_hooks_with_kwargs.pop(self.id, None)
 
 
-def place(layer: Any, pre: bool, fn: Callable) -> NativeHook:
-    """Put ``fn`` last in ``layer``'s forward pre-hooks (``pre``) or forward hooks, called with kwargs."""
+def place_pre(layer: Any, fn: Callable) -> NativeHook:
+    """Put ``fn`` last in ``layer``'s forward pre-hooks, called with kwargs."""
     hook_id = RemovableHandle.next_id
     RemovableHandle.next_id = hook_id + 1
-    if pre:
-        layer._forward_pre_hooks[hook_id] = fn
-        layer._forward_pre_hooks_with_kwargs[hook_id] = True
-    else:
-        layer._forward_hooks[hook_id] = fn
-        layer._forward_hooks_with_kwargs[hook_id] = True
-    return NativeHook(layer, hook_id, pre)
+    layer._forward_pre_hooks[hook_id] = fn
+    layer._forward_pre_hooks_with_kwargs[hook_id] = True
+    return NativeHook(layer, hook_id, True)
+
+
+def place_post(layer: Any, fn: Callable) -> NativeHook:
+    """Put ``fn`` last in ``layer``'s forward hooks, called with kwargs."""
+    hook_id = RemovableHandle.next_id
+    RemovableHandle.next_id = hook_id + 1
+    layer._forward_hooks[hook_id] = fn
+    layer._forward_hooks_with_kwargs[hook_id] = True
+    return NativeHook(layer, hook_id, False)
