@@ -20,7 +20,6 @@ from typing import Any
 from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 from hookkit.core.weakmap import IdentityWeakMap
 
-
 _NOBODY: frozenset[int] = frozenset()
 _UNREAD = object()  # ``Clock.tick``'s ``prev`` when its caller has not read the thread's forward
 
