@@ -278,6 +278,7 @@ class capture(HandleGroup, RecordSource):
             and self._positions is None and self._gen_steps is None and self._top_k is None
         )  # fmt: skip
         self._records: dict[str, list[Record]] = {}
+        self._shared: tuple | None = None  # what every layer's consumer binds (``_forward_consumer``)
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
             with entered("capture"):
@@ -309,13 +310,10 @@ class capture(HandleGroup, RecordSource):
         self._records = {name: [] for name in self.names}
         try:
             # the placements join this capture's own handles (one level to remove, not two)
-            self.handles += attach_each(
-                model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER
-            )
+            consumer = self._forward_consumer
+            attach_each(model, [(name, layer, consumer(name), None) for name, layer in named], "forward", OBSERVER, self)
             if grads:
-                self.handles += attach_each(
-                    model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER
-                )
+                attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER, self)
         except BaseException:
             self.remove()
             raise
@@ -372,9 +370,13 @@ class capture(HandleGroup, RecordSource):
         kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
         if not self._plain_records:
             return partial(self._on_forward, name)
-        # bound once: the layer's list is never replaced (clear() empties it in place)
-        append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep
-        seq = self._seq
+        # bound once per capture: the backend's functions; per layer: its list, never replaced
+        # (clear() empties it in place)
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = (self._backend.is_tensor, self._backend.detach, self._keep, self._seq)
+        is_tensor, detach, keep, seq = shared
+        append = self._records[name].append
 
         def on_forward(ev: Event) -> None:
             out = ev.output
