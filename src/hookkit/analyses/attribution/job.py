@@ -169,7 +169,7 @@ def _checked_layer(model: Any, layer: Any, method: str, opts: AttributeOptions) 
         fail(
             fn,
             "return_delta",
-            "False for this method: the delta is defined for integrated_gradients and conductance (without neuron=)",
+            "False for this method: the delta is defined for integrated_gradients, conductance and deeplift (without neuron=)",
             opts.return_delta,
         )
     return name, found, neuron

@@ -1,0 +1,37 @@
+"""``propagation``: the ops of the propagation attribution methods (DeepLift's Rescale rule, LRP's
+rules) that differ between frameworks: an element-wise choice, a stabilized denominator, clamps, and
+a layer's own function evaluated with other parameters (LRP's modified weights), called without its
+hooks and without replacing anything on the layer.
+
+>>> ops = backend_for(model).family("propagation")                          # doctest: +SKIP
+>>> ops.rescale(grad_in, grad_out, d_in, d_out, 1e-10)                     # doctest: +SKIP
+>>> z = ops.call_with(model.fc, x, w_plus, None)                             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PropagationOps:
+    """The interface; each framework's ``propagation`` module subclasses it as ``OPS``."""
+
+    def rescale(self, grad_in: Any, grad_out: Any, d_in: Any, d_out: Any, eps: float) -> Any:
+        """DeepLift's Rescale multiplier: ``grad_out * d_out / d_in`` where ``|d_in| >= eps``, else ``grad_in``."""
+        raise NotImplementedError("propagation.rescale is not implemented for this framework")
+
+    def stabilize(self, z: Any, eps: float) -> Any:
+        """``z + eps * sign(z)``, a zero counted positive (zennit's stabilizer)."""
+        raise NotImplementedError("propagation.stabilize is not implemented for this framework")
+
+    def clamp(self, t: Any, low: float | None = None, high: float | None = None) -> Any:
+        raise NotImplementedError("propagation.clamp is not implemented for this framework")
+
+    def params(self, layer: Any) -> tuple[Any, Any]:
+        """``(weight, bias)`` of a linear or convolution layer as it stores them (bias may be None)."""
+        return layer.weight, getattr(layer, "bias", None)
+
+    def call_with(self, layer: Any, x: Any, weight: Any, bias: Any) -> Any:
+        """The layer's function of ``x`` with ``weight`` and ``bias`` in place of its own (its hooks not run);
+        None for a layer type this framework's ops do not know."""
+        raise NotImplementedError("propagation.call_with is not implemented for this framework")

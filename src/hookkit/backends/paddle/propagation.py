@@ -1,0 +1,36 @@
+"""PaddlePaddle's ``propagation`` family (see ``hookkit.backends.families.propagation``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import paddle
+import paddle.nn.functional as F
+
+from hookkit.backends.families.propagation import PropagationOps
+
+
+class PaddlePropagationOps(PropagationOps):
+    def rescale(self, grad_in: Any, grad_out: Any, d_in: Any, d_out: Any, eps: float) -> Any:
+        small = d_in.abs() < eps
+        safe = paddle.where(small, paddle.ones_like(d_in), d_in)
+        return paddle.where(small, grad_in, grad_out * d_out / safe)
+
+    def stabilize(self, z: Any, eps: float) -> Any:
+        return z + ((z == 0).astype(z.dtype) + paddle.sign(z)) * eps
+
+    def clamp(self, t: Any, low: float | None = None, high: float | None = None) -> Any:
+        return paddle.clip(t, min=low, max=high)
+
+    def call_with(self, layer: Any, x: Any, weight: Any, bias: Any) -> Any:
+        if isinstance(layer, paddle.nn.Linear):
+            return F.linear(x, weight, bias)
+        if isinstance(layer, paddle.nn.Conv2D):
+            return F.conv2d(
+                x, weight, bias, stride=layer._stride, padding=layer._padding, dilation=layer._dilation,
+                groups=layer._groups, data_format=layer._data_format,
+            )  # fmt: skip
+        return None
+
+
+OPS = PaddlePropagationOps()

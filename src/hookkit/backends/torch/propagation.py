@@ -1,0 +1,31 @@
+"""PyTorch's ``propagation`` family (see ``hookkit.backends.families.propagation``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from hookkit.backends.families.propagation import PropagationOps
+
+
+class TorchPropagationOps(PropagationOps):
+    def rescale(self, grad_in: Any, grad_out: Any, d_in: Any, d_out: Any, eps: float) -> Any:
+        return torch.where(d_in.abs() < eps, grad_in, grad_out * d_out / d_in)
+
+    def stabilize(self, z: Any, eps: float) -> Any:
+        return z + ((z == 0).to(z.dtype) + z.sign()) * eps
+
+    def clamp(self, t: Any, low: float | None = None, high: float | None = None) -> Any:
+        return t.clamp(min=low, max=high)
+
+    def call_with(self, layer: Any, x: Any, weight: Any, bias: Any) -> Any:
+        if isinstance(layer, torch.nn.Linear):
+            return F.linear(x, weight, bias)
+        if isinstance(layer, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d)):
+            return layer._conv_forward(x, weight, bias)
+        return None
+
+
+OPS = TorchPropagationOps()
