@@ -5,10 +5,14 @@ installed; nothing left attached, also when the forward raises."""
 
 from __future__ import annotations
 
+import sys
+import types
+
 import numpy as np
 import pytest
 
 import hookkit
+from hookkit.core.errors import HookkitError
 from models import hooks_left
 
 
@@ -79,8 +83,10 @@ def test_deeplift_completeness_deep_tanh_relu(fw, rng):
 
 
 # -- nothing left behind ----------------------------------------------------------------------------
-@pytest.mark.parametrize("method", ["deeplift", "guided_backprop", "deconvolution"])
+@pytest.mark.parametrize("method", ["deeplift", "guided_backprop", "deconvolution", "lrp"])
 def test_nothing_left_when_the_forward_raises(fw, rng, method):
+    if method == "lrp" and fw.name == "paddle":
+        pytest.skip("lrp is refused on Paddle (test_lrp_refused_on_paddle)")
     calls = {"n": 0}
 
     class Boom(fw.Layer):
@@ -93,11 +99,12 @@ def test_nothing_left_when_the_forward_raises(fw, rng, method):
     fw.seed(0)
     model = fw.sequential(fw.linear(4, 6), fw.relu(), Boom(), fw.linear(6, 3))
     x, _ = data(rng)
+    kw = {"rules": {"Boom": "pass"}} if method == "lrp" else {}
     with pytest.raises(RuntimeError, match="boom"):
-        hookkit.attribute(model, None, fw.tensor(x), method=method, target=0)
+        hookkit.attribute(model, None, fw.tensor(x), method=method, target=0, **kw)
     assert hooks_left(model) == [] and model.training
     calls["n"] = -100
-    out = hookkit.attribute(model, None, fw.tensor(x), method=method, target=0)  # and it works after
+    out = hookkit.attribute(model, None, fw.tensor(x), method=method, target=0, **kw)  # and it works after
     assert fw.numpy(out).shape == x.shape
 
 
@@ -136,3 +143,157 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+# -- LRP: by hand ----------------------------------------------------------------------------------
+def bias_free_mlp(torch_fw, sizes=(5, 7, 6, 3)):
+    torch_fw.seed(0)
+    nn, layers = torch_fw.nn, []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b, bias=False), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def test_lrp_epsilon_conserves_on_a_bias_free_relu_mlp(torch_fw, rng):
+    model = bias_free_mlp(torch_fw)
+    x = rng.normal(size=(4, 5)).astype(np.float32)
+    attr = np_(torch_fw, hookkit.attribute(model, None, torch_fw.tensor(x), method="lrp", target=2))
+    out = np_(torch_fw, model(torch_fw.tensor(x)))[:, 2]
+    # epsilon 1e-9 (captum's default) over outputs of order 0.1: float32 round-off dominates
+    np.testing.assert_allclose(attr.sum(1), out, rtol=1e-5, atol=1e-6)
+    # on a bias-free ReLU network LRP-0 is gradient x input
+    gxi = np_(torch_fw, hookkit.attribute(model, None, torch_fw.tensor(x), method="gradient_x_activation", target=2))
+    np.testing.assert_allclose(attr, gxi, rtol=1e-4, atol=1e-6)
+    assert hooks_left(model) == []
+
+
+@pytest.mark.parametrize("rule", ["zplus", "epsilon", "alpha_beta"])
+def test_lrp_rules_of_one_linear_layer_by_hand(torch_fw, rng, rule):
+    torch_fw.seed(0)
+    model = torch_fw.sequential(torch_fw.linear(5, 3))
+    x = rng.normal(size=(4, 5)).astype(np.float32)
+    W, b = weights(torch_fw, model[0])
+    t, xd = 1, x.astype(np.float64)
+    z = xd @ W[t] + b[t]  # the target's score: the relevance to share
+    stab = lambda v, e: v + e * np.where(v == 0, 1.0, np.sign(v))  # noqa: E731
+    xp, xn, wp, wn = np.maximum(xd, 0), np.minimum(xd, 0), np.maximum(W[t], 0), np.minimum(W[t], 0)
+    if rule == "epsilon":
+        want = xd * W[t] / stab(z, 1e-6)[:, None]
+    elif rule == "zplus":
+        want = (xp * wp + xn * wn) / stab((xp * wp + xn * wn).sum(1) + max(b[t], 0), 1e-6)[:, None]
+    else:  # alpha 2, beta 1
+        pos = (xp * wp + xn * wn) / stab((xp * wp + xn * wn).sum(1) + max(b[t], 0), 1e-6)[:, None]
+        neg = (xp * wn + xn * wp) / stab((xp * wn + xn * wp).sum(1) + min(b[t], 0), 1e-6)[:, None]
+        want = 2 * pos - neg
+    got = hookkit.attribute(model, None, torch_fw.tensor(x), method="lrp", target=t, rules={"Linear": rule})
+    np.testing.assert_allclose(np_(torch_fw, got), want * z[:, None], rtol=1e-4, atol=1e-6)
+
+
+def test_lrp_refuses_a_layer_type_without_a_rule(torch_fw, rng):
+    class Scale(torch_fw.Layer):
+        def forward(self, v):
+            return 2 * v
+
+    torch_fw.seed(0)
+    model = torch_fw.sequential(torch_fw.linear(4, 6), Scale(), torch_fw.linear(6, 3))
+    x = torch_fw.tensor(rng.normal(size=(2, 4)))
+    with pytest.raises(HookkitError, match=r"attribute\(\): layer '1' of type Scale has no LRP rule.*rules=\{'Scale'"):
+        hookkit.attribute(model, None, x, method="lrp", target=0)
+    assert hooks_left(model) == []
+    by_type = hookkit.attribute(model, None, x, method="lrp", target=0, rules={"Scale": "pass"})
+    by_name = hookkit.attribute(model, None, x, method="lrp", target=0, rules={"1": "pass"})
+    np.testing.assert_array_equal(torch_fw.numpy(by_type), torch_fw.numpy(by_name))
+    with pytest.raises(HookkitError, match="rules.*a rule named one of 'epsilon'"):
+        hookkit.attribute(model, None, x, method="lrp", target=0, rules={"Scale": "pass", "Linear": "epsilonn"})
+    with pytest.raises(HookkitError, match="modifies weights.*layer '1' is a Scale"):
+        hookkit.attribute(model, None, x, method="lrp", target=0, rules={"Scale": "zplus"})
+    with pytest.raises(HookkitError, match="composite.*low"):
+        hookkit.attribute(model, None, x, method="lrp", target=0, composite="EpsilonGammaBox", rules={"Scale": "pass"})
+    with pytest.raises(HookkitError, match="composite"):
+        hookkit.attribute(model, None, x, method="lrp", target=0, composite="epsilon_plus")
+    assert hooks_left(model) == []
+
+
+def test_lrp_refused_on_paddle(paddle_fw, rng):
+    model = relu_mlp(paddle_fw)
+    with pytest.raises(HookkitError, match="method='lrp' is not available for paddle"):
+        hookkit.attribute(model, None, paddle_fw.tensor(rng.normal(size=(2, 4))), method="lrp", target=0)
+    assert hooks_left(model) == []
+
+
+# -- LRP: equal to zennit and captum ---------------------------------------------------------------
+def _zennit():
+    pytest.importorskip("torch")
+    if "zennit" not in sys.modules:  # zennit imports torchvision's ResNet blocks at import time; only the names are needed
+        torch = sys.modules["torch"]
+        stub = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.models", "torchvision.models.resnet")}
+        stub["torchvision.models.resnet"].Bottleneck = type("Bottleneck", (torch.nn.Module,), {})
+        stub["torchvision.models.resnet"].BasicBlock = type("BasicBlock", (torch.nn.Module,), {})
+        for n, mod in stub.items():
+            sys.modules.setdefault(n, mod)
+    return pytest.importorskip("zennit")
+
+
+def _lrp_models():
+    torch = pytest.importorskip("torch")
+    nn = torch.nn
+
+    class CNN(nn.Module):  # flattening in forward: captum's LRP has no rule for nn.Flatten
+        def __init__(self):
+            super().__init__()
+            self.c1, self.r1, self.c2, self.r2 = nn.Conv2d(2, 4, 3), nn.ReLU(), nn.Conv2d(4, 3, 3, padding=1), nn.ReLU()
+            self.pool, self.l1, self.r3, self.l2 = nn.AvgPool2d(2), nn.Linear(27, 5), nn.ReLU(), nn.Linear(5, 4)
+
+        def forward(self, x):
+            h = self.pool(self.r2(self.c2(self.r1(self.c1(x)))))
+            return self.l2(self.r3(self.l1(h.flatten(1))))
+
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 3)).double().eval()
+    g = torch.Generator().manual_seed(1)
+    return [
+        (CNN().double().eval(), torch.randn(3, 2, 8, 8, generator=g, dtype=torch.float64)),
+        (mlp, torch.randn(4, 6, generator=g, dtype=torch.float64)),
+    ]
+
+
+def test_lrp_equal_to_zennit_composites():
+    _zennit()
+    import zennit.attribution
+    import zennit.composites
+    import zennit.rules
+    import zennit.types
+
+    torch = sys.modules["torch"]
+    layer_map = [
+        (zennit.types.Activation, zennit.rules.Pass()),
+        (zennit.types.AvgPool, zennit.rules.Norm()),
+        (torch.nn.Conv2d, zennit.rules.Gamma(gamma=0.5)),
+        (torch.nn.Linear, zennit.rules.AlphaBeta(alpha=2.0, beta=1.0)),
+    ]
+    cases = [
+        (zennit.composites.EpsilonPlusFlat(), {"composite": "EpsilonPlusFlat"}),
+        (zennit.composites.EpsilonGammaBox(low=-3.0, high=3.0), {"composite": ("epsilon_gamma_box", {"low": -3.0, "high": 3.0})}),
+        (
+            zennit.composites.LayerMapComposite(layer_map),
+            {"rules": {"Conv2d": ("gamma", {"gamma": 0.5}), "Linear": "alpha_beta", "AvgPool2d": "norm"}},
+        ),
+    ]
+    for model, x in _lrp_models():
+        out = model(x).detach()
+        seed = torch.zeros_like(out)
+        seed[:, 1] = out[:, 1]
+        for composite, kw in cases:
+            with zennit.attribution.Gradient(model, composite) as attributor:
+                _, want = attributor(x.clone().requires_grad_(), seed)
+            got = hookkit.attribute(model, None, x, method="lrp", target=1, **kw)
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-12 * float(abs(want).max()))
+            assert hooks_left(model) == []
+
+
+def test_lrp_equal_to_captum_defaults():
+    attr = pytest.importorskip("captum.attr")
+    for model, x in _lrp_models():
+        want = attr.LRP(model).attribute(x, target=1)
+        got = hookkit.attribute(model, None, x, method="lrp", target=1)
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)

@@ -48,6 +48,10 @@ class AttributeOptions:
     forward_kwargs: dict[str, Any] | None = None
     return_delta: bool = False
     eval: bool = True
+    # the propagation methods: LRP's composite and per-layer rules, GradientShap's samples per input
+    composite: Any = None
+    rules: dict[str, Any] | None = None
+    n_samples: int = 5
 
 
 @dataclass
@@ -125,6 +129,7 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
         seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
         max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
     )
+    checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1))
     if not (batch is None or batch == "auto" or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1)):
         fail(fn, "internal_batch_size", '"auto", None (all scaled inputs at once) or an int >= 1', batch, kind=ArgumentTypeError)
     return checked

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hookkit.analyses.attribution import lrp
 from hookkit.analyses.attribution import propagation as pr
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.budget import spans
@@ -184,6 +185,7 @@ RUNNERS = {
     "input:deeplift": pr.deeplift,
     "input:guided_backprop": pr.guided,
     "input:deconvolution": pr.guided,
+    "input:lrp": lrp.lrp,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")

@@ -44,6 +44,9 @@ def attribute(
     forward_kwargs: dict[str, Any] | None = None,
     return_delta: bool = False,
     eval: bool = True,
+    composite: Any = None,
+    rules: dict[str, Any] | None = None,
+    n_samples: int = 5,
 ) -> Any:
     """Attributions of the target's score, as framework tensors shaped like what they attribute to.
 
@@ -72,6 +75,7 @@ def attribute(
         baselines=baselines, n_steps=n_steps, rule=rule, attribute_to=attribute_to, internal_batch_size=internal_batch_size,
         max_memory=max_memory, neuron=neuron, stdevs=stdevs, nt_samples=nt_samples, seed=seed, forward_kwargs=forward_kwargs,
         return_delta=return_delta, eval=eval,
+        composite=composite, rules=rules, n_samples=n_samples,
     )  # fmt: skip
     job = check_call(model, layer, inputs, method, target, opts)
     with analysis_pass(model, job.be, eval=eval):

@@ -16,6 +16,9 @@ from typing import Any
 class PropagationOps:
     """The interface; each framework's ``propagation`` module subclasses it as ``OPS``."""
 
+    #: whether a gradient may be taken inside a backward hook (LRP's rules evaluate their layer again there)
+    grad_in_backward = True
+
     def rescale(self, grad_in: Any, grad_out: Any, d_in: Any, d_out: Any, eps: float) -> Any:
         """DeepLift's Rescale multiplier: ``grad_out * d_out / d_in`` where ``|d_in| >= eps``, else ``grad_in``."""
         raise NotImplementedError("propagation.rescale is not implemented for this framework")
@@ -26,6 +29,13 @@ class PropagationOps:
 
     def clamp(self, t: Any, low: float | None = None, high: float | None = None) -> Any:
         raise NotImplementedError("propagation.clamp is not implemented for this framework")
+
+    def sign(self, t: Any) -> Any:
+        raise NotImplementedError("propagation.sign is not implemented for this framework")
+
+    def can_call_with(self, layer: Any) -> bool:
+        """Whether ``call_with`` knows the layer's type."""
+        return False
 
     def params(self, layer: Any) -> tuple[Any, Any]:
         """``(weight, bias)`` of a linear or convolution layer as it stores them (bias may be None)."""

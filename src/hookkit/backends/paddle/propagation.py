@@ -11,6 +11,8 @@ from hookkit.backends.families.propagation import PropagationOps
 
 
 class PaddlePropagationOps(PropagationOps):
+    grad_in_backward = False  # paddle.grad inside a PyLayer's backward crashes the process (Paddle 3.3)
+
     def rescale(self, grad_in: Any, grad_out: Any, d_in: Any, d_out: Any, eps: float) -> Any:
         small = d_in.abs() < eps
         safe = paddle.where(small, paddle.ones_like(d_in), d_in)
@@ -21,6 +23,12 @@ class PaddlePropagationOps(PropagationOps):
 
     def clamp(self, t: Any, low: float | None = None, high: float | None = None) -> Any:
         return paddle.clip(t, min=low, max=high)
+
+    def sign(self, t: Any) -> Any:
+        return paddle.sign(t)
+
+    def can_call_with(self, layer: Any) -> bool:
+        return isinstance(layer, (paddle.nn.Linear, paddle.nn.Conv2D))
 
     def call_with(self, layer: Any, x: Any, weight: Any, bias: Any) -> Any:
         if isinstance(layer, paddle.nn.Linear):

@@ -20,6 +20,12 @@ class TorchPropagationOps(PropagationOps):
     def clamp(self, t: Any, low: float | None = None, high: float | None = None) -> Any:
         return t.clamp(min=low, max=high)
 
+    def sign(self, t: Any) -> Any:
+        return t.sign()
+
+    def can_call_with(self, layer: Any) -> bool:
+        return isinstance(layer, (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d))
+
     def call_with(self, layer: Any, x: Any, weight: Any, bias: Any) -> Any:
         if isinstance(layer, torch.nn.Linear):
             return F.linear(x, weight, bias)
