@@ -297,3 +297,88 @@ def test_lrp_equal_to_captum_defaults():
         want = attr.LRP(model).attribute(x, target=1)
         got = hookkit.attribute(model, None, x, method="lrp", target=1)
         np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+
+
+# -- guided Grad-CAM, DeepLiftShap, GradientShap ---------------------------------------------------
+def pooled_cnn(fw):
+    fw.seed(0)
+    avg = fw.nn.AvgPool2d(2) if fw.name == "torch" else fw.nn.AvgPool2D(2)
+    return fw.sequential(
+        fw.conv2d(2, 4, 3, padding=1), fw.relu(), avg, fw.conv2d(4, 3, 3, padding=1), fw.relu(), fw.flatten(), fw.linear(48, 4)
+    )
+
+
+def test_guided_gradcam_is_guided_backprop_times_upsampled_gradcam(fw, rng):
+    model = pooled_cnn(fw)
+    x = fw.tensor(rng.normal(size=(2, 2, 8, 8)))
+    got = np_(fw, hookkit.attribute(model, "4", x, method="guided_gradcam", target=3))
+    grad = np_(fw, hookkit.attribute(model, "4", x, method="gradient", target=3))  # [2, 3, 4, 4]
+    act = np_(fw, hookkit.attribute(model, "4", x, method="activation", target=3))
+    cam = np.maximum((grad.mean((2, 3), keepdims=True) * act).sum(1, keepdims=True), 0)
+    up = cam.repeat(2, axis=2).repeat(2, axis=3)  # nearest, 4x4 -> 8x8
+    gb = np_(fw, hookkit.attribute(model, None, x, method="guided_backprop", target=3))
+    np.testing.assert_allclose(got, gb * up, rtol=1e-5, atol=1e-9)
+    assert np.abs(got).max() > 0 and hooks_left(model) == []
+    with pytest.raises(HookkitError, match=r"layer.*\[N, C, \*spatial\].*'6'"):
+        hookkit.attribute(model, "6", x, method="guided_gradcam", target=3)
+    assert hooks_left(model) == []
+
+
+def test_deeplift_shap_is_the_mean_of_deeplift_over_baselines(fw, rng):
+    model = relu_mlp(fw)
+    x, _ = data(rng)
+    dist = 0.5 * rng.normal(size=(4, 4)).astype(np.float32)
+    got = np_(fw, hookkit.attribute(model, None, fw.tensor(x), method="deeplift_shap", target=0, baselines=fw.tensor(dist)))
+    each = [np_(fw, hookkit.attribute(model, None, fw.tensor(x), method="deeplift", target=0, baselines=fw.tensor(b))) for b in dist]
+    np.testing.assert_allclose(got, np.mean(each, 0), **TOL)
+    f = lambda v: np_(fw, model(fw.tensor(v)))[:, 0]  # noqa: E731
+    np.testing.assert_allclose(got.sum(1), f(x) - f(dist).mean(), rtol=1e-4, atol=1e-5)  # complete on average
+    with pytest.raises(HookkitError, match=r"baselines.*\[B, 4\]"):
+        hookkit.attribute(model, None, fw.tensor(x), method="deeplift_shap", target=0, baselines=fw.tensor(dist[:, :3]))
+    assert hooks_left(model) == []
+
+
+def test_gradient_shap_on_a_linear_model(fw, rng):
+    fw.seed(0)
+    model = fw.linear(4, 3)
+    W, _ = weights(fw, model)
+    x, b = data(rng)
+    # one baseline and no noise: the gradient is constant, every draw gives W * (x - b)
+    one = hookkit.attribute(model, None, fw.tensor(x), method="gradient_shap", target=1, baselines=fw.tensor(b[0]), stdevs=0.0, seed=0)
+    np.testing.assert_allclose(np_(fw, one), W[1] * (x - b[0]), **TOL)
+    # noise and baseline draws: repeatable with a seed, the same in one chunk or in many
+    kw = dict(method="gradient_shap", target=1, baselines=fw.tensor(b), stdevs=0.3, n_samples=7, seed=3)
+    a = np_(fw, hookkit.attribute(model, None, fw.tensor(x), **kw))
+    c = np_(fw, hookkit.attribute(model, None, fw.tensor(x), internal_batch_size=1, **kw))
+    np.testing.assert_allclose(a, c, **TOL)
+    assert not np.allclose(a, W[1] * (x - b.mean(0)), atol=1e-3)  # the draws are random
+    # expectation: W * (x - mean baseline); 4000 draws of 3 baselines: standard error ~ 1.5% of the spread
+    many = hookkit.attribute(
+        model, None, fw.tensor(x), method="gradient_shap", target=1, baselines=fw.tensor(b), stdevs=0.0, n_samples=4000, seed=0
+    )
+    spread = np.abs(W[1] * (b - b.mean(0))).max()
+    np.testing.assert_allclose(np_(fw, many), W[1] * (x - b.mean(0)), atol=0.1 * spread)
+
+
+@pytest.mark.parametrize("layer", ["2", "3"])
+def test_guided_gradcam_equal_to_captum(layer):
+    attr = pytest.importorskip("captum.attr")
+    model, x, _ = _captum_models()[0]
+    want = attr.GuidedGradCam(model, model[int(layer)]).attribute(x, target=1)
+    got = hookkit.attribute(model, layer, x, method="guided_gradcam", target=1)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+
+
+def test_deeplift_shap_equal_to_captum_and_gradient_shap_converges_to_it():
+    attr = pytest.importorskip("captum.attr")
+    torch = sys.modules["torch"]
+    model, x, _ = _captum_models()[0]
+    dist = 0.1 * torch.randn(4, *x.shape[1:], generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    want = attr.DeepLiftShap(model).attribute(x, target=1, baselines=dist)
+    got = hookkit.attribute(model, None, x, method="deeplift_shap", target=1, baselines=dist)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+    # GradientShap: other random draws than captum's; both estimate the same expectation
+    torch.manual_seed(0)
+    want = attr.GradientShap(model).attribute(x, target=1, baselines=dist, n_samples=300).detach().numpy()
+    got = hookkit.attribute(model, None, x, method="gradient_shap", target=1, baselines=dist, n_samples=300, stdevs=0.0, seed=0).numpy()
+    np.testing.assert_allclose(got.sum((1, 2, 3)), want.sum((1, 2, 3)), atol=0.15 * np.abs(want.sum((1, 2, 3))).max())

@@ -90,7 +90,7 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
-    to_inputs = layer is None or neuron is not None or method == "conductance"
+    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
     if to_inputs and be.dtype_kind(x) != "float":
         what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
         fail(

@@ -186,6 +186,9 @@ RUNNERS = {
     "input:guided_backprop": pr.guided,
     "input:deconvolution": pr.guided,
     "input:lrp": lrp.lrp,
+    "input:deeplift_shap": pr.deeplift_shap,
+    "input:gradient_shap": pr.gradient_shap,
+    "layer:guided_gradcam": pr.guided_gradcam,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")

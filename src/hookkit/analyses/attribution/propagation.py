@@ -16,9 +16,13 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from hookkit.analyses.attribution import steps as st
-from hookkit.analyses.attribution.budget import spans
+from hookkit.analyses.attribution.budget import Plan, spans
+from hookkit.core.entry import entry_name
 from hookkit.core.router import attach
+from hookkit.core.validate import check_tensor_like, fail
 
 if TYPE_CHECKING:
     from hookkit.analyses.attribution.job import Job
@@ -48,6 +52,32 @@ def placed(job: Job, consumers: Sequence[tuple[str, list[tuple[str, Any]], Calla
             g.remove()
 
 
+def distribution(job: Job) -> Any:
+    """The baselines of deeplift_shap and gradient_shap: ``[B, ...]`` samples drawn from (zeros
+    when None; a number; a tensor of B samples shaped like one input sample, or one such sample)."""
+    be, m, x = job.be, job.m, job.x
+    one = tuple(be.shape(x))[1:]
+    given = job.opts.baselines
+    if given is None:
+        return be.zeros_like(x[:1])
+    if isinstance(given, (int, float)) and not isinstance(given, bool):
+        return m.full((1, *one), float(given), x)
+    b = check_tensor_like(given, be, fn=entry_name(), arg="baselines")
+    got = tuple(be.shape(b))
+    if got == one:
+        got, b = (1, *one), m.reshape(b, (1, *one))
+    if len(got) != len(one) + 1 or got[1:] != one or got[0] < 1:
+        fail(
+            entry_name(),
+            "baselines",
+            f"None, a number, or a tensor of baseline samples [B, {', '.join(map(str, one))}]",
+            f"a tensor of shape {list(got)}",
+        )
+    if be.device_of(b) != be.device_of(x):
+        b = be.to(b, be.device_of(x))
+    return b if be.dtype_name(b) == be.dtype_name(x) else be.cast(b, be.dtype_name(x))
+
+
 def _chunks(job: Job, x: Any, per_chunk: int, factor: Callable[[Any, int, int], Any] | None) -> Any:
     blocks = []
     for j0, j1 in spans(job.n, max(1, per_chunk)):
@@ -73,6 +103,8 @@ def guided_gradients(job: Job, x: Any) -> Any:
         return (relu(src[0]), *ev.grad_inputs[1:])
 
     _, saved = st.probe(job, job.x, "input", measure=True)
+    if job.tap is not None:  # guided Grad-CAM: the tap records, the gradient runs down to the inputs
+        job.tap.replace = None
     plan = st.plan(job, 1, saved)
     with placed(job, [("backward", layers_of_type(job, ("ReLU",)), modify)]):
         return _chunks(job, x, plan.samples * plan.points, None)
@@ -82,13 +114,53 @@ def deeplift(job: Job) -> Any:
     """DeepLift at the inputs: the Rescale multipliers times ``inputs - baselines``."""
     _, saved = st.probe(job, job.x, "input", measure=True)
     st.probe(job, job.base, "baseline")
-    return multipliers(job, job.x, job.base, saved) * (job.x - job.base)
+    return multipliers(job, job.x, job.base, st.plan(job, 2, saved)) * (job.x - job.base)
 
 
-def multipliers(job: Job, x: Any, base: Any, saved: int) -> Any:
-    """DeepLift's multipliers of each row of ``x`` against the same row of ``base`` (``saved``: the
-    bytes one forward of the samples keeps, from ``steps.probe``)."""
-    plan = st.plan(job, 2, saved)
+def deeplift_shap(job: Job) -> Any:
+    """captum's DeepLiftShap: DeepLift of each input against each baseline sample, averaged."""
+    dist = distribution(job)
+    k = job.be.shape(dist)[0]
+    _, saved = st.probe(job, job.x, "input", measure=True)
+    x, base = job.m.repeat_rows(job.x, k), job.m.tile_rows(dist, job.n)
+    owners = [j for j in range(job.n) for _ in range(k)]
+    attr = multipliers(job, x, base, st.plan(job, 2 * k, saved), owners) * (x - base)
+    return job.m.mean(job.m.reshape(attr, [job.n, k, *job.be.shape(attr)[1:]]), [1])
+
+
+def gradient_shap(job: Job) -> Any:
+    """captum's GradientShap: for ``n_samples`` draws per input (a baseline sample, N(0, stdevs²) noise
+    on the input, a point uniform on the path), the gradient there times ``noisy input - baseline``,
+    averaged. ``seed`` makes the draws repeatable; they run in chunks within the memory budget."""
+    be, m, k = job.be, job.m, job.opts.n_samples
+    dist = distribution(job)
+    _, saved = st.probe(job, job.x, "input", measure=True)
+    plan = st.plan(job, k, saved)
+    if job.opts.seed is not None:
+        m.seed(job.opts.seed)
+    draw = np.random.default_rng(job.opts.seed)
+    rows = job.n * k
+    pick = draw.integers(0, be.shape(dist)[0], size=rows).tolist()
+    alphas = draw.uniform(0.0, 1.0, size=(rows,) + (1,) * (len(be.shape(job.x)) - 1))
+    noisy = m.repeat_rows(job.x, k)
+    if job.opts.stdevs > 0:
+        noisy = noisy + be.randn_like(noisy) * job.opts.stdevs
+    base = m.index_select(dist, 0, pick)
+    alpha = be.cast(be.from_numpy(alphas, like=job.x), be.dtype_name(job.x))
+    owners = [j for j in range(job.n) for _ in range(k)]
+    blocks = []
+    for r0, r1 in spans(rows, max(k, (plan.samples * plan.points) // k * k)):
+        leaf = st.leaf(job, base[r0:r1] + alpha[r0:r1] * (noisy[r0:r1] - base[r0:r1]))
+        g = st.grad(job, st.score(job, st.forward(job, leaf, owners[r0:r1]), owners[r0:r1]), leaf)
+        blocks.append(be.detach(g * (noisy[r0:r1] - base[r0:r1])))
+    attr = m.cat(blocks, 0)
+    return m.mean(m.reshape(attr, [job.n, k, *be.shape(attr)[1:]]), [1])
+
+
+def multipliers(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] | None = None) -> Any:
+    """DeepLift's multipliers of each row of ``x`` against the same row of ``base``; ``owners``: the
+    sample each row belongs to (the rows are the samples when None); ``plan`` from ``steps.plan``."""
+    owners = list(range(job.n)) if owners is None else list(owners)
     ops, be = job.be.family("propagation"), job.be
     seen: dict[int, tuple[Any, Any]] = {}
 
@@ -110,11 +182,36 @@ def multipliers(job: Job, x: Any, base: Any, saved: int) -> Any:
     named = layers_of_type(job, RESCALE_TYPES)
     blocks = []
     with placed(job, [("forward", named, record), ("backward", named, rescale)]):
-        for j0, j1 in spans(job.n, max(1, plan.samples * plan.points // 2)):
+        for j0, j1 in spans(len(owners), max(1, plan.samples * plan.points // 2)):
             leaf = st.leaf(job, x[j0:j1])
-            samples = list(range(j0, j1)) * 2
+            samples = owners[j0:j1] * 2
             out = st.forward(job, job.m.cat([leaf, base[j0:j1]], 0), samples)
             g = st.grad(job, st.score(job, out, samples), leaf)
             seen.clear()
             blocks.append(be.detach(g))
     return job.m.cat(blocks, 0)
+
+
+def guided_gradcam(job: Job) -> Any:
+    """captum's GuidedGradCam: guided backprop at the inputs times the layer's Grad-CAM (the ReLU of
+    the channels' sum weighted by their mean gradient) upsampled to the inputs (nearest)."""
+    be, m = job.be, job.m
+    y_x, saved = st.probe(job, job.x, "input", measure=True)
+    if len(be.shape(y_x)) < 3 or len(be.shape(job.x)) != len(be.shape(y_x)):
+        fail(
+            entry_name(),
+            "layer",
+            f"a layer whose value is [N, C, *spatial] with as many spatial axes as the inputs {list(be.shape(job.x))} (Grad-CAM)",
+            f"{job.name!r} with a value of shape {list(be.shape(y_x))}",
+        )
+    plan = st.plan(job, 1, saved, y_x)
+    tap, cut, cams = job.tap, st.Cut(job), []
+    for j0, j1 in spans(job.n, plan.samples):
+        tap.replace = cut
+        out = st.forward(job, job.x[j0:j1], range(j0, j1))
+        g = st.grad(job, st.score(job, out, list(range(j0, j1))), cut.leaf)
+        weights = m.mean(g, list(range(2, len(be.shape(g)))), keepdim=True)
+        cams.append(be.detach(m.relu(m.sum(weights * cut.leaf, [1], keepdim=True))))
+    tap.replace = None
+    cam = m.interpolate(m.cat(cams, 0), list(be.shape(job.x))[2:], "nearest")
+    return guided_gradients(job, job.x) * cam
