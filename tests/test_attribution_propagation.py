@@ -382,3 +382,40 @@ def test_deeplift_shap_equal_to_captum_and_gradient_shap_converges_to_it():
     want = attr.GradientShap(model).attribute(x, target=1, baselines=dist, n_samples=300).detach().numpy()
     got = hookkit.attribute(model, None, x, method="gradient_shap", target=1, baselines=dist, n_samples=300, stdevs=0.0, seed=0).numpy()
     np.testing.assert_allclose(got.sum((1, 2, 3)), want.sum((1, 2, 3)), atol=0.15 * np.abs(want.sum((1, 2, 3))).max())
+
+
+# -- DeepLift at a layer ----------------------------------------------------------------------------
+@pytest.mark.parametrize("where", ["output", "input"])
+def test_layer_deeplift_is_complete(fw, rng, where):
+    fw.seed(1)
+    model = fw.sequential(fw.linear(4, 8), fw.relu(), fw.linear(8, 6), fw.nn.Tanh(), fw.linear(6, 2))
+    x, b = data(rng, n=5)
+    f = lambda v: np_(fw, model(fw.tensor(v)))[:, 1]  # noqa: E731
+    for layer in ("1", "2", "3"):
+        attr, delta = hookkit.attribute(
+            model, layer, fw.tensor(x), method="deeplift", target=1, baselines=fw.tensor(b), attribute_to=where, return_delta=True
+        )
+        np.testing.assert_allclose(np_(fw, attr).sum(1), f(x) - f(b), rtol=1e-4, atol=1e-5)
+        assert np.abs(np_(fw, delta)).max() < 1e-4
+    shap = hookkit.attribute(model, "2", fw.tensor(x), method="deeplift_shap", target=1, baselines=fw.tensor(b[:2]), attribute_to=where)
+    np.testing.assert_allclose(np_(fw, shap).sum(1), f(x) - f(b[:2]).mean(), rtol=1e-4, atol=1e-5)
+    assert hooks_left(model) == []
+
+
+def test_layer_deeplift_equal_to_captum():
+    attr = pytest.importorskip("captum.attr")
+    model, x, b = _captum_models()[0]
+    dist = b[:2]
+    for layer in ("1", "2", "6", "7"):
+        for to in (False, True):
+            if to and layer in ("1", "7"):
+                # captum's gradient at a nonlinear layer's input misses the layer's own Rescale rule (its
+                # delta is not zero there); hookkit's is complete (test_layer_deeplift_is_complete)
+                continue
+            where = "input" if to else "output"
+            want = attr.LayerDeepLift(model, model[int(layer)]).attribute(x, b, target=1, attribute_to_layer_input=to)
+            got = hookkit.attribute(model, layer, x, method="deeplift", target=1, baselines=b, attribute_to=where)
+            np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+            want = attr.LayerDeepLiftShap(model, model[int(layer)]).attribute(x, dist, target=1, attribute_to_layer_input=to)
+            got = hookkit.attribute(model, layer, x, method="deeplift_shap", target=1, baselines=dist, attribute_to=where)
+            np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)

@@ -189,6 +189,8 @@ RUNNERS = {
     "input:deeplift_shap": pr.deeplift_shap,
     "input:gradient_shap": pr.gradient_shap,
     "layer:guided_gradcam": pr.guided_gradcam,
+    "layer:deeplift": pr.deeplift,
+    "layer:deeplift_shap": pr.deeplift_shap,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")

@@ -111,20 +111,21 @@ def guided_gradients(job: Job, x: Any) -> Any:
 
 
 def deeplift(job: Job) -> Any:
-    """DeepLift at the inputs: the Rescale multipliers times ``inputs - baselines``."""
-    _, saved = st.probe(job, job.x, "input", measure=True)
+    """DeepLift at the inputs or at a layer: the Rescale multipliers times ``inputs - baselines``
+    (at a layer: times the difference of its values)."""
+    y_x, saved = st.probe(job, job.x, "input", measure=True)
     st.probe(job, job.base, "baseline")
-    return multipliers(job, job.x, job.base, st.plan(job, 2, saved)) * (job.x - job.base)
+    return rescaled(job, job.x, job.base, st.plan(job, 2, saved, y_x))
 
 
 def deeplift_shap(job: Job) -> Any:
     """captum's DeepLiftShap: DeepLift of each input against each baseline sample, averaged."""
     dist = distribution(job)
     k = job.be.shape(dist)[0]
-    _, saved = st.probe(job, job.x, "input", measure=True)
+    y_x, saved = st.probe(job, job.x, "input", measure=True)
     x, base = job.m.repeat_rows(job.x, k), job.m.tile_rows(dist, job.n)
     owners = [j for j in range(job.n) for _ in range(k)]
-    attr = multipliers(job, x, base, st.plan(job, 2 * k, saved), owners) * (x - base)
+    attr = rescaled(job, x, base, st.plan(job, 2 * k, saved, y_x), owners)
     return job.m.mean(job.m.reshape(attr, [job.n, k, *job.be.shape(attr)[1:]]), [1])
 
 
@@ -157,9 +158,10 @@ def gradient_shap(job: Job) -> Any:
     return m.mean(m.reshape(attr, [job.n, k, *be.shape(attr)[1:]]), [1])
 
 
-def multipliers(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] | None = None) -> Any:
-    """DeepLift's multipliers of each row of ``x`` against the same row of ``base``; ``owners``: the
-    sample each row belongs to (the rows are the samples when None); ``plan`` from ``steps.plan``."""
+def rescaled(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] | None = None) -> Any:
+    """DeepLift of each row of ``x`` against the same row of ``base`` (at the inputs, or at the
+    layer of ``job.tap``); ``owners``: the sample each row belongs to (the rows are the samples when
+    None); ``plan`` from ``steps.plan``."""
     owners = list(range(job.n)) if owners is None else list(owners)
     ops, be = job.be.family("propagation"), job.be
     seen: dict[int, tuple[Any, Any]] = {}
@@ -183,12 +185,20 @@ def multipliers(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] |
     blocks = []
     with placed(job, [("forward", named, record), ("backward", named, rescale)]):
         for j0, j1 in spans(len(owners), max(1, plan.samples * plan.points // 2)):
-            leaf = st.leaf(job, x[j0:j1])
-            samples = owners[j0:j1] * 2
-            out = st.forward(job, job.m.cat([leaf, base[j0:j1]], 0), samples)
-            g = st.grad(job, st.score(job, out, samples), leaf)
+            samples, h = owners[j0:j1] * 2, j1 - j0
+            if job.tap is None:
+                leaf = st.leaf(job, x[j0:j1])
+                out = st.forward(job, job.m.cat([leaf, base[j0:j1]], 0), samples)
+                g = st.grad(job, st.score(job, out, samples), leaf)
+                part = g * (x[j0:j1] - base[j0:j1])
+            else:  # the gradient at the layer's value, what ran before it cut off
+                cut = st.Cut(job)
+                job.tap.replace = cut
+                out = st.forward(job, job.m.cat([x[j0:j1], base[j0:j1]], 0), samples)
+                g = st.grad(job, st.score(job, out, samples), cut.leaf)
+                part = g[:h] * (cut.leaf[:h] - cut.leaf[h:])
             seen.clear()
-            blocks.append(be.detach(g))
+            blocks.append(be.detach(part))
     return job.m.cat(blocks, 0)
 
 
