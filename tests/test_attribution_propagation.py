@@ -419,3 +419,22 @@ def test_layer_deeplift_equal_to_captum():
             want = attr.LayerDeepLiftShap(model, model[int(layer)]).attribute(x, dist, target=1, attribute_to_layer_input=to)
             got = hookkit.attribute(model, layer, x, method="deeplift_shap", target=1, baselines=dist, attribute_to=where)
             np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+
+
+# -- Paddle equal to torch ---------------------------------------------------------------------------
+def test_paddle_equal_to_torch_on_twin_models(torch_fw, paddle_fw, rng):
+    tm, pm = relu_mlp(torch_fw), relu_mlp(paddle_fw)
+    for i in (0, 2):
+        pm[i].weight.set_value(torch_fw.numpy(tm[i].weight).T)
+        pm[i].bias.set_value(torch_fw.numpy(tm[i].bias))
+    x, b = data(rng)
+    for method, kw in [
+        ("deeplift", {"baselines": b}),
+        ("deeplift_shap", {"baselines": b}),
+        ("gradient_shap", {"baselines": b, "stdevs": 0.0, "n_samples": 4, "seed": 1}),
+        ("guided_backprop", {}),
+        ("deconvolution", {}),
+    ]:
+        t = hookkit.attribute(tm, None, torch_fw.tensor(x), method=method, target=2, **{k: (torch_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()})
+        p = hookkit.attribute(pm, None, paddle_fw.tensor(x), method=method, target=2, **{k: (paddle_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()})
+        np.testing.assert_allclose(paddle_fw.numpy(p), torch_fw.numpy(t), rtol=1e-5, atol=1e-6, err_msg=method)

@@ -67,9 +67,18 @@ def attribute(
     batches (captum's ``additional_forward_args``). ``return_delta``: also the completeness delta per sample
     (integrated gradients and conductance): sum of attributions - (F(input) - F(baseline)).
 
+    Propagation methods (the gradient modified at layers through router consumers; docs/attribution.md):
+    "deeplift" (captum's Rescale rule; at the inputs or a layer; ``return_delta``), "deeplift_shap" and
+    "gradient_shap" (``baselines``: a distribution ``[B, ...]``; ``n_samples`` draws per input for
+    gradient_shap, ``stdevs`` its input noise, ``seed``), "guided_backprop", "deconvolution" (at the
+    inputs), "guided_gradcam" (at a convolutional layer), "lrp" (at the inputs; PyTorch): captum's
+    defaults, or ``composite="EpsilonPlusFlat"`` / ``("EpsilonGammaBox", {"low": l, "high": h})``, and
+    ``rules={"Linear": "epsilon", "features.0": ("gamma", {"gamma": 0.5})}`` by layer type or layer.
+
     >>> attr = hookkit.attribute(model, "features.3", x, target=7)                       # doctest: +SKIP
     >>> attr, delta = hookkit.attribute(model, None, x, n_steps=64, return_delta=True)     # doctest: +SKIP
     >>> attr = hookkit.attribute(bert, "bert.embeddings", ids, baselines=pad_ids)          # doctest: +SKIP
+    >>> rel = hookkit.attribute(cnn, None, x, method="lrp", composite="EpsilonPlusFlat")    # doctest: +SKIP
     """
     opts = AttributeOptions(
         baselines=baselines, n_steps=n_steps, rule=rule, attribute_to=attribute_to, internal_batch_size=internal_batch_size,
