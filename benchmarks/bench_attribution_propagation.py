@@ -34,7 +34,11 @@ def _stub_torchvision() -> None:
     resnet = types.ModuleType("torchvision.models.resnet")
     resnet.Bottleneck = type("Bottleneck", (torch.nn.Module,), {})  # type: ignore[attr-defined]
     resnet.BasicBlock = type("BasicBlock", (torch.nn.Module,), {})  # type: ignore[attr-defined]
-    for name, mod in (("torchvision", types.ModuleType("torchvision")), ("torchvision.models", types.ModuleType("m")), ("torchvision.models.resnet", resnet)):
+    for name, mod in (
+        ("torchvision", types.ModuleType("torchvision")),
+        ("torchvision.models", types.ModuleType("m")),
+        ("torchvision.models.resnet", resnet),
+    ):
         sys.modules[name] = mod
 
 
@@ -88,17 +92,46 @@ def equal() -> int:
         dist = b[:2]
         cases = [
             ("deeplift", "captum DeepLift", lambda: ca.DeepLift(model).attribute(x, b, target=1), {"baselines": b}, None, 1e-6),
-            ("deeplift_shap", "captum DeepLiftShap", lambda: ca.DeepLiftShap(model).attribute(x, dist, target=1), {"baselines": dist}, None, 1e-6),
+            (
+                "deeplift_shap",
+                "captum DeepLiftShap",
+                lambda: ca.DeepLiftShap(model).attribute(x, dist, target=1),
+                {"baselines": dist},
+                None,
+                1e-6,
+            ),
             ("guided_backprop", "captum GuidedBackprop", lambda: ca.GuidedBackprop(model).attribute(x, target=1), {}, None, 1e-6),
             ("deconvolution", "captum Deconvolution", lambda: ca.Deconvolution(model).attribute(x, target=1), {}, None, 1e-6),
             ("lrp", "captum LRP (defaults)", lambda: ca.LRP(model).attribute(x, target=1), {}, None, 1e-6),
             ("lrp", "zennit EpsilonPlusFlat", lambda: _zennit(model, x, EpsilonPlusFlat()), {"composite": "EpsilonPlusFlat"}, None, 1e-5),
-            ("lrp", "zennit EpsilonGammaBox", lambda: _zennit(model, x, EpsilonGammaBox(low=-3.0, high=3.0)), {"composite": ("EpsilonGammaBox", {"low": -3.0, "high": 3.0})}, None, 1e-5),
+            (
+                "lrp",
+                "zennit EpsilonGammaBox",
+                lambda: _zennit(model, x, EpsilonGammaBox(low=-3.0, high=3.0)),
+                {"composite": ("EpsilonGammaBox", {"low": -3.0, "high": 3.0})},
+                None,
+                1e-5,
+            ),
         ]
         if mname == "CNN":
             cases += [
-                ("guided_gradcam", "captum GuidedGradCam (c2)", lambda: ca.GuidedGradCam(model, model.c2).attribute(x, target=1), {}, "c2", 1e-6),
-                ("deeplift", "captum LayerDeepLift (c2)", lambda: ca.LayerDeepLift(model, model.c2).attribute(x, b, target=1), {"baselines": b}, "c2", 1e-6),
+                (
+                    "guided_gradcam",
+                    "captum GuidedGradCam (c2)",
+                    lambda: ca.GuidedGradCam(model, model.c2).attribute(x, target=1),
+                    {},
+                    "c2",
+                    1e-6,
+                ),
+                (
+                    "deeplift",
+                    "captum LayerDeepLift (c2)",
+                    lambda: ca.LayerDeepLift(model, model.c2).attribute(x, b, target=1),
+                    {"baselines": b},
+                    "c2",
+                    1e-6,
+                ),
+                ("lrp", "captum LayerLRP (c2)", lambda: ca.LayerLRP(model, model.c2).attribute(x, target=1), {}, "c2", 1e-6),
             ]
         for method, peer, theirs, kw, layer, tol in cases:
             c = theirs().detach().numpy()
@@ -128,7 +161,11 @@ def timing(rounds: int) -> None:
     methods = [
         ("deeplift", lambda: ca.DeepLift(model).attribute(x, b, target=1), {"baselines": b}),
         ("deeplift_shap", lambda: ca.DeepLiftShap(model).attribute(x, dist, target=1), {"baselines": dist}),
-        ("gradient_shap", lambda: ca.GradientShap(model).attribute(x, dist, target=1, n_samples=8), {"baselines": dist, "n_samples": 8, "stdevs": 0.0, "seed": 0}),
+        (
+            "gradient_shap",
+            lambda: ca.GradientShap(model).attribute(x, dist, target=1, n_samples=8),
+            {"baselines": dist, "n_samples": 8, "stdevs": 0.0, "seed": 0},
+        ),
         ("guided_backprop", lambda: ca.GuidedBackprop(model).attribute(x, target=1), {}),
         ("lrp", lambda: ca.LRP(model).attribute(x, target=1), {}),
         ("lrp EpsilonPlusFlat", lambda: _zennit(model, x, EpsilonPlusFlat()), {"composite": "EpsilonPlusFlat"}),
@@ -142,7 +179,15 @@ def timing(rounds: int) -> None:
 
         variants = [("hookkit", ours()), ("peer", lambda peer=peer: (peer, lambda: None))]
         res = run_interleaved(variants, rounds=rounds, reps=5, warmup=1)
-        rows.append([name, "zennit" if "Epsilon" in name else "captum", f"{res['hookkit'].median_ms:.1f}", f"{res['peer'].median_ms:.1f}", f"{ratio(res, 'hookkit', 'peer'):.2f}"])
+        rows.append(
+            [
+                name,
+                "zennit" if "Epsilon" in name else "captum",
+                f"{res['hookkit'].median_ms:.1f}",
+                f"{res['peer'].median_ms:.1f}",
+                f"{ratio(res, 'hookkit', 'peer'):.2f}",
+            ]
+        )
     print(table(rows, ["method", "peer", "hookkit ms", "peer ms", "hookkit / peer"]))
     print(machine())
 

@@ -164,6 +164,11 @@ def test_lrp_epsilon_conserves_on_a_bias_free_relu_mlp(torch_fw, rng):
     # on a bias-free ReLU network LRP-0 is gradient x input
     gxi = np_(torch_fw, hookkit.attribute(model, None, torch_fw.tensor(x), method="gradient_x_activation", target=2))
     np.testing.assert_allclose(attr, gxi, rtol=1e-4, atol=1e-6)
+    # at every layer, its output and its input: the same total relevance
+    for layer in ("0", "1", "2", "3", "4"):
+        for where in ("output", "input"):
+            at = np_(torch_fw, hookkit.attribute(model, layer, torch_fw.tensor(x), method="lrp", target=2, attribute_to=where))
+            np.testing.assert_allclose(at.sum(1), out, rtol=1e-5, atol=1e-6, err_msg=f"{layer} {where}")
     assert hooks_left(model) == []
 
 
@@ -297,6 +302,12 @@ def test_lrp_equal_to_captum_defaults():
         want = attr.LRP(model).attribute(x, target=1)
         got = hookkit.attribute(model, None, x, method="lrp", target=1)
         np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+    model, x = _lrp_models()[0]
+    for name in ("c1", "c2", "pool", "l1", "l2"):  # captum's LayerLRP fails on activation layers (no rule object)
+        for to in (False, True):
+            want = attr.LayerLRP(model, getattr(model, name)).attribute(x, target=1, attribute_to_layer_input=to)
+            got = hookkit.attribute(model, name, x, method="lrp", target=1, attribute_to="input" if to else "output")
+            np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
 
 
 # -- guided Grad-CAM, DeepLiftShap, GradientShap ---------------------------------------------------
@@ -435,6 +446,20 @@ def test_paddle_equal_to_torch_on_twin_models(torch_fw, paddle_fw, rng):
         ("guided_backprop", {}),
         ("deconvolution", {}),
     ]:
-        t = hookkit.attribute(tm, None, torch_fw.tensor(x), method=method, target=2, **{k: (torch_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()})
-        p = hookkit.attribute(pm, None, paddle_fw.tensor(x), method=method, target=2, **{k: (paddle_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()})
+        t = hookkit.attribute(
+            tm,
+            None,
+            torch_fw.tensor(x),
+            method=method,
+            target=2,
+            **{k: (torch_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()},
+        )
+        p = hookkit.attribute(
+            pm,
+            None,
+            paddle_fw.tensor(x),
+            method=method,
+            target=2,
+            **{k: (paddle_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()},
+        )
         np.testing.assert_allclose(paddle_fw.numpy(p), torch_fw.numpy(t), rtol=1e-5, atol=1e-6, err_msg=method)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hookkit.analyses.attribution import steps as st
+from hookkit.analyses.attribution.budget import spans
 from hookkit.analyses.attribution.propagation import _chunks, placed
 from hookkit.core.entry import entry_name
 from hookkit.core.select import select
@@ -186,10 +187,11 @@ def assign(job: Job) -> dict[int, tuple[str, Any, Rule | None]]:
 
 
 def lrp(job: Job) -> Any:
-    """LRP at the inputs: the relevance of each input, the target's score shared out by the rules."""
+    """LRP at the inputs, or at a layer (its output's or input's relevance, captum's ``LayerLRP``):
+    the target's score shared out by the rules."""
     table = assign(job)
-    _, saved = st.probe(job, job.x, "input", measure=True)
-    plan = st.plan(job, 1, saved)
+    y_x, saved = st.probe(job, job.x, "input", measure=True)
+    plan = st.plan(job, 1, saved, y_x)
     be, ops = job.be, job.be.family("propagation")
     inputs: dict[int, Any] = {}
 
@@ -210,9 +212,20 @@ def lrp(job: Job) -> Any:
                 r_in = _propagate(job, ops, rule, layer, x0, r_out)
         return (r_in, *ev.grad_inputs[1:])
 
-    ruled = [(n, layer) for n, layer, rule in table.values() if rule is not None]
+    # at a layer's output its own rule plays no part (and its input takes no gradient)
+    skip = job.layer if job.tap is not None and job.opts.attribute_to == "output" else None
+    ruled = [(n, layer) for n, layer, rule in table.values() if rule is not None and layer is not skip]
     with placed(job, [("forward", ruled, record), ("backward", ruled, relevance)]):
-        attr = _chunks(job, job.x, plan.samples * plan.points, None)
+        if job.tap is None:
+            attr = _chunks(job, job.x, plan.samples * plan.points, None)
+        else:  # the relevance arriving at the layer's value: the gradient there, what ran before cut off
+            blocks = []
+            for j0, j1 in spans(job.n, plan.samples * plan.points):
+                cut = st.Cut(job)
+                job.tap.replace = cut
+                out = st.forward(job, job.x[j0:j1], range(j0, j1))
+                blocks.append(be.detach(st.grad(job, st.score(job, out, list(range(j0, j1))), cut.leaf)))
+            attr = job.m.cat(blocks, 0)
     score = job.scores["input"]
     return attr * job.m.reshape(score, [-1] + [1] * (len(be.shape(attr)) - 1))
 

@@ -191,6 +191,7 @@ RUNNERS = {
     "layer:guided_gradcam": pr.guided_gradcam,
     "layer:deeplift": pr.deeplift,
     "layer:deeplift_shap": pr.deeplift_shap,
+    "layer:lrp": lrp.lrp,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")
