@@ -463,3 +463,42 @@ def test_paddle_equal_to_torch_on_twin_models(torch_fw, paddle_fw, rng):
             **{k: (paddle_fw.tensor(v) if k == "baselines" else v) for k, v in kw.items()},
         )
         np.testing.assert_allclose(paddle_fw.numpy(p), torch_fw.numpy(t), rtol=1e-5, atol=1e-6, err_msg=method)
+
+
+def test_deeplift_maxpool_rule_equal_to_captum():
+    attr = pytest.importorskip("captum.attr")
+    torch = sys.modules["torch"]
+    nn = torch.nn
+    torch.manual_seed(0)
+    # max pooling not next to another nonlinear layer: where captum's hooks on a shared tensor would
+    # read the gradient before the neighbour's rule changes it (docs/attribution.md)
+    model = (
+        nn.Sequential(nn.Conv2d(2, 4, 3, padding=1), nn.MaxPool2d(2), nn.Conv2d(4, 3, 3), nn.Tanh(), nn.Flatten(), nn.Linear(12, 4))
+        .double()
+        .eval()
+    )
+    g = torch.Generator().manual_seed(1)
+    x, b = torch.randn(3, 2, 8, 8, generator=g, dtype=torch.float64), 0.1 * torch.randn(3, 2, 8, 8, generator=g, dtype=torch.float64)
+    want = attr.DeepLift(model).attribute(x, b, target=1)
+    got = hookkit.attribute(model, None, x, method="deeplift", target=1, baselines=b)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+
+
+def test_deeplift_maxpool_rule_by_hand(torch_fw, rng):
+    nn = torch_fw.nn
+    torch_fw.seed(0)
+    model = nn.Sequential(nn.MaxPool1d(2), nn.Flatten(), nn.Linear(2, 1))
+    x, b = rng.normal(size=(5, 1, 4)), rng.normal(size=(5, 1, 4))
+    w = torch_fw.numpy(model[2].weight)[0]
+    got = np_(torch_fw, hookkit.attribute(model, None, torch_fw.tensor(x), method="deeplift", target=0, baselines=torch_fw.tensor(b)))
+    # captum's rule: each window's output difference max(x) - max(b), split between the two argmax positions
+    want = np.zeros_like(x)
+    for n in range(5):
+        for j in range(2):
+            wx, wb = x[n, 0, 2 * j : 2 * j + 2], b[n, 0, 2 * j : 2 * j + 2]
+            top = max(wx.max(), wb.max())
+            want[n, 0, 2 * j + wx.argmax()] += w[j] * (top - wb.max())
+            want[n, 0, 2 * j + wb.argmax()] += w[j] * (wx.max() - top)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    f = lambda v: np_(torch_fw, model(torch_fw.tensor(v)))[:, 0]  # noqa: E731
+    np.testing.assert_allclose(got.sum((1, 2)), f(x) - f(b), rtol=1e-5, atol=1e-6)  # complete

@@ -6,7 +6,8 @@ returns or raises.
 ``deeplift``: captum's DeepLift (Rescale rule): the inputs and the baselines run in one batch; at
 each ReLU, ELU, LeakyReLU, Sigmoid, Tanh or Softplus layer the gradient at its input becomes
 ``grad_out * Δout / Δin`` (the plain gradient where ``|Δin| < 1e-10``); the multipliers times
-``inputs - baselines``. ``guided_backprop`` / ``deconvolution``: at each ReLU layer, the gradient at
+``inputs - baselines``; max-pooling layers get captum's max-pooling rule where the framework's ops
+have it (``propagation.maxpool_rescale``). ``guided_backprop`` / ``deconvolution``: at each ReLU layer, the gradient at
 its input is the positive part of the gradient at its input / at its output.
 """
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 #: the nonlinear layer types DeepLift's Rescale rule applies to (captum's list, max pooling and softmax aside)
 RESCALE_TYPES = ("ReLU", "ELU", "LeakyReLU", "Sigmoid", "Tanh", "Softplus")
+#: max pooling: captum's maxpool rule where the framework's ops have it (PyTorch), else the gradient
+MAXPOOL_TYPES = ("MaxPool1d", "MaxPool2d", "MaxPool3d")
 EPS = 1e-10  # captum's DeepLift eps
 
 
@@ -176,12 +179,15 @@ def rescaled(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] | No
         if values is None or g_in is None or g_out is None:
             return None
         v_in, v_out = values
+        if type(ev.layer).__name__ in MAXPOOL_TYPES:
+            new = ops.maxpool_rescale(ev.layer, v_in, v_out, g_in, g_out, EPS)
+            return None if new is None else (new, *ev.grad_inputs[1:])
         half = be.shape(v_in)[0] // 2
         d_in, d_out = v_in[:half] - v_in[half:], v_out[:half] - v_out[half:]
         d_in, d_out = job.m.cat([d_in, d_in], 0), job.m.cat([d_out, d_out], 0)
         return (ops.rescale(g_in, g_out, d_in, d_out, EPS), *ev.grad_inputs[1:])
 
-    named = layers_of_type(job, RESCALE_TYPES)
+    named = layers_of_type(job, RESCALE_TYPES + MAXPOOL_TYPES)
     blocks = []
     with placed(job, [("forward", named, record), ("backward", named, rescale)]):
         for j0, j1 in spans(len(owners), max(1, plan.samples * plan.points // 2)):

@@ -23,6 +23,11 @@ class PropagationOps:
         """DeepLift's Rescale multiplier: ``grad_out * d_out / d_in`` where ``|d_in| >= eps``, else ``grad_in``."""
         raise NotImplementedError("propagation.rescale is not implemented for this framework")
 
+    def maxpool_rescale(self, layer: Any, v_in: Any, v_out: Any, grad_in: Any, grad_out: Any, eps: float) -> Any:
+        """DeepLift's rule for a max-pooling layer (captum's ``maxpool``): ``v_in`` / ``v_out`` hold the
+        inputs' rows then the baselines'; None for a layer type this framework's ops do not know."""
+        return None
+
     def stabilize(self, z: Any, eps: float) -> Any:
         """``z + eps * sign(z)``, a zero counted positive (zennit's stabilizer)."""
         raise NotImplementedError("propagation.stabilize is not implemented for this framework")
