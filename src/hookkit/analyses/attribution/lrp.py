@@ -118,72 +118,85 @@ def assign(job: Job) -> dict[int, tuple[str, Any, Rule | None]]:
             "which this framework's autograd does not allow; deeplift, guided_backprop and deconvolution are"
         )
     leaves = [(n, layer) for n, layer in be.named_layers(job.model) if not be.children(layer)]
-    kind = lambda layer: type(layer).__name__  # noqa: E731
-    out: dict[int, tuple[str, Any, Rule | None]] = {}
-    composite = job.opts.composite
-    if composite is None:  # captum's LRP: epsilon 1e-9 on the layers with weights and pooling, activations pass
-        eps = Rule("epsilon", {"epsilon": 1e-9})
-        for n, layer in leaves:
-            t = kind(layer)
-            if t in LINEAR + CONV + AVGPOOL + MAXPOOL + BATCHNORM:
-                out[id(layer)] = (n, layer, eps)
-            elif t in ACTIVATION:
-                out[id(layer)] = (n, layer, Rule("pass"))
-            elif t in NEUTRAL:
-                out[id(layer)] = (n, layer, None)
+    if job.opts.composite is None:
+        out = _captum_defaults(leaves)
     else:
-        name, params = _composite(composite)
-        stab = {"stabilizer": params.get("stabilizer", 1e-6)}
-        eps = rule_of(("epsilon", {"epsilon": params.get("epsilon", 1e-6)}), "composite")
-        first_types: tuple[str, ...]
-        if name == "epsilon_plus_flat":
-            conv, first_types, first = rule_of(("zplus", stab), "composite"), LINEAR + CONV, rule_of(("flat", stab), "composite")
-        else:
-            conv = rule_of(("gamma", {**stab, "gamma": params.get("gamma", 0.25)}), "composite")
-            first_types, first = CONV, rule_of(("zbox", {**stab, "low": params["low"], "high": params["high"]}), "composite")
-        seen_first = False
-        for n, layer in leaves:
-            t = kind(layer)
-            if not seen_first and t in first_types:
-                out[id(layer)], seen_first = (n, layer, first), True
-            elif t in CONV:
-                out[id(layer)] = (n, layer, conv)
-            elif t in LINEAR:
-                out[id(layer)] = (n, layer, eps)
-            elif t in ACTIVATION + BATCHNORM:
-                out[id(layer)] = (n, layer, Rule("pass"))
-            elif t in AVGPOOL:
-                out[id(layer)] = (n, layer, rule_of(("norm", stab), "composite"))
-            elif t in NEUTRAL + MAXPOOL:
-                out[id(layer)] = (n, layer, None)
-    rules = job.opts.rules or {}
-    if not isinstance(rules, Mapping) or not all(isinstance(k, str) for k in rules):
-        fail(fn, "rules", "None or a dict {layer type name or layer name: rule}", rules, kind=ArgumentTypeError)
-    types = {kind(layer) for _, layer in leaves}
-    by_type = {k: rule_of(v) for k, v in rules.items() if k in types}
-    for n, layer in leaves:
-        if kind(layer) in by_type:
-            out[id(layer)] = (n, layer, by_type[kind(layer)])
-    known = set(LINEAR + CONV + AVGPOOL + MAXPOOL + BATCHNORM + ACTIVATION + NEUTRAL)
-    for k, v in rules.items():
-        if k not in types and k not in known:  # a layer name or glob (a known type absent from the model: nothing to do)
-            rule = rule_of(v)
-            for n, layer in select(job.model, k):
-                if not be.children(layer):
-                    out[id(layer)] = (n, layer, rule)
+        out = _composite_rules(leaves, *_composite(job.opts.composite))
+    _given_rules(job, leaves, out)
     for n, layer in leaves:
         if id(layer) not in out:
+            t = type(layer).__name__
             raise InvalidArgument(
-                f"{fn}(): layer {n or '(root)'!r} of type {kind(layer)} has no LRP rule; give it one with "
-                f"rules={{{kind(layer)!r}: 'epsilon'}} (rules: {', '.join(RULE_NAMES)})"
+                f"{fn}(): layer {n or '(root)'!r} of type {t} has no LRP rule; give it one with "
+                f"rules={{{t!r}: 'epsilon'}} (rules: {', '.join(RULE_NAMES)})"
             )
     ops = be.family("propagation")
     for n, layer, given in out.values():
         if given is not None and given.name in _WEIGHTED and not ops.can_call_with(layer):
             raise InvalidArgument(
-                f"{fn}(): LRP rule {given.name!r} modifies weights and needs a linear or convolution layer; layer {n!r} is a {kind(layer)}"
+                f"{fn}(): LRP rule {given.name!r} modifies weights and needs a linear or convolution layer; layer {n!r} is a {type(layer).__name__}"
             )
     return out
+
+
+def _captum_defaults(leaves: list[tuple[str, Any]]) -> dict[int, tuple[str, Any, Rule | None]]:
+    """captum's LRP: epsilon 1e-9 on the layers with weights and pooling, activations pass."""
+    eps, out = Rule("epsilon", {"epsilon": 1e-9}), {}
+    for n, layer in leaves:
+        t = type(layer).__name__
+        rule: Rule | None = eps if t in LINEAR + CONV + AVGPOOL + MAXPOOL + BATCHNORM else Rule("pass") if t in ACTIVATION else None
+        if rule is not None or t in NEUTRAL:
+            out[id(layer)] = (n, layer, rule)
+    return out
+
+
+def _composite_rules(leaves: list[tuple[str, Any]], name: str, params: dict[str, Any]) -> dict[int, tuple[str, Any, Rule | None]]:
+    """zennit's EpsilonPlusFlat / EpsilonGammaBox: a rule for the first linear (or convolution)
+    layer in the model's order, one per layer type for the others."""
+    stab = {"stabilizer": params.get("stabilizer", 1e-6)}
+    eps = rule_of(("epsilon", {"epsilon": params.get("epsilon", 1e-6)}), "composite")
+    first_types: tuple[str, ...]
+    if name == "epsilon_plus_flat":
+        conv, first_types, first = rule_of(("zplus", stab), "composite"), LINEAR + CONV, rule_of(("flat", stab), "composite")
+    else:
+        conv = rule_of(("gamma", {**stab, "gamma": params.get("gamma", 0.25)}), "composite")
+        first_types, first = CONV, rule_of(("zbox", {**stab, "low": params["low"], "high": params["high"]}), "composite")
+    by_type = [(CONV, conv), (LINEAR, eps), (ACTIVATION + BATCHNORM, Rule("pass")), (AVGPOOL, rule_of(("norm", stab), "composite"))]
+    out: dict[int, tuple[str, Any, Rule | None]] = {}
+    seen_first = False
+    for n, layer in leaves:
+        t = type(layer).__name__
+        if not seen_first and t in first_types:
+            out[id(layer)], seen_first = (n, layer, first), True
+            continue
+        for types, rule in by_type:
+            if t in types:
+                out[id(layer)] = (n, layer, rule)
+                break
+        else:
+            if t in NEUTRAL + MAXPOOL:
+                out[id(layer)] = (n, layer, None)
+    return out
+
+
+def _given_rules(job: Job, leaves: list[tuple[str, Any]], out: dict[int, tuple[str, Any, Rule | None]]) -> None:
+    """``rules=`` over the defaults: by layer type name, then by layer name or glob (a known type
+    absent from the model: nothing to do)."""
+    rules = job.opts.rules or {}
+    if not isinstance(rules, Mapping) or not all(isinstance(k, str) for k in rules):
+        fail(entry_name(), "rules", "None or a dict {layer type name or layer name: rule}", rules, kind=ArgumentTypeError)
+    types = {type(layer).__name__ for _, layer in leaves}
+    by_type = {k: rule_of(v) for k, v in rules.items() if k in types}
+    for n, layer in leaves:
+        if type(layer).__name__ in by_type:
+            out[id(layer)] = (n, layer, by_type[type(layer).__name__])
+    known = set(LINEAR + CONV + AVGPOOL + MAXPOOL + BATCHNORM + ACTIVATION + NEUTRAL)
+    for k, v in rules.items():
+        if k not in types and k not in known:
+            rule = rule_of(v)
+            for n, layer in select(job.model, k):
+                if not job.be.children(layer):
+                    out[id(layer)] = (n, layer, rule)
 
 
 def lrp(job: Job) -> Any:
