@@ -502,3 +502,27 @@ def test_deeplift_maxpool_rule_by_hand(torch_fw, rng):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     f = lambda v: np_(torch_fw, model(torch_fw.tensor(v)))[:, 0]  # noqa: E731
     np.testing.assert_allclose(got.sum((1, 2)), f(x) - f(b), rtol=1e-5, atol=1e-6)  # complete
+
+
+def test_layer_gradient_shap_by_hand(fw, rng):
+    fw.seed(0)
+    model = fw.sequential(fw.linear(4, 6), fw.nn.Tanh(), fw.linear(6, 2))
+    W1, b1 = weights(fw, model[0])
+    W2, _ = weights(fw, model[2])
+    x, b = data(rng)
+    # after the layer the model is linear: every draw gives W2[t] * (layer(x) - layer(b))
+    got = hookkit.attribute(model, "1", fw.tensor(x), method="gradient_shap", target=1, baselines=fw.tensor(b[:1]), stdevs=0.0, seed=0)
+    h = lambda v: np.tanh(v.astype(np.float64) @ W1.T + b1)  # noqa: E731
+    np.testing.assert_allclose(np_(fw, got), W2[1] * (h(x) - h(b[:1])), rtol=1e-5, atol=1e-6)
+    assert hooks_left(model) == []
+
+
+def test_layer_gradient_shap_equal_to_captum_where_draws_do_not_matter():
+    attr = pytest.importorskip("captum.attr")
+    torch = sys.modules["torch"]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 2)).double()
+    x, b = torch.randn(3, 4, dtype=torch.float64), torch.randn(1, 4, dtype=torch.float64)
+    want = attr.LayerGradientShap(model, model[1]).attribute(x, b, target=1, n_samples=5)
+    got = hookkit.attribute(model, "1", x, method="gradient_shap", target=1, baselines=b, n_samples=5, stdevs=0.0, seed=0)
+    np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)

@@ -192,6 +192,7 @@ RUNNERS = {
     "layer:deeplift": pr.deeplift,
     "layer:deeplift_shap": pr.deeplift_shap,
     "layer:lrp": lrp.lrp,
+    "layer:gradient_shap": pr.gradient_shap,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")

@@ -138,8 +138,8 @@ def gradient_shap(job: Job) -> Any:
     averaged. ``seed`` makes the draws repeatable; they run in chunks within the memory budget."""
     be, m, k = job.be, job.m, job.opts.n_samples
     dist = distribution(job)
-    _, saved = st.probe(job, job.x, "input", measure=True)
-    plan = st.plan(job, k, saved)
+    y_x, saved = st.probe(job, job.x, "input", measure=True)
+    plan = st.plan(job, k, saved, y_x)
     if job.opts.seed is not None:
         m.seed(job.opts.seed)
     draw = np.random.default_rng(job.opts.seed)
@@ -154,9 +154,27 @@ def gradient_shap(job: Job) -> Any:
     owners = [j for j in range(job.n) for _ in range(k)]
     blocks = []
     for r0, r1 in spans(rows, max(k, (plan.samples * plan.points) // k * k)):
-        leaf = st.leaf(job, base[r0:r1] + alpha[r0:r1] * (noisy[r0:r1] - base[r0:r1]))
-        g = st.grad(job, st.score(job, st.forward(job, leaf, owners[r0:r1]), owners[r0:r1]), leaf)
-        blocks.append(be.detach(g * (noisy[r0:r1] - base[r0:r1])))
+        rows_of = owners[r0:r1]
+        scaled = base[r0:r1] + alpha[r0:r1] * (noisy[r0:r1] - base[r0:r1])
+        if job.tap is None:
+            leaf = st.leaf(job, scaled)
+            g = st.grad(job, st.score(job, st.forward(job, leaf, rows_of), rows_of), leaf)
+            blocks.append(be.detach(g * (noisy[r0:r1] - base[r0:r1])))
+            continue
+        # at a layer (captum's LayerGradientShap): the gradient at the layer's value for the scaled
+        # rows, times the difference of its values for the noisy inputs and the baselines
+        cut = st.Cut(job)
+        job.tap.replace = cut
+        g = st.grad(job, st.score(job, st.forward(job, scaled, rows_of), rows_of), cut.leaf)
+        job.tap.replace, job.tap.stop = None, True
+        try:
+            st.forward(job, noisy[r0:r1], rows_of)
+            y_noisy = be.detach(job.tap.value)
+            st.forward(job, base[r0:r1], rows_of)
+            y_base = be.detach(job.tap.value)
+        finally:
+            job.tap.stop = False
+        blocks.append(be.detach(g * (y_noisy - y_base)))
     attr = m.cat(blocks, 0)
     return m.mean(m.reshape(attr, [job.n, k, *be.shape(attr)[1:]]), [1])
 

@@ -69,7 +69,7 @@ def attribute(
 
     Propagation methods (the gradient modified at layers through router consumers; docs/attribution.md):
     "deeplift" (captum's Rescale rule; at the inputs or a layer; ``return_delta``), "deeplift_shap" and
-    "gradient_shap" (``baselines``: a distribution ``[B, ...]``; ``n_samples`` draws per input for
+    "gradient_shap" (at the inputs or a layer; ``baselines``: a distribution ``[B, ...]``; ``n_samples`` draws per input for
     gradient_shap, ``stdevs`` its input noise, ``seed``), "guided_backprop", "deconvolution" (at the
     inputs), "guided_gradcam" (at a convolutional layer), "lrp" (at the inputs or a layer; PyTorch): captum's
     defaults, or ``composite="EpsilonPlusFlat"`` / ``("EpsilonGammaBox", {"low": l, "high": h})``, and
