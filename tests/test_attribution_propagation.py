@@ -5,6 +5,8 @@ installed; nothing left attached, also when the forward raises."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 import types
 
@@ -56,8 +58,11 @@ def test_guided_backprop_and_deconvolution_by_hand(fw, rng, method):
 
 
 # -- DeepLift: by hand, completeness ----------------------------------------------------------------
-def test_deeplift_rescale_by_hand_and_complete(fw, rng):
+@pytest.mark.parametrize("inplace", [False, True])
+def test_deeplift_rescale_by_hand_and_complete(fw, rng, inplace):
     model = relu_mlp(fw)
+    if inplace:  # ReLU(inplace=True) overwrites its input: the rule needs the input as it was
+        model[1] = fw.relu(inplace=True)
     x, b = data(rng)
     W1, b1 = weights(fw, model[0])
     W2, b2 = weights(fw, model[2])
@@ -216,6 +221,8 @@ def test_lrp_refuses_a_layer_type_without_a_rule(torch_fw, rng):
         hookkit.attribute(model, None, x, method="lrp", target=0, composite="EpsilonGammaBox", rules={"Scale": "pass"})
     with pytest.raises(HookkitError, match="composite"):
         hookkit.attribute(model, None, x, method="lrp", target=0, composite="epsilon_plus")
+    with pytest.raises(HookkitError, match=r"rules.*None for method='deeplift'"):
+        hookkit.attribute(model, None, x, method="deeplift", target=0, rules={"Scale": "pass"})
     assert hooks_left(model) == []
 
 
@@ -229,14 +236,21 @@ def test_lrp_refused_on_paddle(paddle_fw, rng):
 # -- LRP: equal to zennit and captum ---------------------------------------------------------------
 def _zennit():
     pytest.importorskip("torch")
+    if importlib.util.find_spec("zennit") is None:
+        pytest.skip("zennit is not installed")
     if "zennit" not in sys.modules:  # zennit imports torchvision's ResNet blocks at import time; only the names are needed
         torch = sys.modules["torch"]
         stub = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.models", "torchvision.models.resnet")}
         stub["torchvision.models.resnet"].Bottleneck = type("Bottleneck", (torch.nn.Module,), {})
         stub["torchvision.models.resnet"].BasicBlock = type("BasicBlock", (torch.nn.Module,), {})
-        for n, mod in stub.items():
-            sys.modules.setdefault(n, mod)
-    return pytest.importorskip("zennit")
+        added = [n for n in stub if n not in sys.modules]
+        sys.modules.update({n: stub[n] for n in added})
+        try:
+            importlib.import_module("zennit")
+        finally:  # the stub must not outlive the import: transformers looks torchvision up too
+            for n in added:
+                sys.modules.pop(n, None)
+    return sys.modules["zennit"]
 
 
 def _lrp_models():

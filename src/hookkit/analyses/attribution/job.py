@@ -130,6 +130,9 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
         max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
     )
     checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1))
+    for arg in ("composite", "rules"):
+        if getattr(opts, arg) is not None and method != "lrp":
+            fail(fn, arg, f"None for method={method!r} (LRP's {arg}: method='lrp')", getattr(opts, arg))
     if not (batch is None or batch == "auto" or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1)):
         fail(fn, "internal_batch_size", '"auto", None (all scaled inputs at once) or an int >= 1', batch, kind=ArgumentTypeError)
     return checked

@@ -187,14 +187,20 @@ def rescaled(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] | No
     ops, be = job.be.family("propagation"), job.be
     seen: dict[int, tuple[Any, Any]] = {}
 
+    # copies: an in-place layer (ReLU(inplace=True)) overwrites its input with its output
+    def record_in(ev: Any) -> None:
+        if ev.args and be.is_tensor(ev.args[0]):
+            seen[id(ev.layer)] = (be.clone(be.detach(ev.args[0])), None)
+
     def record(ev: Any) -> None:
-        if ev.args and be.is_tensor(ev.args[0]) and be.is_tensor(ev.output):
-            seen[id(ev.layer)] = (be.detach(ev.args[0]), be.detach(ev.output))
+        v_in = seen.get(id(ev.layer), (None, None))[0]
+        if v_in is not None and be.is_tensor(ev.output):
+            seen[id(ev.layer)] = (v_in, be.clone(be.detach(ev.output)))
 
     def rescale(ev: Any) -> Any:
         values = seen.get(id(ev.layer))
         g_in, g_out = ev.grad_inputs[0] if ev.grad_inputs else None, ev.grad_outputs[0] if ev.grad_outputs else None
-        if values is None or g_in is None or g_out is None:
+        if values is None or values[1] is None or g_in is None or g_out is None:
             return None
         v_in, v_out = values
         if type(ev.layer).__name__ in MAXPOOL_TYPES:
@@ -207,7 +213,7 @@ def rescaled(job: Job, x: Any, base: Any, plan: Plan, owners: Sequence[int] | No
 
     named = layers_of_type(job, RESCALE_TYPES + MAXPOOL_TYPES)
     blocks = []
-    with placed(job, [("forward", named, record), ("backward", named, rescale)]):
+    with placed(job, [("forward_pre", named, record_in), ("forward", named, record), ("backward", named, rescale)]):
         for j0, j1 in spans(len(owners), max(1, plan.samples * plan.points // 2)):
             samples, h = owners[j0:j1] * 2, j1 - j0
             if job.tap is None:
