@@ -90,8 +90,6 @@ def test_deeplift_completeness_deep_tanh_relu(fw, rng):
 # -- nothing left behind ----------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["deeplift", "guided_backprop", "deconvolution", "lrp"])
 def test_nothing_left_when_the_forward_raises(fw, rng, method):
-    if method == "lrp" and fw.name == "paddle":
-        pytest.skip("lrp is refused on Paddle (test_lrp_refused_on_paddle)")
     calls = {"n": 0}
 
     class Boom(fw.Layer):
@@ -226,11 +224,59 @@ def test_lrp_refuses_a_layer_type_without_a_rule(torch_fw, rng):
     assert hooks_left(model) == []
 
 
-def test_lrp_refused_on_paddle(paddle_fw, rng):
-    model = relu_mlp(paddle_fw)
-    with pytest.raises(HookkitError, match="method='lrp' is not available for paddle"):
-        hookkit.attribute(model, None, paddle_fw.tensor(rng.normal(size=(2, 4))), method="lrp", target=0)
-    assert hooks_left(model) == []
+def _twin_cnns(torch_fw, paddle_fw):
+    tnn, pnn = torch_fw.nn, paddle_fw.nn
+    torch_fw.seed(0)
+    tm = tnn.Sequential(
+        tnn.Conv2d(2, 4, 3), tnn.ReLU(), tnn.Conv2d(4, 3, 3, padding=1), tnn.ReLU(), tnn.AvgPool2d(2),
+        tnn.Flatten(), tnn.Linear(27, 5), tnn.ReLU(), tnn.Linear(5, 4),
+    )  # fmt: skip
+    pm = pnn.Sequential(
+        pnn.Conv2D(2, 4, 3), pnn.ReLU(), pnn.Conv2D(4, 3, 3, padding=1), pnn.ReLU(), pnn.AvgPool2D(2),
+        pnn.Flatten(), pnn.Linear(27, 5), pnn.ReLU(), pnn.Linear(5, 4),
+    )  # fmt: skip
+    for i in (0, 2, 6, 8):
+        w = torch_fw.numpy(tm[i].weight)
+        pm[i].weight.set_value(w if i < 6 else w.T)
+        pm[i].bias.set_value(torch_fw.numpy(tm[i].bias))
+    return tm, pm
+
+
+LRP_CASES = [
+    (None, {}),
+    (None, {"composite": "EpsilonPlusFlat"}),
+    (None, {"composite": ("EpsilonGammaBox", {"low": -3.0, "high": 3.0})}),
+    (None, {"rules": {"Linear": "alpha_beta", "Conv2d": "gamma", "Conv2D": "gamma"}}),
+    ("2", {}),
+    ("6", {"attribute_to": "input"}),
+]
+
+
+def test_lrp_paddle_equal_to_torch(torch_fw, paddle_fw, rng):
+    """Paddle cannot take a gradient inside a PyLayer's backward: there each rule is built into the
+    layer's output in the forward (its gradient is the rule's relevance); the same numbers."""
+    tm, pm = _twin_cnns(torch_fw, paddle_fw)
+    x = rng.normal(size=(3, 2, 8, 8)).astype(np.float32)
+    for layer, kw in LRP_CASES:
+        t = torch_fw.numpy(hookkit.attribute(tm, layer, torch_fw.tensor(x), method="lrp", target=1, **kw))
+        p = paddle_fw.numpy(hookkit.attribute(pm, layer, paddle_fw.tensor(x), method="lrp", target=1, **kw))
+        # float32, stabilizers 1e-6 over outputs of order 0.1: relative differences of order 1e-5
+        np.testing.assert_allclose(p, t, rtol=1e-4, atol=1e-4 * np.abs(t).max(), err_msg=f"{layer} {kw}")
+    assert hooks_left(pm) == []
+
+
+def test_lrp_both_mechanisms_agree(torch_fw, paddle_fw, rng, monkeypatch):
+    """The backward rules (PyTorch) and the rules built into the forward (Paddle's way) on one model."""
+    from hookkit.backends.torch.propagation import TorchPropagationOps
+
+    tm, _ = _twin_cnns(torch_fw, paddle_fw)
+    x = torch_fw.tensor(rng.normal(size=(3, 2, 8, 8)))
+    backward = [torch_fw.numpy(hookkit.attribute(tm, layer, x, method="lrp", target=1, **kw)) for layer, kw in LRP_CASES]
+    monkeypatch.setattr(TorchPropagationOps, "grad_in_backward", False)
+    for (layer, kw), want in zip(LRP_CASES, backward):
+        got = torch_fw.numpy(hookkit.attribute(tm, layer, x, method="lrp", target=1, **kw))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max(), err_msg=f"{layer} {kw}")
+    assert hooks_left(tm) == []
 
 
 # -- LRP: equal to zennit and captum ---------------------------------------------------------------

@@ -5,7 +5,9 @@ the gradient at its input by the relevance the rule gives from the relevance at 
 ``BasicHook``: the layer's function evaluated again on the recorded input with the rule's modified
 inputs and parameters, through ``propagation.call_with``, never by changing the layer). Layers that
 only move values (flatten, dropout, max pooling in zennit's composites) pass the relevance as the
-gradient does. The target's relevance starts at its score (captum's ``LRP``), so the attributions of a
+gradient does. Where the framework cannot take a gradient inside a backward (Paddle), each rule is
+built into the layer's output in the forward instead (``_modified_output``), with the same numbers.
+The target's relevance starts at its score (captum's ``LRP``), so the attributions of a
 sample sum to its score where the rules conserve.
 
 Rules (zennit's definitions and defaults): "epsilon" (``epsilon=1e-6``), "gamma" (``gamma=0.25``),
@@ -112,11 +114,6 @@ def assign(job: Job) -> dict[int, tuple[str, Any, Rule | None]]:
     composite's (captum's defaults without one), then ``rules=`` by layer type name, then by layer;
     a leaf layer left without one is refused, named."""
     be, fn = job.be, entry_name()
-    if not be.family("propagation").grad_in_backward:
-        raise InvalidArgument(
-            f"{fn}(): method='lrp' is not available for {be.name}: its rules take a gradient inside the backward, "
-            "which this framework's autograd does not allow; deeplift, guided_backprop and deconvolution are"
-        )
     leaves = [(n, layer) for n, layer in be.named_layers(job.model) if not be.children(layer)]
     if job.opts.composite is None:
         out = _captum_defaults(leaves)
@@ -228,7 +225,11 @@ def lrp(job: Job) -> Any:
     # at a layer's output its own rule plays no part (and its input takes no gradient)
     skip = job.layer if job.tap is not None and job.opts.attribute_to == "output" else None
     ruled = [(n, layer) for n, layer, rule in table.values() if rule is not None and layer is not skip]
-    with placed(job, [("forward", ruled, record), ("backward", ruled, relevance)]):
+    if ops.grad_in_backward:
+        consumers = [("forward", ruled, record), ("backward", ruled, relevance)]
+    else:  # the rule built into the forward: an output whose gradient is the rule's relevance
+        consumers = [("forward", ruled, lambda ev: _modified_output(job, ops, table[id(ev.layer)][2], ev))]
+    with placed(job, consumers):
         if job.tap is None:
             attr = _chunks(job, job.x, plan.samples * plan.points, None)
         else:  # the relevance arriving at the layer's value: the gradient there, what ran before cut off
@@ -306,3 +307,54 @@ def _propagate(job: Job, ops: Any, rule: Rule, layer: Any, x0: Any, r_out: Any) 
     s_n = negative * r_out / stab(terms[2][1] + terms[3][1])
     g = [zero_if_none(gi, x) for gi, (x, _) in zip(vjp(terms, [s_p, s_p, s_n, s_n]), terms)]
     return xp * g[0] + xn * g[1] + xp2 * g[2] + xn2 * g[3]
+
+
+def _modified_output(job: Job, ops: Any, rule: Rule | None, ev: Any) -> Any:
+    """The layer's output with the rule in its gradient (for a framework that cannot take a
+    gradient inside the backward): the same value, ``out + mod - detach(mod)``, where ``mod`` is
+    built from the layer's input so that the gradient reaching the input is the rule's relevance.
+    ``x ⊙`` of the rules comes from evaluating on ``x + x·x̄ - detach(x·x̄)`` (value x, gradient x̄ ⊙ g)."""
+    be, m = job.be, job.m
+    x, out = (ev.args[0] if ev.args else None), ev.output
+    if rule is None or not (be.is_tensor(x) and be.is_tensor(out)) or not be.requires_grad(x):
+        return None
+    det, p = be.detach, rule.params
+    xd = det(x)
+    if rule.name == "pass":
+        return det(out) + (x - xd)
+    x_used = xd + x * xd - det(x * xd)  # value x; gradient xd ⊙ g
+    pos = lambda t: ops.clamp(t, low=0.0) if t is not None else None  # noqa: E731
+    neg = lambda t: ops.clamp(t, high=0.0) if t is not None else None  # noqa: E731
+    stab = lambda z: ops.stabilize(z, p.get("stabilizer", p.get("epsilon", 1e-6)))  # noqa: E731
+    layer = ev.layer
+    if rule.name in ("epsilon", "norm"):
+        z = layer.forward(x_used)
+        mod = z / stab(det(z))
+        return det(out) + mod - det(mod)
+    w, b = ops.params(layer)
+    w, b = det(w), (det(b) if b is not None else None)
+    f = lambda t, w_, b_: ops.call_with(layer, t, w_, b_)  # noqa: E731
+    if rule.name == "flat":
+        ones_w = m.full(be.shape(w), 1.0, w)
+        z = f(m.full(be.shape(xd), 1.0, xd), ones_w, None)
+        mod = f(x, ones_w, None) / stab(z)
+    elif rule.name == "zbox":
+        lo, hi = m.full(be.shape(xd), p["low"], xd), m.full(be.shape(xd), p["high"], xd)
+        z = f(xd, w, b) - f(lo, pos(w), pos(b)) - f(hi, neg(w), neg(b))
+        mod = (f(x_used, w, b) - f(lo * x, pos(w), None) - f(hi * x, neg(w), None)) / stab(z)
+    elif rule.name == "zplus":
+        zs = f(pos(x_used), pos(w), pos(b)) + f(neg(x_used), neg(w), None)
+        mod = zs / stab(det(zs))
+    elif rule.name == "alpha_beta":
+        za = f(pos(x_used), pos(w), pos(b)) + f(neg(x_used), neg(w), None)
+        zb = f(pos(x_used), neg(w), neg(b)) + f(neg(x_used), pos(w), None)
+        mod = p["alpha"] * za / stab(det(za)) - p["beta"] * zb / stab(det(zb))
+    else:  # gamma
+        gamma = p["gamma"]
+        up = lambda t: t + gamma * pos(t) if t is not None else None  # noqa: E731
+        down = lambda t: t + gamma * neg(t) if t is not None else None  # noqa: E731
+        zp = f(pos(x_used), up(w), up(b)) + f(neg(x_used), down(w), None)
+        zn = f(pos(x_used), down(w), down(b)) + f(neg(x_used), up(w), None)
+        sign = ops.sign(det(out))
+        mod = ops.clamp(sign, low=0.0) * zp / stab(det(zp)) + ops.clamp(-sign, low=0.0) * zn / stab(det(zn))
+    return det(out) + mod - det(mod)

@@ -71,7 +71,7 @@ def attribute(
     "deeplift" (captum's Rescale rule; at the inputs or a layer; ``return_delta``), "deeplift_shap" and
     "gradient_shap" (at the inputs or a layer; ``baselines``: a distribution ``[B, ...]``; ``n_samples`` draws per input for
     gradient_shap, ``stdevs`` its input noise, ``seed``), "guided_backprop", "deconvolution" (at the
-    inputs), "guided_gradcam" (at a convolutional layer), "lrp" (at the inputs or a layer; PyTorch): captum's
+    inputs), "guided_gradcam" (at a convolutional layer), "lrp" (at the inputs or a layer): captum's
     defaults, or ``composite="EpsilonPlusFlat"`` / ``("EpsilonGammaBox", {"low": l, "high": h})``, and
     ``rules={"Linear": "epsilon", "features.0": ("gamma", {"gamma": 0.5})}`` by layer type or layer.
 
