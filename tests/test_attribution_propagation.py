@@ -586,3 +586,29 @@ def test_layer_gradient_shap_equal_to_captum_where_draws_do_not_matter():
     want = attr.LayerGradientShap(model, model[1]).attribute(x, b, target=1, n_samples=5)
     got = hookkit.attribute(model, "1", x, method="gradient_shap", target=1, baselines=b, n_samples=5, stdevs=0.0, seed=0)
     np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-6, atol=1e-15)
+
+
+def test_deeplift_maxpool_rule_paddle_equal_to_torch(torch_fw, paddle_fw, rng):
+    tnn, pnn = torch_fw.nn, paddle_fw.nn
+    torch_fw.seed(0)
+    tm = tnn.Sequential(
+        tnn.Conv2d(2, 4, 3, padding=1), tnn.ReLU(), tnn.MaxPool2d(2), tnn.Conv2d(4, 3, 3), tnn.Tanh(), tnn.Flatten(), tnn.Linear(12, 4)
+    )
+    pm = pnn.Sequential(
+        pnn.Conv2D(2, 4, 3, padding=1), pnn.ReLU(), pnn.MaxPool2D(2), pnn.Conv2D(4, 3, 3), pnn.Tanh(), pnn.Flatten(), pnn.Linear(12, 4)
+    )
+    for i in (0, 3, 6):
+        w = torch_fw.numpy(tm[i].weight)
+        pm[i].weight.set_value(w if i < 6 else w.T)
+        pm[i].bias.set_value(torch_fw.numpy(tm[i].bias))
+    x, b = rng.normal(size=(3, 2, 8, 8)), 0.3 * rng.normal(size=(3, 2, 8, 8))
+    t, dt = hookkit.attribute(tm, None, torch_fw.tensor(x), method="deeplift", target=1, baselines=torch_fw.tensor(b), return_delta=True)
+    p = hookkit.attribute(pm, None, paddle_fw.tensor(x), method="deeplift", target=1, baselines=paddle_fw.tensor(b))
+    np.testing.assert_allclose(paddle_fw.numpy(p), torch_fw.numpy(t), rtol=1e-4, atol=1e-5 * np.abs(torch_fw.numpy(t)).max())
+    # the max-pooling rule is in use: without it (the plain gradient) the result differs
+    pm2 = pnn.Sequential(*[pm[i] for i in range(2)], pnn.AvgPool2D(2), *[pm[i] for i in range(3, 7)])
+    assert not np.allclose(
+        paddle_fw.numpy(hookkit.attribute(pm2, None, paddle_fw.tensor(x), method="deeplift", target=1, baselines=paddle_fw.tensor(b))),
+        paddle_fw.numpy(p),
+        atol=1e-4,
+    )

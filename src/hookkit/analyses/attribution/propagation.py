@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 #: the nonlinear layer types DeepLift's Rescale rule applies to (captum's list, max pooling and softmax aside)
 RESCALE_TYPES = ("ReLU", "ELU", "LeakyReLU", "Sigmoid", "Tanh", "Softplus")
-#: max pooling: captum's maxpool rule where the framework's ops have it (PyTorch), else the gradient
-MAXPOOL_TYPES = ("MaxPool1d", "MaxPool2d", "MaxPool3d")
+#: max pooling: captum's maxpool rule where the framework's ops have it, else the gradient
+MAXPOOL_TYPES = ("MaxPool1d", "MaxPool2d", "MaxPool3d", "MaxPool2D")
 EPS = 1e-10  # captum's DeepLift eps
 
 

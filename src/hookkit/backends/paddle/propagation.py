@@ -18,6 +18,24 @@ class PaddlePropagationOps(PropagationOps):
         safe = paddle.where(small, paddle.ones_like(d_in), d_in)
         return paddle.where(small, grad_in, grad_out * d_out / safe)
 
+    def maxpool_rescale(self, layer: Any, v_in: Any, v_out: Any, grad_in: Any, grad_out: Any, eps: float) -> Any:
+        if not isinstance(layer, paddle.nn.MaxPool2D):
+            return None
+        with paddle.no_grad():
+            x, ref = paddle.chunk(v_in, 2)
+            out, out_ref = paddle.chunk(v_out, 2)
+            d_in = paddle.concat([x - ref] * 2)
+            top = paddle.maximum(out, out_ref)
+            d_out = paddle.concat([top - out_ref, out - top])
+            args = dict(kernel_size=layer.ksize, stride=layer.stride, padding=layer.padding, data_format=layer.data_format)
+            _, idx = F.max_pool2d(v_in, return_mask=True, ceil_mode=layer.ceil_mode, **args)
+            up = F.max_unpool2d(grad_out * d_out, idx, output_size=list(v_in.shape), **args)
+            a, b = paddle.chunk(up, 2)
+            up = paddle.concat([a + b] * 2)
+            small = d_in.abs() < eps
+            safe = paddle.where(small, paddle.ones_like(d_in), d_in)
+        return paddle.where(small, grad_in, up / safe)
+
     def stabilize(self, z: Any, eps: float) -> Any:
         return z + ((z == 0).astype(z.dtype) + paddle.sign(z)) * eps
 
