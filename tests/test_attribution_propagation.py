@@ -612,3 +612,15 @@ def test_deeplift_maxpool_rule_paddle_equal_to_torch(torch_fw, paddle_fw, rng):
         paddle_fw.numpy(p),
         atol=1e-4,
     )
+
+
+def test_gradient_shap_default_noise_is_captums(fw, rng):
+    """stdevs defaults to captum's per method: 0.0 for gradient_shap (1.0 for smoothgrad)."""
+    fw.seed(0)
+    model = fw.linear(4, 3)
+    W, _ = weights(fw, model)
+    x, b = data(rng)
+    got = hookkit.attribute(model, None, fw.tensor(x), method="gradient_shap", target=1, baselines=fw.tensor(b[0]), seed=0)
+    np.testing.assert_allclose(np_(fw, got), W[1] * (x - b[0]), **TOL)  # no noise: exact on a linear model
+    noisy = hookkit.attribute(model, None, fw.tensor(x), method="gradient_shap", target=1, baselines=fw.tensor(b[0]), stdevs=1.0, seed=0)
+    assert not np.allclose(np_(fw, noisy), W[1] * (x - b[0]), atol=1e-3)

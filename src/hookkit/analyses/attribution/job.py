@@ -42,7 +42,7 @@ class AttributeOptions:
     internal_batch_size: int | str | None = "auto"
     max_memory: float | None = None
     neuron: int | Sequence[int] | None = None
-    stdevs: float = 1.0
+    stdevs: float | None = None
     nt_samples: int = 5
     seed: int | None = None
     forward_kwargs: dict[str, Any] | None = None
@@ -124,12 +124,14 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
     checked = replace(
         opts,
         n_steps=check_int(opts.n_steps, fn=fn, arg="n_steps", low=min_steps(opts.rule)),
-        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0),
+        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0, optional=True),
         nt_samples=check_int(opts.nt_samples, fn=fn, arg="nt_samples", low=1),
         seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
         max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
     )
     checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1))
+    if checked.stdevs is None:  # captum's defaults: NoiseTunnel (smoothgrad) 1.0, GradientShap 0.0
+        checked = replace(checked, stdevs=0.0 if method == "gradient_shap" else 1.0)
     for arg in ("composite", "rules"):
         if getattr(opts, arg) is not None and method != "lrp":
             fail(fn, arg, f"None for method={method!r} (LRP's {arg}: method='lrp')", getattr(opts, arg))

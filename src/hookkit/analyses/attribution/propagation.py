@@ -147,8 +147,9 @@ def gradient_shap(job: Job) -> Any:
     pick = draw.integers(0, be.shape(dist)[0], size=rows).tolist()
     alphas = draw.uniform(0.0, 1.0, size=(rows,) + (1,) * (len(be.shape(job.x)) - 1))
     noisy = m.repeat_rows(job.x, k)
-    if job.opts.stdevs > 0:
-        noisy = noisy + be.randn_like(noisy) * job.opts.stdevs
+    stdevs = job.opts.stdevs or 0.0  # check_call filled in the default
+    if stdevs > 0:
+        noisy = noisy + be.randn_like(noisy) * stdevs
     base = m.index_select(dist, 0, pick)
     alpha = be.cast(be.from_numpy(alphas, like=job.x), be.dtype_name(job.x))
     owners = [j for j in range(job.n) for _ in range(k)]
