@@ -313,7 +313,7 @@ def test_model_left_as_found(fw, rng):
         (dict(n_steps=0), "n_steps"),
         (dict(n_steps=1, rule="riemann_trapezoid"), "n_steps"),
         (dict(rule="simpson"), "rule"),
-        (dict(method="lrp"), "method"),
+        (dict(method="deep_taylor"), "method"),
         (dict(baselines=np.zeros((3, 2), np.float32)), "baselines"),
         (dict(internal_batch_size=0), "internal_batch_size"),
         (dict(attribute_to="middle"), "attribute_to"),

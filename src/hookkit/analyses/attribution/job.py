@@ -43,12 +43,16 @@ class AttributeOptions:
     internal_batch_size: int | str | None = "auto"
     max_memory: float | None = None
     neuron: int | Sequence[int] | None = None
-    stdevs: float = 1.0
+    stdevs: float | None = None
     nt_samples: int = 5
     seed: int | None = None
     forward_kwargs: dict[str, Any] | None = None
     return_delta: bool = False
     eval: bool = True
+    # the propagation methods: LRP's composite and per-layer rules, GradientShap's samples per input
+    composite: Any = None
+    rules: dict[str, Any] | None = None
+    n_samples: int = 5
 
 
 @dataclass
@@ -88,7 +92,7 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
-    to_inputs = layer is None or neuron is not None or method == "conductance"
+    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
     if to_inputs and be.dtype_kind(x) != "float":
         what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
         fail(
@@ -122,11 +126,17 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
     checked = replace(
         opts,
         n_steps=check_int(opts.n_steps, fn=fn, arg="n_steps", low=min_steps(opts.rule)),
-        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0),
+        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0, optional=True),
         nt_samples=check_int(opts.nt_samples, fn=fn, arg="nt_samples", low=1),
         seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
         max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
     )
+    checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1))
+    if checked.stdevs is None:  # captum's defaults: NoiseTunnel (smoothgrad) 1.0, GradientShap 0.0
+        checked = replace(checked, stdevs=0.0 if method == "gradient_shap" else 1.0)
+    for arg in ("composite", "rules"):
+        if getattr(opts, arg) is not None and method != "lrp":
+            fail(fn, arg, f"None for method={method!r} (LRP's {arg}: method='lrp')", getattr(opts, arg))
     if not (batch is None or batch == "auto" or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1)):
         fail(fn, "internal_batch_size", '"auto", None (all scaled inputs at once) or an int >= 1', batch, kind=ArgumentTypeError)
     return checked
@@ -171,7 +181,7 @@ def _checked_layer(model: Any, layer: Any, method: str, opts: AttributeOptions) 
         fail(
             fn,
             "return_delta",
-            "False for this method: the delta is defined for integrated_gradients and conductance (without neuron=)",
+            "False for this method: the delta is defined for integrated_gradients, conductance and deeplift (without neuron=)",
             opts.return_delta,
         )
     return name, found, neuron
