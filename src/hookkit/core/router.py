@@ -31,6 +31,7 @@ from hookkit.core.events import (  # noqa: F401
     Consumer,
     Event,
     Halt,
+    _check_inputs,
     events_per_scope,
     ordered,
     run,
@@ -154,6 +155,11 @@ class LayerHooks(GradPlumbing):
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
         if self._stale:
             self._derive()
+        hot = self._hot
+        if hot is not None and self._pre and self.root_clock is None and not self._has_backward:
+            fw = hot[1].solo
+            if fw is not None:  # inside the root's forward, one thread, no transform: no recompute either
+                return self._on_pre_hot(layer, args, kwargs, hot[0], fw)
         recompute = self._in_backward()
         if self.root_clock is not None and not recompute:
             # the framework's frame calling the root: a forward started inside it is a nested one
@@ -170,6 +176,26 @@ class LayerHooks(GradPlumbing):
             args, wrapped = self.wrap_inputs(layer, tuple(args), numbers)
             changed = changed or wrapped
         return (tuple(args), kwargs) if changed else None
+
+    def _on_pre_hot(self, layer: Any, args: tuple, kwargs: dict, scope: Scope, fw: Any) -> Any:
+        """The pre-hook's hot path (the case of ``_on_post``'s): one scope, a forward in progress;
+        the call's number peeked as ``number`` does, one Event for every pre consumer, no ``run``."""
+        ev = _new(Event)  # Event(layer, scope.name, call, fw.step, args, kwargs), without its frame
+        ev.layer, ev.name, ev.step, ev.output, ev.pos, ev.selected = layer, scope.name, fw.step, None, fw.pos, None
+        ev.call = scope.n if scope.fw is fw else fw.calls.get(scope, 0)
+        ev.args, ev.kwargs = args, kwargs
+        changed = False
+        for c in self._pre:
+            try:
+                r = c.fn(ev)
+            except Halt:
+                raise
+            except Exception as exc:
+                raise annotate(exc, ev.name, ev.call, "forward pre") from None
+            if r is not None:
+                ev.args, ev.kwargs = _check_inputs(r, None, ev.name)
+                changed = True
+        return (tuple(ev.args), ev.kwargs) if changed else None
 
     def _on_post(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         # The hot path: runs at every call of every hooked layer. One root, one thread in its

@@ -68,7 +68,7 @@ def graph(
     if ops is not None:
         sites, op_calls = _op_sites(model, ops)
         hooked += sites
-    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model), op_calls)
+    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model), op_calls, model)
     exc = _record(model, be, [m for _, m in named], hooked, rec, args, kwargs, mode)
     error = place = None
     if exc is not None:
@@ -103,7 +103,7 @@ def _record(
         try:
             # ALL includes the model itself (""): its events give the input and output nodes
             handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
-            handles.append(router.attach(model, hooked, "forward", rec.post, router.OBSERVER))
+            handles.append(router.attach(model, hooked, "forward", None, router.OBSERVER, plain=rec.post))
             if switch:
                 be.set_training(model, mode == "train")
             with be.no_grad():

@@ -33,10 +33,10 @@ class _Call:
     """An open call (the model itself too, ``node`` None): its node, the sequence number at its
     start, its input tensors, its finished sublayers, its own-code nodes."""
 
-    __slots__ = ("node", "id", "start", "inputs", "finished", "marks", "segments")
+    __slots__ = ("node", "id", "start", "inputs", "finished", "marks", "segments", "layer")
 
-    def __init__(self, node: Node | None, start: int, inputs: list[Any]):
-        self.node, self.start, self.inputs = node, start, inputs
+    def __init__(self, node: Node | None, start: int, inputs: list[Any], layer: Any = None):
+        self.node, self.start, self.inputs, self.layer = node, start, inputs, layer
         self.id = node.id if node is not None else ""
         self.finished = 0  # sublayer calls finished so far
         self.marks: list[int] = []  # the sequence number when each sublayer call finished
@@ -101,9 +101,14 @@ def tensors_in(obj: Any, is_tensor: Any, out: list[Any], depth: int = 0) -> list
 class GraphRecorder:
     """The consumers of one recorded forward (``pre``/``post`` on every layer; ``root_pre``/``root_post`` on the model)."""
 
-    def __init__(self, be: Backend, params: dict[int, int], arg_names: list[str], op_calls: dict[str, str] | None = None):
+    def __init__(
+        self, be: Backend, params: dict[int, int], arg_names: list[str], op_calls: dict[str, str] | None = None, model: Any = None
+    ):
         self.be, self.params, self.arg_names, self.op_calls = be, params, arg_names, op_calls or {}
-        self.view_base = be.view_base
+        self.model = model  # the root: its forward event gives the output nodes (``post``)
+        self.view_base, self.is_tensor = be.view_base, be.is_tensor
+        self.types: dict[int, str] = {}  # id(layer) -> its type name, read once per layer
+        self.dtypes: dict[Any, str] = {}  # dtype -> its name, read once per dtype
         self.nodes: list[Node] = []
         self.edges: list[Edge] = []
         self.root = _Call(None, 0, [])
@@ -117,24 +122,31 @@ class GraphRecorder:
     # -- tensors ----------------------------------------------------------------------------------
     def _describe(self, t: Any) -> tuple[list[int] | None, str]:
         try:
-            return list(self.be.shape(t)), self.be.dtype_name(t)
-        except (RuntimeError, ValueError, TypeError):  # a nested or sparse tensor without a plain shape
+            dt = t.dtype
+            dtype = self.dtypes.get(dt)
+            if dtype is None:
+                dtype = self.dtypes[dt] = self.be.dtype_name(t)
+            return list(self.be.shape(t)), dtype
+        except (RuntimeError, ValueError, TypeError, AttributeError):  # a nested or sparse tensor without a plain shape
             return None, ""
 
     def _register(self, t: Any, producer: str, tensor: int = 0) -> _Made:
-        self.seq += 1
+        self.seq = seq = self.seq + 1
         try:
             ref, strong = weakref.ref(t), None
         except TypeError:  # a tensor type without weak references: held until the forward ends
             ref, strong = None, t
         shape, dtype = self._describe(t)
-        m = self.made[id(t)] = _Made(ref, strong, producer, self.seq, shape, dtype, tensor or self.seq)
+        m = self.made[id(t)] = _Made(ref, strong, producer, seq, shape, dtype, tensor or seq)
         self.produced.append(m)
         return m
 
     def _lookup(self, t: Any) -> _Made | None:
         m = self.made.get(id(t))
-        return m if m is not None and m.alive_as(t) else None
+        if m is None:
+            return None
+        ref = m.ref
+        return m if (m.strong if ref is None else ref()) is t else None
 
     def _resolve(self, t: Any) -> _Made | None:
         """The record of ``t``, or of the tensor it is a view of (``x.view(...)`` is drawn as ``x``)."""
@@ -176,7 +188,9 @@ class GraphRecorder:
 
     def _received(self, t: Any, by: str, frame: _Call) -> None:
         """An edge from the producer of ``t`` (a view's base, or ``frame``'s own code) to ``by``."""
-        m = self._lookup(t)
+        m = self.made.get(id(t))
+        if m is not None and (m.strong if m.ref is None else m.ref()) is not t:
+            m = None
         if m is None:
             base = self._resolve(t)
             # recorded, so that a sublayer handed the same tensor is matched to the same producer
@@ -204,10 +218,13 @@ class GraphRecorder:
             self.root.inputs.append(t)
 
     def root_post(self, ev: Event) -> None:
+        self.root_post_output(ev.output)
+
+    def root_post_output(self, output: Any) -> None:
         if self.outputs_done:
             return
         self.outputs_done = True
-        self.finish_outputs(ev.output)
+        self.finish_outputs(output)
 
     def finish_outputs(self, output: Any) -> None:
         self.outputs_done = True
@@ -230,64 +247,77 @@ class GraphRecorder:
         if name == "":  # the model itself is the frame: its inputs and outputs are nodes
             self.root_pre(ev)
             return
-        frame = self.stack[-1] if self.stack else self.root
+        stack = self.stack
+        frame = stack[-1] if stack else self.root
         parent = frame.node
-        op_call = self.op_calls.get(name)
-        kind = "layer" if op_call is None else "op"
-        type_name = self.be.type_name(ev.layer) if op_call is None else op_call
+        layer = ev.layer
+        op_call = self.op_calls.get(name) if self.op_calls else None
+        if op_call is None:
+            kind, type_name = "layer", self.types.get(id(layer))
+            if type_name is None:
+                type_name = self.types[id(layer)] = self.be.type_name(layer)
+        else:
+            kind, type_name = "op", op_call
         node = Node(
-            id=f"{name}:{ev.call}",
-            kind=kind,
-            name=name,
-            type=type_name,
-            call=ev.call,
-            depth=parent.depth + 1 if parent is not None else 1,
-            parent=parent.id if parent is not None else None,
-            params=self.params.get(id(ev.layer), 0),
+            f"{name}:{ev.call}",
+            kind,
+            name,
+            type_name,
+            ev.call,
+            parent.depth + 1 if parent is not None else 1,
+            parent.id if parent is not None else None,
+            params=self.params.get(id(layer), 0),
             finished=False,
         )
         self.nodes.append(node)
-        inputs = tensors_in(ev.args, self.be.is_tensor, [])
-        if ev.kwargs:
-            tensors_in(ev.kwargs, self.be.is_tensor, inputs)
-        seen: set[int] = set()
-        for t in inputs:
-            if id(t) not in seen:
-                seen.add(id(t))
-                self._received(t, node.id, frame)
-        self.stack.append(_Call(node, self.seq, inputs))
+        args, is_tensor = ev.args, self.is_tensor
+        if len(args) == 1 and not ev.kwargs and is_tensor(args[0]):  # the common call: one tensor
+            inputs = [args[0]]
+            self._received(args[0], node.id, frame)
+        else:
+            inputs = tensors_in(args, is_tensor, [])
+            if ev.kwargs:
+                tensors_in(ev.kwargs, is_tensor, inputs)
+            seen: set[int] = set()
+            for t in inputs:
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    self._received(t, node.id, frame)
+        stack.append(_Call(node, self.seq, inputs, layer))
 
-    def post(self, ev: Event) -> None:
-        name = ev.name
-        if name == "":
-            self.root_post(ev)
-            return
+    def post(self, layer: Any, args: tuple, output: Any) -> None:
+        """A plain forward consumer (no Event): the call finishing is the innermost open call of ``layer``."""
         # find this call's frame; frames above it belong to calls whose exceptions were swallowed
-        node_id = f"{name}:{ev.call}"
-        for i in range(len(self.stack) - 1, -1, -1):
-            if self.stack[i].id == node_id:
-                call = self.stack[i]
-                del self.stack[i:]
+        stack = self.stack
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i].layer is layer:
+                call = stack[i]
+                del stack[i:]
                 break
         else:
+            if layer is self.model:
+                self.root_post_output(output)
             return
         node = call.node
         assert node is not None
         node.finished = True
+        is_tensor, made = self.is_tensor, self.made
+        outs = [output] if is_tensor(output) else tensors_in(output, is_tensor, [])
         returned: set[int] = set()
-        for t in tensors_in(ev.output, self.be.is_tensor, []):
+        for t in outs:
             if id(t) in returned:
                 continue
             returned.add(id(t))
-            m = self._lookup(t)
-            if m is None or m.seq <= call.start:  # new, or received and handed back as is (Dropout in eval)
-                # a call with sublayers made it in its own code; a leaf made it itself
+            m = made.get(id(t))
+            if m is None or m.seq <= call.start or (m.strong if m.ref is None else m.ref()) is not t:
+                # new, or received and handed back as is (Dropout in eval): a call with sublayers
+                # made it in its own code, a leaf made it itself
                 m = self._register(t, self._code_of(call) if call.marks else node.id)
             node.shapes.append(m.shape or [])  # else a sublayer's output handed on: the sublayer made it
             node.dtypes.append(m.dtype)
         if call.segments:
             self._feed(call, returned)
-        frame = self.stack[-1] if self.stack else self.root
+        frame = stack[-1] if stack else self.root
         frame.finished += 1
         frame.marks.append(self.seq)
 
