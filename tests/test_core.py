@@ -250,6 +250,18 @@ def test_every_call_counts_and_steps_advance(fw):
     assert [r.name for r in cap.records()[:4]] == ["block", "block", "block", "out"]
 
 
+def test_a_layer_with_only_forward_pre_consumers_counts_its_calls(fw):
+    """A pre consumer alone (heads, inputs, the graph's pre events) sees each call's own index: a call
+    is counted when it ends, so its layer gets the post-hook too."""
+    model = fw.shared_block_model()
+    seen = []
+    with router.attach(model, [("block", model.block)], "forward_pre", lambda ev: seen.append((ev.step, ev.call)), router.OBSERVER):
+        for _ in range(2):
+            model(fw.randn(2, 4))
+    assert seen == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+    assert not hooks_left(model)
+
+
 def test_plain_and_event_consumers_on_one_layer_share_its_call_indices(fw):
     model = fw.shared_block_model()
     seen = []

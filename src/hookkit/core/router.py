@@ -96,8 +96,9 @@ class LayerHooks(GradPlumbing):
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
         self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
         self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()  # derived again at the next call
-        # a consumer only adds needs: the native hook its event needs, if not there yet
-        if event != "forward_pre" and self._native_post is None:
+        # a consumer only adds needs: the native hook its event needs, if not there yet; the post-hook
+        # for every event, forward_pre too: a call is counted when it ends (else every call would be call 0)
+        if self._native_post is None:
             self._native_post = self.backend.hook_forward(layer, self._on_post)
         if event in _PRE_EVENTS and self._native_pre is None:
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre)
@@ -129,8 +130,8 @@ class LayerHooks(GradPlumbing):
         self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
         if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
-        # a root's post-hook marks its forward finished (see Forward.hot)
-        if (root or bool(c["forward"] or c["grad"] or c["backward"])) is (self._native_post is None):
+        # a root's post-hook marks its forward finished (see Forward.hot); a layer's counts its calls
+        if (root or bool(c["forward_pre"] or c["forward"] or c["grad"] or c["backward"])) is (self._native_post is None):
             self._native_post = self.backend.hook_forward(layer, self._on_post) if self._native_post is None else self._native_post.remove()
 
     def _derive(self) -> None:
