@@ -65,6 +65,7 @@ from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
 from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
+from hookkit.sites.names import names
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
     from hookkit.apps.report import report
@@ -154,6 +155,7 @@ __all__ = [
     "Operation",
     "Operations",
     "SourceUnavailable",
+    "names",
 ]
 
 
