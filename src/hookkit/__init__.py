@@ -21,6 +21,7 @@ from hookkit.analyses.lens import LensResult, logit_lens
 from hookkit.analyses.patching import patching_sweep
 from hookkit.analyses.patterns import attention_patterns
 from hookkit.analyses.port import Ported, PortError, port_weights
+from hookkit.analyses.transformer.cache import ActivationCache, LogitAttribution, logit_attribution, run_with_cache
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, remove_all
@@ -64,8 +65,8 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
-from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 from hookkit.sites.names import names
+from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
     from hookkit.apps.report import report
@@ -156,6 +157,10 @@ __all__ = [
     "Operations",
     "SourceUnavailable",
     "names",
+    "run_with_cache",
+    "ActivationCache",
+    "logit_attribution",
+    "LogitAttribution",
 ]
 
 
