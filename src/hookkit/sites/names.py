@@ -263,16 +263,20 @@ def table(model: Layer) -> dict[str, NamePoint]:
 
 @functools.lru_cache(maxsize=256)
 def _glob(pattern: str) -> re.Pattern[str]:
-    parts = [
-        ".*" if p == "**" else r"[^.]*" if p == "*" else r"[^.]" if p == "?" else re.escape(p) for p in re.split(r"(\*\*|\*|\?)", pattern)
-    ]
-    return re.compile("".join(parts))
+    """A dotted-name glob as ``core.select`` reads it: ``*`` within one name, ``**`` across dots, ``?``, ``[...]``."""
+
+    def one(p: str) -> str:
+        if p.startswith("[") and p.endswith("]") and len(p) > 2:
+            return "[" + ("^" + p[2:-1] if p[1] == "!" else p[1:-1]) + "]"
+        return {"**": ".*", "*": r"[^.]*", "?": r"[^.]"}.get(p, re.escape(p))
+
+    return re.compile("".join(one(p) for p in re.split(r"(\*\*|\*|\?|\[[^\]]+\])", pattern) if p))
 
 
 def is_standard(spec: Any) -> bool:
     """Whether a spec (or a list of them) names a standard name (its last dotted part ``hook_...``)."""
     specs = spec if isinstance(spec, list) else [spec]
-    return any(isinstance(s, str) and "::" not in s and s.rsplit(".", 1)[-1].startswith("hook_") for s in specs)
+    return any(isinstance(s, str) and "::" not in s and s.rsplit(".", 1)[-1].lstrip("*").startswith("hook_") for s in specs)
 
 
 def select_names(model: Any, layers: Any, select: Callable, selection: type) -> Any:
