@@ -191,7 +191,12 @@ def test_decompositions_sum_back_to_the_residual_stream_and_the_logits(make):
     resid, labels = cache.decompose_resid(return_labels=True)
     assert labels[0] == "embed" and labels[-1] == "1_mlp_out"
     close(resid.sum(0), final)
-    close(cache.decompose_resid(layer=1, mlp_input=True).sum(0), cache["blocks.1.hook_resid_mid"] if "blocks.1.hook_resid_mid" in cache else cache["blocks.0.hook_resid_post"] + cache["blocks.1.hook_attn_out"])
+    close(
+        cache.decompose_resid(layer=1, mlp_input=True).sum(0),
+        cache["blocks.1.hook_resid_mid"]
+        if "blocks.1.hook_resid_mid" in cache
+        else cache["blocks.0.hook_resid_post"] + cache["blocks.1.hook_attn_out"],
+    )
     for expand in (True, False):
         close(cache.get_full_resid_decomposition(expand_neurons=expand).sum(0), final)
     heads = cache.stack_head_results(layer=1)
@@ -286,3 +291,44 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     assert compared >= len(names) - 2 * cache.n_layers  # hook_mlp_in (HookedTransformer's) is not the bridge's
     resid = cache.decompose_resid()
     close(cache.logit_attrs(resid[:, :, -1], IDS[:, -1], pos_slice=-1), theirs.logit_attrs(resid[:, :, -1], IDS[:, -1], pos_slice=-1))
+
+
+# -- Paddle: nn.TransformerEncoder -------------------------------------------------------------------------
+@pytest.mark.parametrize("pre_norm", [False, True], ids=["post-norm", "pre-norm"])
+def test_paddle_transformer_encoder_names_equal_a_hand_computation(pre_norm):
+    paddle = pytest.importorskip("paddle")
+    paddle.seed(0)
+    layer = paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, normalize_before=pre_norm)
+    model = paddle.nn.TransformerEncoder(layer, 2, norm=paddle.nn.LayerNorm(32))
+    model.eval()
+    src = paddle.randn([2, 5, 32])
+    names = hookkit.names(model)
+    assert names[0] == "blocks.0.hook_resid_pre" and names[-1] == "ln_final.hook_normalized"
+    out, cache = hookkit.run_with_cache(model, src)
+    x = src
+    for i, block in enumerate(model.layers):
+        attn = block.self_attn
+        q, k, v = (p(block.norm1(x) if pre_norm else x).reshape([2, 5, 4, 8]) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+        close(cache[f"blocks.{i}.attn.hook_q"].numpy(), q.numpy())
+        pattern = paddle.nn.functional.softmax(paddle.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(8), -1)
+        z = paddle.einsum("bhqk,bkhd->bqhd", pattern, v)
+        close(cache[f"blocks.{i}.attn.hook_z"].numpy(), z.numpy())
+        attn_out = attn.out_proj(z.reshape([2, 5, 32]))
+        close(cache[f"blocks.{i}.hook_attn_out"].numpy(), attn_out.numpy())
+        mid = x + attn_out if pre_norm else block.norm1(x + attn_out)
+        close(cache[f"blocks.{i}.hook_resid_mid"].numpy(), mid.numpy())
+        pre = block.linear1(block.norm2(mid) if pre_norm else mid)
+        close(cache[f"blocks.{i}.mlp.hook_pre"].numpy(), pre.numpy())
+        mlp_out = block.linear2(paddle.nn.functional.relu(pre))
+        close(cache[f"blocks.{i}.hook_mlp_out"].numpy(), mlp_out.numpy())
+        ln2_in = mid if pre_norm else mid + mlp_out
+        xc = ln2_in - ln2_in.mean(-1, keepdim=True)
+        close(cache[f"blocks.{i}.ln2.hook_scale"].numpy(), ((xc * xc).mean(-1, keepdim=True) + block.norm2._epsilon).sqrt().numpy())
+        x = mid + mlp_out if pre_norm else block.norm2(mid + mlp_out)
+        close(cache[f"blocks.{i}.hook_resid_post"].numpy(), x.numpy())
+    close(out.numpy(), model.norm(x).numpy())
+    if pre_norm:  # the residual stream is a sum of the blocks' outputs
+        total = cache.decompose_resid(incl_embeds=False).sum(0) + cache["blocks.0.hook_resid_pre"]
+        close(total.numpy(), x.numpy())
+        heads = cache.stack_head_results(layer=1)
+        close((heads.sum(0) + cache.b_O(0)).numpy(), cache["blocks.0.hook_attn_out"].numpy())
