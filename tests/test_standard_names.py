@@ -332,3 +332,55 @@ def test_paddle_transformer_encoder_names_equal_a_hand_computation(pre_norm):
         close(total.numpy(), x.numpy())
         heads = cache.stack_head_results(layer=1)
         close((heads.sum(0) + cache.b_O(0)).numpy(), cache["blocks.0.hook_attn_out"].numpy())
+
+
+def test_a_family_is_one_registry_entry(monkeypatch):
+    from hookkit.core import architectures, standard_names
+    from hookkit.core.standard_names import IN, NameFamily, Point, norm, register_names
+
+    monkeypatch.setattr(standard_names, "NAME_FAMILIES", list(standard_names.NAME_FAMILIES))
+    monkeypatch.setattr(architectures, "STACK_FAMILIES", list(architectures.STACK_FAMILIES))
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = torch.nn.LayerNorm(8), torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            return x + self.fc(self.ln(x))
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.layers, self.final = torch.nn.Embedding(10, 8), torch.nn.ModuleList([Block(), Block()]), torch.nn.LayerNorm(8)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for block in self.layers:
+                x = block(x)
+            return self.final(x)
+
+    model = Tiny()
+    with pytest.raises(TypeError, match="register_names"):
+        hookkit.names(model)
+    architectures.register_stack(architectures.StackFamily("tiny", "layers", "final"))
+    register_names(
+        NameFamily(
+            "tiny",
+            ("Block",),
+            attn="{b}.fc",
+            points={
+                "hook_embed": Point("embed"),
+                "blocks.{i}.hook_resid_pre": Point("{b}", IN, "first"),
+                "blocks.{i}.hook_mlp_out": Point("{b}.fc"),
+                "blocks.{i}.hook_resid_post": Point("{b}"),
+                "ln_final.hook_scale": Point("final", IN, "first", norm("scale", "layer")),
+            },
+        )
+    )
+    assert hookkit.names(model)[:3] == ["hook_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_mlp_out"]
+    ids = torch.tensor([[1, 2, 3]])
+    _, cache = hookkit.run_with_cache(model, ids)
+    close(cache.decompose_resid(mode="mlp").sum(0), cache["blocks.1.hook_resid_post"])
+    with pytest.raises(TypeError, match="a NameFamily"):
+        register_names("tiny")

@@ -262,6 +262,23 @@ class ActivationCache(Mapping):
             return self[f"blocks.{layer - 1}.hook_resid_post"]
         return self[f"blocks.{layer}.hook_resid_{'mid' if mlp_input else 'pre'}"]
 
+    def _heads(self, i: int, pos_slice: Any) -> tuple[list[Any], list[str]]:
+        """Each head's output in block ``i`` (``z`` times its slice of ``W_O``) and its label."""
+        z = _slice(self[f"blocks.{i}.attn.hook_z"], pos_slice, 1)
+        per_head = self._m.einsum("...hd,hdm->h...m", z, self.W_O(i))
+        n = self._be.shape(per_head)[0]
+        return [per_head[h] for h in range(n)], [f"L{i}H{h}" for h in range(n)]
+
+    def _mlps(self, layer: int, expand_neurons: bool, pos_slice: Any) -> tuple[list[Any], list[str], list[Any]]:
+        """The MLPs before ``layer``: per neuron (with their output biases) or whole."""
+        if not layer:
+            return [], [], []
+        if expand_neurons:
+            neurons, labels = self.stack_neuron_results(layer, pos_slice=pos_slice, return_labels=True)
+            return [neurons[k] for k in range(len(labels))], labels, [self.W_out(i)[1] for i in range(layer)]
+        items = [_slice(self[f"blocks.{i}.hook_mlp_out"], pos_slice, 1) for i in range(layer)]
+        return items, [f"{i}_mlp_out" for i in range(layer)], []
+
     def stack_head_results(
         self,
         layer: int | None = -1,
@@ -275,11 +292,9 @@ class ActivationCache(Mapping):
         layer = self._layer(layer)
         items, labels = [], []
         for i in range(layer):
-            z = _slice(self[f"blocks.{i}.attn.hook_z"], pos_slice, 1)
-            per_head = self._m.einsum("...hd,hdm->h...m", z, self.W_O(i))
-            n = self._be.shape(per_head)[0]
-            items += [per_head[h] for h in range(n)]
-            labels += [f"L{i}H{h}" for h in range(n)]
+            found, tags = self._heads(i, pos_slice)
+            items += found
+            labels += tags
         return self._finish(items, labels, layer, incl_remainder, pos_slice, apply_ln, return_labels)
 
     def _finish(
@@ -395,22 +410,15 @@ class ActivationCache(Mapping):
         """Every head, every neuron (``expand_neurons``) or MLP, the embeddings and the biases summed
         (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``."""
         layer = self._layer(layer)
-        heads, labels = self.stack_head_results(layer, return_labels=True, pos_slice=pos_slice) if layer else (None, [])
-        items = [heads[k] for k in range(len(labels))] if heads is not None else []
-        if mlp_input and layer < self.n_layers:
-            z = _slice(self[f"blocks.{layer}.attn.hook_z"], pos_slice, 1)
-            per = self._m.einsum("...hd,hdm->h...m", z, self.W_O(layer))
-            items += [per[h] for h in range(self._be.shape(per)[0])]
-            labels += [f"L{layer}H{h}" for h in range(self._be.shape(per)[0])]
-        bias = [self.b_O(i) for i in range(layer + (1 if mlp_input and layer < self.n_layers else 0))]
-        if expand_neurons and layer:
-            neurons, nl = self.stack_neuron_results(layer, pos_slice=pos_slice, return_labels=True)
-            items += [neurons[k] for k in range(len(nl))]
-            labels += nl
-            bias += [self.W_out(i)[1] for i in range(layer)]
-        elif layer:
-            items += [_slice(self[f"blocks.{i}.hook_mlp_out"], pos_slice, 1) for i in range(layer)]
-            labels += [f"{i}_mlp_out" for i in range(layer)]
+        items, labels = [], []
+        with_mid = mlp_input and layer < self.n_layers
+        for i in range(layer + (1 if with_mid else 0)):
+            found, tags = self._heads(i, pos_slice)
+            items += found
+            labels += tags
+        bias = [self.b_O(i) for i in range(layer + (1 if with_mid else 0))]
+        found, tags, more = self._mlps(layer, expand_neurons, pos_slice)
+        items, labels, bias = items + found, labels + tags, bias + more
         embeds, el = self._embeds()
         items += [_slice(t, pos_slice, 1) for t in embeds]
         labels += el
