@@ -453,8 +453,8 @@ def _names_filter(model: Any, names_filter: Any) -> list[str]:
 def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: Any = None) -> tuple[Any, ActivationCache]:
     """Run ``model`` on ``inputs`` once, unmodified (its own attention kernels), and return
     ``(output, cache)``: the values at TransformerLens's standard names (``names_filter``: None for
-    every name, a name, a glob, a list, or a function name -> bool), detached copies (on ``device``
-    when given).
+    every name, a name, a glob, a list, or a function name -> bool), detached (the model's own
+    tensors, as TransformerLens keeps them; moved to ``device`` when given).
 
     >>> logits, cache = hookkit.run_with_cache(gpt2, ids, names_filter="blocks.*.hook_resid_post")   # doctest: +SKIP
     >>> cache["blocks.0.hook_resid_post"].shape
@@ -474,7 +474,7 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
         name = site.name
 
         def on(ev: Any) -> None:
-            t = be.clone(be.detach(ev.output))
+            t = be.detach(ev.output)  # as TransformerLens keeps them: the model's own tensors, no copy
             values[name] = t if device is None else be.to(t, device)
 
         return on
