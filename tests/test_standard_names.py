@@ -54,6 +54,22 @@ def llama():
     return T.LlamaForCausalLM(cfg).eval()
 
 
+def gemma2():
+    torch.manual_seed(0)
+    cfg = T.Gemma2Config(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=50,
+        max_position_embeddings=16,
+        final_logit_softcapping=None,  # the logits a linear function of the residual stream
+    )
+    return T.Gemma2ForCausalLM(cfg).eval()
+
+
 IDS = torch.tensor([[3, 7, 1, 9, 4], [2, 2, 8, 5, 11]])
 
 
@@ -112,6 +128,11 @@ def test_gpt2_every_name_equals_a_hand_computation(attn):
         close(cap[f"blocks.{i}.hook_mlp_out"], mlp_out)
         close(cap[f"blocks.{i}.hook_resid_post"], mid + mlp_out)
     close(cap["hook_embed"], tr.wte(IDS))
+    _, cache = hookkit.run_with_cache(model, IDS, names_filter=["blocks.*.attn.hook_pattern", "blocks.0.attn.hook_[qk]"])
+    assert list(cache) == ["blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
+    q, k = cache["blocks.0.attn.hook_q"], cache["blocks.0.attn.hook_k"]
+    scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(8)
+    close(cache["blocks.0.attn.hook_pattern"], scores.masked_fill(~torch.ones(5, 5, dtype=torch.bool).tril(), float("-inf")).softmax(-1))
     close(cap["ln_final.hook_scale"], layer_norm_parts(out.hidden_states[-2] if False else cap["blocks.1.hook_resid_post"], tr.ln_f.eps)[0])
 
 
@@ -182,7 +203,7 @@ def test_patch_interleaved_names_from_another_run():
 
 
 # -- the cache -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("make", [gpt2, pythia, llama], ids=["gpt2", "pythia", "llama-gqa"])
+@pytest.mark.parametrize("make", [gpt2, pythia, llama, gemma2], ids=["gpt2", "pythia", "llama-gqa", "gemma2"])
 def test_decompositions_sum_back_to_the_residual_stream_and_the_logits(make):
     model = make()
     logits, cache = hookkit.run_with_cache(model, IDS)
@@ -197,10 +218,6 @@ def test_decompositions_sum_back_to_the_residual_stream_and_the_logits(make):
         if "blocks.1.hook_resid_mid" in cache
         else cache["blocks.0.hook_resid_post"] + cache["blocks.1.hook_attn_out"],
     )
-    for expand in (True, False):
-        close(cache.get_full_resid_decomposition(expand_neurons=expand).sum(0), final)
-    heads = cache.stack_head_results(layer=1)
-    close(heads.sum(0) + cache.b_O(0), cache["blocks.0.hook_attn_out"])
     acc, acc_labels = cache.accumulated_resid(return_labels=True)
     assert acc_labels == ["0_pre", "1_pre", "final_post"]
     close(acc[1], cache["blocks.1.hook_resid_pre"])
@@ -210,6 +227,14 @@ def test_decompositions_sum_back_to_the_residual_stream_and_the_logits(make):
     w_u, _ = cache.W_U()
     normalized = cache["ln_final.hook_normalized"][:, -1]
     close(attrs.sum(0), (normalized * w_u[:, tokens].T).sum(-1))
+    if make is gemma2:  # heads and neurons pass a norm before the residual stream: no per-head sum
+        with pytest.raises(hookkit.UnsupportedModel, match="do not sum to the logits"):
+            hookkit.logit_attribution(model, IDS, tokens=tokens)
+        return
+    for expand in (True, False):
+        close(cache.get_full_resid_decomposition(expand_neurons=expand).sum(0), final)
+    heads = cache.stack_head_results(layer=1)
+    close(heads.sum(0) + cache.b_O(0), cache["blocks.0.hook_attn_out"])
     dla = hookkit.logit_attribution(model, IDS, tokens=tokens, incorrect_tokens=IDS[:, 0])
     assert dla.labels[0] == "embed" and "L1H3" in dla.labels and dla.labels[-1] == "bias"
     assert tuple(dla.values.shape) == (len(dla.labels), 2)
@@ -251,6 +276,10 @@ def test_unknown_names_are_refused_with_close_matches():
         hookkit.capture(torch.nn.Sequential(torch.nn.Linear(2, 2)), "blocks.0.hook_resid_pre")
     with pytest.raises(TypeError, match="names"):
         hookkit.names(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    with pytest.raises(hookkit.LayerNotFound, match="run_with_cache keeps hook_pattern"):
+        hookkit.capture(model, "blocks.0.attn.hook_pattern")
+    with pytest.raises(hookkit.LayerNotFound, match="closest: blocks.0.hook_resid_mid"):
+        hookkit.run_with_cache(model, IDS, names_filter=["blocks.0.hook_resid_mdi"])
     with pytest.raises(TypeError, match="names_filter"):
         hookkit.run_with_cache(model, IDS, names_filter=3)
 
@@ -267,7 +296,9 @@ def test_computed_names_are_read_only_and_shapes_are_checked():
 
 
 # -- TransformerLens's TransformerBridge, where installed (not in CI) --------------------------------------
-@pytest.mark.parametrize("make,arch", [(gpt2, "gpt2"), (pythia, "EleutherAI/pythia-14m"), (llama, "meta-llama/Llama-3.2-1B")])
+@pytest.mark.parametrize(
+    "make,arch", [(gpt2, "gpt2"), (pythia, "EleutherAI/pythia-14m"), (llama, "meta-llama/Llama-3.2-1B"), (gemma2, "google/gemma-2-2b")]
+)
 def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     pytest.importorskip("transformer_lens.model_bridge")
     tokenizers = pytest.importorskip("tokenizers")
@@ -283,7 +314,8 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     out, theirs = bridge.run_with_cache(IDS)
     close(out, logits.logits)
     compared = 0
-    for name in names:
+    assert "blocks.1.attn.hook_pattern" in cache
+    for name in cache:
         if name in theirs.keys():
             mine = cache[name]
             close(mine.expand_as(theirs[name]) if name == "hook_pos_embed" else mine, theirs[name])
@@ -311,6 +343,7 @@ def test_paddle_transformer_encoder_names_equal_a_hand_computation(pre_norm):
         q, k, v = (p(block.norm1(x) if pre_norm else x).reshape([2, 5, 4, 8]) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
         close(cache[f"blocks.{i}.attn.hook_q"].numpy(), q.numpy())
         pattern = paddle.nn.functional.softmax(paddle.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(8), -1)
+        close(cache[f"blocks.{i}.attn.hook_pattern"].numpy(), pattern.numpy())
         z = paddle.einsum("bhqk,bkhd->bqhd", pattern, v)
         close(cache[f"blocks.{i}.attn.hook_z"].numpy(), z.numpy())
         attn_out = attn.out_proj(z.reshape([2, 5, 32]))

@@ -62,7 +62,8 @@ class NameFamily:
     standard name (``{i}``: the block) -> ``Point``; ``when``: ``(attribute of the block, value)``
     required (Paddle's pre-/post-norm layers); ``norm``: the final norm's kind, ``norm_offset``:
     added to its weight (Gemma's ``1 + w``); ``depth``: dotted parts of the blocks path above the
-    module the other paths are relative to."""
+    module the other paths are relative to; ``post_norms``: the attention's and MLP's outputs pass a
+    norm before joining the residual stream (heads and neurons then do not sum to it)."""
 
     name: str
     blocks: tuple[str, ...]
@@ -73,6 +74,7 @@ class NameFamily:
     norm: str = "layer"
     norm_offset: float = 0.0
     depth: int = 1
+    post_norms: bool = False  # attention and MLP outputs pass a norm before the residual stream (Gemma 2)
 
 
 IN = "in"
@@ -212,7 +214,7 @@ NAME_FAMILIES: list[NameFamily] = [
         },
     ),
     NameFamily("llama", ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"), "{b}.self_attn", _LLAMA, norm="rms"),
-    NameFamily("gemma2", ("Gemma2DecoderLayer",), "{b}.self_attn", _GEMMA2, norm="rms", norm_offset=1.0),
+    NameFamily("gemma2", ("Gemma2DecoderLayer",), "{b}.self_attn", _GEMMA2, norm="rms", norm_offset=1.0, post_norms=True),
     NameFamily(
         "phi",  # parallel, one norm
         ("PhiDecoderLayer",),

@@ -273,6 +273,11 @@ def _glob(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(one(p) for p in re.split(r"(\*\*|\*|\?|\[[^\]]+\])", pattern) if p))
 
 
+def glob_match(spec: str, name: str) -> bool:
+    """Whether the standard name ``name`` is ``spec`` or matches it as a glob."""
+    return spec == name or _glob(spec).fullmatch(name) is not None
+
+
 def is_standard(spec: Any) -> bool:
     """Whether a spec (or a list of them) names a standard name (its last dotted part ``hook_...``)."""
     specs = spec if isinstance(spec, list) else [spec]
@@ -289,7 +294,7 @@ def select_names(model: Any, layers: Any, select: Callable, selection: type) -> 
     for spec in specs:
         if not is_standard(spec):
             continue
-        hits = [n for n in offered if n == spec] or [n for n in offered if _glob(spec).fullmatch(n)]
+        hits = [n for n in offered if glob_match(spec, n)]
         if not hits:
             _refuse(model, spec, offered)
         chosen.update(hits)
@@ -304,6 +309,12 @@ def _refuse(model: Any, spec: str, offered: dict[str, NamePoint]) -> None:
             [],
             f"hookkit knows no standard names for {type(model).__name__}; a family is one entry of "
             "hookkit.core.standard_names (register_names, docs/standard-names.md)",
+        )
+    if spec.endswith(("hook_pattern", "hook_attn_scores")):
+        raise LayerNotFound(
+            spec,
+            [],
+            "attention patterns are computed beside the model's attention: run_with_cache keeps hook_pattern, hookkit.attention_patterns reads them; they are not hook sites",
         )
     names = list(offered)
     close = close_matches(spec, names, n=8, cutoff=0.6) or close_matches(spec.rsplit(".", 1)[-1], names)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
+from hookkit.analyses.transformer.cache_patterns import pattern_targets, patterns_kept
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import UnsupportedModel
@@ -30,7 +31,7 @@ from hookkit.core.suggest import close_matches
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.sites import attach_sites, resolve
-from hookkit.sites.names import names, table
+from hookkit.sites.names import glob_match, names, table
 
 
 @dataclasses.dataclass
@@ -42,6 +43,7 @@ class _Model:
     norm: str
     norm_offset: float
     model: Any  # a weak reference
+    post_norms: bool = False
     weights: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -431,14 +433,19 @@ class ActivationCache(Mapping):
         return (stack, labels) if return_labels else stack
 
 
-def _names_filter(model: Any, names_filter: Any) -> list[str]:
-    offered = names(model)
+def _names_filter(model: Any, names_filter: Any, computed: list[str]) -> list[str]:
+    """The names ``names_filter`` keeps among those offered (the model's, then ``computed``)."""
+    offered = names(model) + computed
     if names_filter is None:
         return offered
     if callable(names_filter):
         return [n for n in offered if names_filter(n)]
     if isinstance(names_filter, str) or (isinstance(names_filter, list) and all(isinstance(s, str) for s in names_filter)):
-        kept = {s.name for s in resolve(model, names_filter)}
+        specs = [names_filter] if isinstance(names_filter, str) else names_filter
+        kept = {n for s in specs for n in offered if glob_match(s, n)}
+        for s in specs:
+            if not any(glob_match(s, n) for n in offered):
+                resolve(model, s)  # refused, with the close names
         return [n for n in offered if n in kept]
     fail(
         "run_with_cache",
@@ -466,8 +473,9 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
         names(model)  # refuses, naming the families
     assert found is not None
     fam, _, blocks = found
-    wanted = _names_filter(model, names_filter)
-    sites = resolve(model, wanted) if wanted else []
+    patterns = pattern_targets(be.unwrap(model), found)
+    wanted = _names_filter(model, names_filter, list(patterns))
+    sites = resolve(model, [n for n in wanted if n not in patterns]) if len(wanted) > len(set(wanted) & set(patterns)) else []
     values: dict[str, Any] = {}
 
     def keep(site: Any) -> Callable[[Any], None]:
@@ -481,10 +489,12 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
 
     group = attach_sites(model, sites, keep, OBSERVER)
     try:
-        output = call_model(model, inputs)
+        with patterns_kept(model, be, patterns, [n for n in wanted if n in patterns]) as computed:
+            output = call_model(model, inputs)
     finally:
         group.remove()
-    info = _Model(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model))
+    values.update({n: be.detach(t) if device is None else be.to(be.detach(t), device) for n, t in computed.items()})
+    info = _Model(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
     return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
 
 
@@ -550,6 +560,11 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
             )
         ),
     )
+    if cache._info.post_norms:
+        raise UnsupportedModel(
+            f"logit_attribution(): {type(model).__name__}'s attention and MLP outputs pass a norm before the residual stream, "
+            "so per-head contributions do not sum to the logits; use run_with_cache and cache.logit_attrs(cache.decompose_resid(...))"
+        )
     n = cache.n_layers
     heads, labels = cache.stack_head_results(-1, return_labels=True, pos_slice=pos)
     m = be.family("tensor_math")
