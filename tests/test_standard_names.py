@@ -168,6 +168,23 @@ def test_llama_grouped_query_heads_and_gated_mlp():
     close(cap["blocks.0.mlp.hook_post"], mlp.act_fn(cap["blocks.0.mlp.hook_pre"]) * cap["blocks.0.mlp.hook_pre_linear"])
 
 
+def test_rotary_names_are_the_operation_sites_outputs_and_can_be_written():
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    model = llama()
+    with hookkit.capture(model, "blocks.1.attn.hook_*") as cap:
+        model(IDS)
+    q, k = cap["blocks.1.attn.hook_q"], cap["blocks.1.attn.hook_k"]
+    cos, sin = model.model.rotary_emb(q, torch.arange(5)[None])
+    q_rot, k_rot = apply_rotary_pos_emb(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+    close(cap["blocks.1.attn.hook_rot_q"], q_rot.transpose(1, 2))
+    close(cap["blocks.1.attn.hook_rot_k"], k_rot.transpose(1, 2))  # [batch, pos, kv head, d_head]
+    with hookkit.edit(model, "blocks.0.attn.hook_rot_k", lambda k, ev: k * 0):
+        _, cache = hookkit.run_with_cache(model, IDS, names_filter="blocks.0.attn.hook_pattern")
+    uniform = torch.ones(5, 5).tril() / torch.arange(1, 6)[:, None]  # every key scores 0: uniform over the causal past
+    close(cache["blocks.0.attn.hook_pattern"], uniform.expand(2, 4, 5, 5))
+
+
 # -- every verb takes names ----------------------------------------------------------------------------
 def test_edits_through_names_put_values_back_in_the_models_layout():
     model = gpt2()

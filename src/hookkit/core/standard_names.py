@@ -38,6 +38,10 @@ def interleaved(k: int, n: int) -> tuple:
     return ("interleaved", k, n)
 
 
+#: ``[batch, head, pos, d_head]`` (what the attention function takes) as ``[batch, pos, head, d_head]``
+HEADS_FIRST = ("heads_first",)
+
+
 def norm(which: str, kind: str) -> tuple:
     """A norm's input -> its ``"scale"`` or ``"normalized"`` value (``kind``: ``"layer"`` or ``"rms"``)."""
     return ("norm", which, kind)
@@ -47,7 +51,8 @@ def norm(which: str, kind: str) -> tuple:
 class Point:
     """A tensor at a module boundary: ``path`` (see the module docstring), ``event`` (``"out"``: an
     output, ``index`` among its tensors; ``"in"``: an input, ``index`` a position or ``"first"``)
-    and ``view`` (``WHOLE``, ``split``, ``interleaved``, ``norm``)."""
+    and ``view`` (``WHOLE``, ``split``, ``interleaved``, ``HEADS_FIRST``, ``norm``). A path holding
+    ``"::"`` is an operation inside a module's forward (``hookkit.ops``): ``"{b}.attn::apply_rotary_pos_emb_0"``."""
 
     path: str
     event: str = "out"
@@ -125,6 +130,12 @@ def _mlp(pre: str, post: str, out: str) -> dict[str, Point]:
     return {"mlp.hook_pre": Point(pre), "mlp.hook_post": Point(post, IN, FIRST), "hook_mlp_out": Point(out)}
 
 
+def _rotary(attn: str) -> dict[str, Point]:
+    """``hook_rot_q|k``: the outputs of ``apply_rotary_pos_emb`` in the attention's forward (an operation site)."""
+    op = f"{attn}::apply_rotary_pos_emb_0"
+    return {"blocks.{i}.attn.hook_rot_q": Point(op, view=HEADS_FIRST), "blocks.{i}.attn.hook_rot_k": Point(op, index=1, view=HEADS_FIRST)}
+
+
 _LLAMA = {
     "hook_embed": Point("embed_tokens"),
     **_pre_norm(
@@ -136,6 +147,7 @@ _LLAMA = {
         _gated_mlp("{b}.mlp"),
         "rms",
     ),
+    **_rotary("{b}.self_attn"),
     **_final("norm", "rms"),
 }
 
@@ -192,6 +204,7 @@ NAME_FAMILIES: list[NameFamily] = [
             ),
             "blocks.{i}.ln2.hook_scale": Point("{b}.post_attention_layernorm", IN, FIRST, norm("scale", "layer")),
             "blocks.{i}.ln2.hook_normalized": Point("{b}.post_attention_layernorm", IN, FIRST, norm("normalized", "layer")),
+            **_rotary("{b}.attention"),
             **_final("final_layer_norm", "layer"),
         },
     ),

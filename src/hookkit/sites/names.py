@@ -27,13 +27,14 @@ from hookkit.core.architectures import first_present, read_path
 from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import LayerNotFound, UnsupportedModel
 from hookkit.core.router import register_inner_targets
-from hookkit.core.select import register_spec_kind
+from hookkit.core.select import register_spec_kind, select
 from hookkit.core.standard_names import NameFamily, Point, head_size, module_path, name_family
 from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.core.weakmap import IdentityWeakMap
+from hookkit.sites.operations import SourceUnavailable
 from hookkit.sites.parts import WHOLE, Part
 from hookkit.sites.values import shape_str
 
@@ -75,6 +76,20 @@ class HeadsView(Part):
         _check_shape(be, new, [*shape[:-1], w // (self.n * d), d], where)
         pieces = [x4[..., : k * d], new, x4[..., (k + 1) * d :]]
         return m.reshape(m.cat([p for p in pieces if be.shape(p)[-1]], -1), shape)
+
+
+class HeadsFirstView(Part):
+    """``[batch, head, pos, d_head]`` (what attention functions take) as ``[batch, pos, head, d_head]``."""
+
+    __slots__ = ()
+    kind = "standard-heads"
+
+    def get(self, be: Backend, t: Any) -> tuple[Any, Any]:
+        return be.family("tensor_math").permute(t, [0, 2, 1, 3]), list(be.shape(t))
+
+    def put(self, be: Backend, t: Any, state: Any, new: Any, where: str) -> Any:
+        _check_shape(be, new, [state[0], state[2], state[1], state[3]], where)
+        return be.family("tensor_math").permute(new, [0, 2, 1, 3])
 
 
 def _check_shape(be: Backend, new: Any, want: list[int], where: str) -> None:
@@ -141,6 +156,77 @@ def _in_slot(be: Backend, args: tuple, kwargs: dict, index: Any) -> tuple[Any, A
     return None
 
 
+def _placer(be: Any, target: Any) -> Any:
+    """What places native hooks on ``target``: the backend, or for an operation site (one native
+    slot per event) a fan-out that shares the slot between the names it holds (``hook_rot_q|k``)."""
+    site_backend = getattr(type(target), "site_backend", None)
+    return be if site_backend is None else _FanOut(site_backend(target, be))
+
+
+class _Fan:
+    """The functions of the names sharing one operation site's slot, called in placement order."""
+
+    __slots__ = ("fns", "native")
+
+    def __init__(self) -> None:
+        self.fns: list[Callable] = []
+        self.native: Any = None
+
+    def __call__(self, site: Any, *rest: Any) -> Any:
+        changed = None
+        for fn in list(self.fns):
+            r = fn(site, *rest) if changed is None or len(rest) < 3 else fn(site, rest[0], rest[1], changed)
+            if r is not None:
+                changed = r
+        return changed
+
+
+class _FanHandle:
+    __slots__ = ("fan", "fn", "key", "site")
+
+    def __init__(self, fan: _Fan, fn: Callable, key: tuple, site: Any):
+        self.fan, self.fn, self.key, self.site = fan, fn, key, site
+
+    def remove(self) -> None:
+        fan, self.fan = self.fan, None  # type: ignore[assignment]
+        if fan is None or self.fn not in fan.fns:
+            return
+        fan.fns.remove(self.fn)
+        if not fan.fns:
+            fan.native.remove()
+            _fans.get(self.site, {}).pop(self.key, None)
+
+
+class _FanOut:
+    """An operation site's backend seen through fans (one per site and event)."""
+
+    __slots__ = ("real",)
+
+    def __init__(self, real: Any):
+        self.real = real
+
+    def _place(self, site: Any, fn: Callable, event: str) -> _FanHandle:
+        fans = _fans.get(site)
+        if fans is None:
+            fans = _fans[site] = {}
+        key = (event,)
+        fan = fans.get(key)
+        if fan is None:
+            fan = fans[key] = _Fan()
+            fan.native = getattr(self.real, event)(site, fan)
+        fan.fns.append(fn)
+        return _FanHandle(fan, fn, key, site)
+
+    def hook_forward(self, site: Any, fn: Callable) -> _FanHandle:
+        return self._place(site, fn, "hook_forward")
+
+    def hook_forward_pre(self, site: Any, fn: Callable) -> _FanHandle:
+        return self._place(site, fn, "hook_forward_pre")
+
+
+_fans: IdentityWeakMap[dict[tuple, _Fan]] = IdentityWeakMap()
+
+
 class _PointBackend:
     """The model's backend, but a name's hooks go on its module's input or output (one per backend)."""
 
@@ -162,7 +248,7 @@ class _PointBackend:
         return value
 
     def hook_forward_pre(self, point: NamePoint, fn: Callable) -> Any:
-        return self._real.hook_forward_pre(point.module, lambda m, args, kwargs: fn(point, args, kwargs))
+        return _placer(self._real, point.module).hook_forward_pre(point.module, lambda m, args, kwargs: fn(point, args, kwargs))
 
     def hook_forward(self, point: NamePoint, fn: Callable) -> Any:
         be, part = self._real, point.part
@@ -182,7 +268,7 @@ class _PointBackend:
                 pos = iter(range(len(found)))
                 return map_tensors(output, lambda x: value if next(pos) == index else x, be.is_tensor)
 
-            return be.hook_forward(point.module, on_output)
+            return _placer(be, point.module).hook_forward(point.module, on_output)
 
         def on_input(m: Any, args: tuple, kwargs: dict) -> Any:
             slot = _in_slot(be, args, kwargs, point.index)
@@ -198,7 +284,7 @@ class _PointBackend:
                 return (*args[:key], value, *args[key + 1 :]), kwargs
             return args, {**kwargs, key: value}
 
-        return be.hook_forward_pre(point.module, on_input)
+        return _placer(be, point.module).hook_forward_pre(point.module, on_input)
 
     def drop_forward_hooks(self, point: Any, match: Callable) -> int:
         return 0
@@ -216,6 +302,8 @@ def _points_of(module: Any) -> list[NamePoint]:
 def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None) -> Part:
     if not point.view:
         return WHOLE
+    if point.view[0] == "heads_first":
+        return HeadsFirstView()
     if point.view[0] == "norm":
         _, eps = first_present(module, _EPS)
         return NormView(point.view[1], point.view[2], float(eps) if isinstance(eps, (int, float)) else 1e-5)
@@ -225,15 +313,27 @@ def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None) -> Par
 
 
 def _point(name: str, module: Any, fam: NameFamily, point: Point, d_head: int | None) -> NamePoint:
-    made = _points.get(module)
+    owner = getattr(module, "layer", None) if hasattr(type(module), "site_backend") else module  # an operation: its layer's
+    made = _points.get(owner)
     if made is None:
-        made = _points[module] = {}
+        made = _points[owner] = {}
     found = made.get(name)
     if found is None:
         event = "out" if point.event == "out" else "in"
         index = point.index if isinstance(point.index, int) or event == "in" else 0
         found = made[name] = NamePoint(name, module, event, index, _view(fam, point, module, d_head))
     return found
+
+
+def _target(model: Any, root: Any, path: str) -> Any:
+    """The module at ``path``, or the operation site ``"layer::op"`` names (None where absent)."""
+    if "::" not in path:
+        return read_path(root, path)
+    try:
+        found = select(model, path)
+    except (LayerNotFound, SourceUnavailable):
+        return None  # not in this version of the family's forward, or no source to read
+    return found[0][1] if len(found) == 1 else None
 
 
 def table(model: Layer) -> dict[str, NamePoint]:
@@ -253,8 +353,8 @@ def table(model: Layer) -> dict[str, NamePoint]:
     for i, group in [(0, first), *[(b, per_block) for b in range(len(blocks))], (0, last)]:
         d_head = head_size(read_path(root, module_path(fam, blocks_path, Point(fam.attn), i)), fam)
         for template, point in group:
-            module = read_path(root, module_path(fam, blocks_path, point, i))
-            if module is None or not be.is_layer(module):
+            module = _target(model, root, module_path(fam, blocks_path, point, i))
+            if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
                 continue  # not in this model (an optional norm, a learned position embedding)
             name = template.format(i=i)
             out[name] = _point(name, module, fam, point, d_head)
