@@ -434,3 +434,69 @@ def test_a_family_is_one_registry_entry(monkeypatch):
     close(cache.decompose_resid(mode="mlp").sum(0), cache["blocks.1.hook_resid_post"])
     with pytest.raises(TypeError, match="a NameFamily"):
         register_names("tiny")
+
+
+def test_analyses_and_statistics_take_names():
+    model = gpt2()
+    clean, corrupt = IDS[:1], IDS[1:]
+
+    def metric(out):
+        return out.logits[:, -1, 3] - out.logits[:, -1, 4]
+
+    layers = "blocks.*.hook_resid_pre"
+    grid = hookkit.patching_sweep(model, clean, corrupt, layers, metric)
+    assert grid.shape == (2, 5)
+    with torch.no_grad():
+        base = float(metric(model(corrupt))[0])
+        with hookkit.capture(model, "blocks.1.hook_resid_pre") as src:
+            model(clean)
+        with hookkit.patch(model, "blocks.1.hook_resid_pre", src, positions=[2]):
+            want = float(metric(model(corrupt))[0])
+    assert grid[1, 2] == pytest.approx(want, abs=1e-5) and want != pytest.approx(base)  # the metric with that cell patched
+    est = hookkit.attribution_patching(model, clean, corrupt, layers, metric)
+    assert est.shape == (2, 5) and np.isfinite(est).all()
+    lens = hookkit.logit_lens(model, IDS, layers="blocks.*.hook_resid_post")
+    assert lens.names == ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"]
+    close(lens.logits[-1], model(IDS).logits)  # the last block's output through the final norm: the logits
+    with hookkit.ActivationStats(model, "blocks.*.hook_mlp_out") as stats:
+        model(IDS)
+    assert stats.names == ["blocks.0.hook_mlp_out", "blocks.1.hook_mlp_out"]
+
+
+def _config(kind):
+    small = {"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 50}
+    return {
+        "gptj": lambda: T.GPTJForCausalLM(T.GPTJConfig(n_layer=2, n_head=4, n_embd=32, rotary_dim=4, vocab_size=50, n_positions=16)),
+        "mistral": lambda: T.MistralForCausalLM(T.MistralConfig(num_key_value_heads=2, **small)),
+        "qwen2": lambda: T.Qwen2ForCausalLM(T.Qwen2Config(num_key_value_heads=2, **small)),
+        "phi": lambda: T.PhiForCausalLM(T.PhiConfig(**small)),
+        "opt": lambda: T.OPTForCausalLM(
+            T.OPTConfig(num_hidden_layers=2, num_attention_heads=4, hidden_size=32, ffn_dim=64, vocab_size=50, word_embed_proj_dim=32)
+        ),
+        "bert": lambda: T.BertModel(T.BertConfig(**small)),
+    }[kind]().eval()
+
+
+@pytest.mark.parametrize("kind", ["gptj", "mistral", "qwen2", "phi", "opt", "bert"])
+def test_every_family_offers_its_names_and_they_chain(kind):
+    model = _config(kind)
+    names = hookkit.names(model)
+    out, cache = hookkit.run_with_cache(model, IDS)
+    assert set(names) <= set(cache)
+    close(cache["blocks.1.hook_resid_pre"], cache["blocks.0.hook_resid_post"])  # one block's output is the next one's input
+    assert tuple(cache["blocks.0.attn.hook_z"].shape) == (2, 5, 4, 8)
+    if kind == "bert":
+        close(out.last_hidden_state, cache["blocks.1.hook_resid_post"])
+        close(
+            cache["blocks.0.hook_resid_mid"],
+            cache["blocks.0.ln1.hook_normalized"] * model.encoder.layer[0].attention.output.LayerNorm.weight
+            + model.encoder.layer[0].attention.output.LayerNorm.bias,
+        )
+    elif kind == "opt":  # no MLP names (its layer flattens batch and positions around the MLP)
+        close(cache["blocks.0.hook_resid_mid"], cache["blocks.0.hook_resid_pre"] + cache["blocks.0.hook_attn_out"])
+    else:
+        parallel = "blocks.0.hook_resid_mid" not in cache
+        mid = cache["blocks.0.hook_resid_pre"] + cache["blocks.0.hook_attn_out"]
+        close(cache["blocks.0.hook_resid_post"], mid + cache["blocks.0.hook_mlp_out"])
+        if not parallel:
+            close(cache["blocks.0.hook_resid_mid"], mid)

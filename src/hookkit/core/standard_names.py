@@ -247,21 +247,23 @@ NAME_FAMILIES: list[NameFamily] = [
         },
     ),
     NameFamily(
-        "opt",
+        "opt",  # its decoder layer flattens batch and positions around the MLP: no MLP names yet
         ("OPTDecoderLayer",),
         "{b}.self_attn",
         {
             "hook_embed": Point("embed_tokens"),
             "hook_pos_embed": Point("embed_positions"),
-            **_pre_norm(
-                "{b}.self_attn_layer_norm",
-                "{b}.self_attn",
-                _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj"),
-                "{b}.self_attn.out_proj",
-                "{b}.final_layer_norm",
-                _mlp("{b}.fc1", "{b}.fc2", "{b}.fc2"),
-                "layer",
-            ),
+            "blocks.{i}.hook_resid_pre": Point("{b}", IN, FIRST),
+            "blocks.{i}.ln1.hook_scale": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("scale", "layer")),
+            "blocks.{i}.ln1.hook_normalized": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("normalized", "layer")),
+            **{
+                f"blocks.{{i}}.attn.hook_{k}": p
+                for k, p in _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj").items()
+            },
+            "blocks.{i}.attn.hook_z": Point("{b}.self_attn.out_proj", IN, FIRST, split(0, 1)),
+            "blocks.{i}.hook_attn_out": Point("{b}.self_attn"),
+            "blocks.{i}.hook_resid_mid": Point("{b}::add_0"),  # residual + attention, before the flattening
+            "blocks.{i}.hook_resid_post": Point("{b}"),
             **_final("final_layer_norm", "layer"),
         },
     ),
