@@ -6,6 +6,7 @@ go through a handful of matmuls of width <= 64 agree to ~1e-6; 1e-5 leaves a mar
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -327,7 +328,7 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     logits, cache = hookkit.run_with_cache(model, IDS)
     tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
     T.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", eos_token="t0", bos_token="t0").save_pretrained(tmp_path)
-    bridge = TransformerBridge.boot_transformers(arch, hf_model=model, tokenizer=T.PreTrainedTokenizerFast.from_pretrained(tmp_path))
+    bridge = TransformerBridge.boot_transformers(arch, hf_model=copy.deepcopy(model), tokenizer=T.PreTrainedTokenizerFast.from_pretrained(tmp_path))
     out, theirs = bridge.run_with_cache(IDS)
     close(out, logits.logits)
     compared = 0
@@ -340,6 +341,22 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     assert compared >= len(names) - 2 * cache.n_layers  # hook_mlp_in (HookedTransformer's) is not the bridge's
     resid = cache.decompose_resid()
     close(cache.logit_attrs(resid[:, :, -1], IDS[:, -1], pos_slice=-1), theirs.logit_attrs(resid[:, :, -1], IDS[:, -1], pos_slice=-1))
+
+    # patched and ablated runs equal the bridge's hooked runs
+    def zero_head(z, hook=None):
+        z = z.clone()
+        z[:, :, 1] = 0
+        return z
+
+    steer = torch.randn(32, generator=torch.Generator().manual_seed(3))
+    with (
+        hookkit.edit(model, "blocks.0.attn.hook_z", lambda z, ev: zero_head(z)),
+        hookkit.steer(model, "blocks.1.hook_resid_mid" if "blocks.1.hook_resid_mid" in cache else "blocks.1.hook_resid_pre", steer),
+    ):
+        ours = model(IDS).logits
+    where = "blocks.1.hook_resid_mid" if "blocks.1.hook_resid_mid" in cache else "blocks.1.hook_resid_pre"
+    theirs_out = bridge.run_with_hooks(IDS, fwd_hooks=[("blocks.0.attn.hook_z", zero_head), (where, lambda r, hook: r + steer)])
+    close(ours, theirs_out, atol=1e-4)  # through two blocks and the unembedding
 
 
 # -- Paddle: nn.TransformerEncoder -------------------------------------------------------------------------
