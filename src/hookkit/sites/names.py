@@ -24,8 +24,8 @@ from typing import Any
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.architectures import first_present, read_path
-from hookkit.core.entry import entry_name, public_entry
-from hookkit.core.errors import LayerNotFound, UnsupportedModel
+from hookkit.core.entry import public_entry
+from hookkit.core.errors import InvalidArgument, LayerNotFound, UnsupportedModel, shown
 from hookkit.core.router import register_inner_targets
 from hookkit.core.select import register_spec_kind, select
 from hookkit.core.standard_names import NameFamily, Point, head_size, module_path, name_family
@@ -94,7 +94,9 @@ class HeadsFirstView(Part):
 
 def _check_shape(be: Backend, new: Any, want: list[int], where: str) -> None:
     if list(be.shape(new)) != want:
-        fail(entry_name(), "fn", f"a value of the standard name's shape {shape_str(want)} ([batch, pos, head, d_head]) at {where!r}", new)
+        raise InvalidArgument(
+            f"the value written at standard name {where!r} must be shaped {shape_str(want)} ([batch, pos, head, d_head]); got {shown(new)}"
+        )
 
 
 class NormView(Part):
@@ -114,8 +116,9 @@ class NormView(Part):
         return (scale if self.which == "scale" else x / scale), None
 
     def put(self, be: Backend, t: Any, state: Any, new: Any, where: str) -> Any:
-        valid = f"a standard name that can be written: {where!r} is computed from a norm's input (read it; write hook_resid_* instead)"
-        fail(entry_name(), "layers", valid, where, kind=UnsupportedModel)
+        raise UnsupportedModel(
+            f"standard name {where!r} is read only: it is computed from a norm's input (read it; write a hook_resid_* name instead)"
+        )
 
 
 # -- the pseudo-layer the router hooks ------------------------------------------------------------------
