@@ -40,7 +40,9 @@ from hookkit.sites.names import table as name_table  # noqa: E402
 
 def build() -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=12, n_embd=256, n_head=4, vocab_size=1000, n_positions=128, bos_token_id=0, eos_token_id=0, attn_implementation="eager")
+    cfg = GPT2Config(
+        n_layer=12, n_embd=256, n_head=4, vocab_size=1000, n_positions=128, bos_token_id=0, eos_token_id=0, attn_implementation="eager"
+    )
     model = GPT2LMHeadModel(cfg).eval()
     ids = torch.randint(0, 1000, (4, 128), generator=torch.Generator().manual_seed(1))
     return model, ids
@@ -48,7 +50,6 @@ def build() -> tuple[torch.nn.Module, torch.Tensor]:
 
 def bridge_of(model: torch.nn.Module):
     from tokenizers import Tokenizer, models
-
     from transformer_lens.model_bridge import TransformerBridge
 
     folder = tempfile.mkdtemp()
@@ -125,7 +126,15 @@ def main() -> None:
     rows = []
     for name in res:
         r = res[name]
-        rows.append([name, r.error or f"{r.median_ms:.1f}", f"{ratio(res, name, 'bare'):.3f}", f"{ratio(res, name, 'bare + copies'):.3f}", spread(res, name, "bare + copies")])
+        rows.append(
+            [
+                name,
+                r.error or f"{r.median_ms:.1f}",
+                f"{ratio(res, name, 'bare'):.3f}",
+                f"{ratio(res, name, 'bare + copies'):.3f}",
+                spread(res, name, "bare + copies"),
+            ]
+        )
     print(table(rows, ["variant", "ms / forward", "x bare", "x bare + copies", "IQR vs copies"]))
     if theirs is not None:
         print(f"hookkit / bridge: {ratio(res, 'hookkit run_with_cache', 'bridge run_with_cache'):.3f}")
