@@ -328,7 +328,9 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     logits, cache = hookkit.run_with_cache(model, IDS)
     tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
     T.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", eos_token="t0", bos_token="t0").save_pretrained(tmp_path)
-    bridge = TransformerBridge.boot_transformers(arch, hf_model=copy.deepcopy(model), tokenizer=T.PreTrainedTokenizerFast.from_pretrained(tmp_path))
+    bridge = TransformerBridge.boot_transformers(
+        arch, hf_model=copy.deepcopy(model), tokenizer=T.PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    )
     out, theirs = bridge.run_with_cache(IDS)
     close(out, logits.logits)
     compared = 0
@@ -517,3 +519,18 @@ def test_every_family_offers_its_names_and_they_chain(kind):
         close(cache["blocks.0.hook_resid_post"], mid + cache["blocks.0.hook_mlp_out"])
         if not parallel:
             close(cache["blocks.0.hook_resid_mid"], mid)
+
+
+def test_remove_all_clears_names_and_the_operation_sites_they_hold():
+    model = llama()
+    attn = model.model.layers[0].self_attn
+    norm = model.model.layers[0].post_attention_layernorm
+    cap = hookkit.capture(model, ["blocks.0.hook_resid_mid", "blocks.0.attn.hook_rot_[qk]"]).__enter__()
+    model(IDS)
+    assert norm._forward_pre_hooks and "forward" in attn.__dict__  # a native pre-hook, the rewritten forward installed
+    assert cap["blocks.0.attn.hook_rot_k"].shape == (2, 5, 2, 8)
+    assert hookkit.remove_all(model) >= 2
+    assert not norm._forward_pre_hooks and "forward" not in attn.__dict__
+    with hookkit.capture(model, "blocks.0.attn.hook_rot_q") as again:  # placed afresh after remove_all
+        model(IDS)
+    close(again["blocks.0.attn.hook_rot_q"], cap["blocks.0.attn.hook_rot_q"])
