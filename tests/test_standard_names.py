@@ -292,6 +292,11 @@ def test_unknown_names_are_refused_with_close_matches():
         hookkit.names(pythia()) and hookkit.capture(pythia(), "blocks.0.hook_resid_mid")
     with pytest.raises(hookkit.LayerNotFound, match="knows no standard names"):
         hookkit.capture(torch.nn.Sequential(torch.nn.Linear(2, 2)), "blocks.0.hook_resid_pre")
+    # a model whose layers are really named so (TransformerLens's own HookPoints) keeps its layers
+    hooked = torch.nn.Module()
+    hooked.blocks = torch.nn.ModuleList([torch.nn.Module()])
+    hooked.blocks[0].hook_resid_pre = torch.nn.Identity()
+    assert hookkit.select(hooked, "blocks.*.hook_resid_pre").names == ["blocks.0.hook_resid_pre"]
     with pytest.raises(TypeError, match="names"):
         hookkit.names(torch.nn.Sequential(torch.nn.Linear(2, 2)))
     with pytest.raises(hookkit.LayerNotFound, match="run_with_cache keeps hook_pattern"):

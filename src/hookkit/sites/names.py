@@ -391,8 +391,10 @@ def select_names(model: Any, layers: Any, select: Callable, selection: type) -> 
     """``select(model, layers)`` where some specs are standard names: the plain specs' layers, then
     the names in TransformerLens's order."""
     specs = layers if isinstance(layers, list) else [layers]
-    plain = [s for s in specs if not is_standard(s)]
     offered = table(model)
+    if not offered:  # no family: layers really named so (TransformerLens's own HookPoints) are selected as layers
+        return _as_layers(model, specs, select)
+    plain = [s for s in specs if not is_standard(s)]
     chosen: set[str] = set()
     for spec in specs:
         if not is_standard(spec):
@@ -403,6 +405,21 @@ def select_names(model: Any, layers: Any, select: Callable, selection: type) -> 
         chosen.update(hits)
     pairs = list(select(model, plain)) if plain else []
     return selection(pairs + [(n, p) for n, p in offered.items() if n in chosen])
+
+
+def _as_layers(model: Any, specs: list, select: Callable) -> Any:
+    """``select`` of standard-looking specs as plain layer names (a glob as its regex)."""
+    as_regex = [re.compile(_glob(s).pattern) if is_standard(s) else s for s in specs]
+    try:
+        return select(model, as_regex if len(as_regex) > 1 else as_regex[0])
+    except LayerNotFound as exc:
+        spec = next(s for s in specs if is_standard(s))
+        raise LayerNotFound(
+            spec,
+            exc.close,
+            f"no layer of that name, and hookkit knows no standard names for {type(model).__name__}; a family is one entry of "
+            "hookkit.core.standard_names (register_names, docs/standard-names.md)",
+        ) from None
 
 
 def _refuse(model: Any, spec: str, offered: dict[str, NamePoint]) -> None:
