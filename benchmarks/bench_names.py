@@ -10,7 +10,9 @@ thread, CPU time; variants interleaved, ONE forward per step, set-up and removal
 - ``bare``: the model alone;
 - ``bare + copies``: plain forward (pre-)hooks on the modules holding the names, each keeping a
   clone of the value in TransformerLens's layout (the floor of any cache of these names);
-- ``hookkit run_with_cache``: ``hookkit.run_with_cache(model, ids)``, every name;
+- ``hookkit run_with_cache``: ``hookkit.run_with_cache(model, ids)``, every name, the attention
+  patterns (computed beside the model's attention) included;
+- ``hookkit, no patterns``: the same without ``hook_pattern`` (what ``bare + copies`` covers);
 - ``bridge run_with_cache``: ``TransformerBridge.boot_transformers("gpt2", hf_model=copy)`` then
   ``bridge.run_with_cache(ids)`` (every hook it has; its own copy of the same weights).
 
@@ -88,7 +90,16 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
             _, cache = hookkit.run_with_cache(model, ids)
         got["hookkit run_with_cache"] = cache
 
-    out = [("bare", bare), ("bare + copies", copies), ("hookkit run_with_cache", hookkit_cache)]
+    def hookkit_no_patterns():
+        with torch.no_grad():
+            hookkit.run_with_cache(model, ids, names_filter=lambda n: not n.endswith("hook_pattern"))
+
+    out = [
+        ("bare", bare),
+        ("bare + copies", copies),
+        ("hookkit run_with_cache", hookkit_cache),
+        ("hookkit, no patterns", hookkit_no_patterns),
+    ]
     try:
         bridge = bridge_of(model)
 
@@ -116,7 +127,7 @@ def main() -> None:
     got: dict = {}
     res = run_interleaved(variants(model, ids, got), rounds=a.rounds, reps=a.reps)
     mine = got["hookkit run_with_cache"]
-    for name, value in got["bare + copies"].items():
+    for name, value in got["bare + copies"].items():  # every name but the patterns (no module holds them)
         assert torch.equal(mine[name], value), name
     theirs = got.get("bridge run_with_cache")
     if theirs is not None:

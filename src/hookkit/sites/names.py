@@ -103,22 +103,36 @@ class NormView(Part):
     """A norm's input -> TransformerLens's ``hook_scale`` (``sqrt(mean(x^2) + eps)``, ``x`` centred
     for a LayerNorm) or ``hook_normalized`` (before the norm's weight and bias). Read only."""
 
-    __slots__ = ("which", "norm", "eps")
+    __slots__ = ("which", "norm", "eps", "last")
     kind = "standard-norm"
 
-    def __init__(self, which: str, norm: str, eps: float):
+    def __init__(self, which: str, norm: str, eps: float, last: list):
         self.which, self.norm, self.eps = which, norm, eps
+        self.last = last  # shared by the norm's two views: [weak reference to the input, its scale]
 
     def get(self, be: Backend, t: Any) -> tuple[Any, Any]:
         m = be.family("tensor_math")
         x = t - m.mean(t, [-1], keepdim=True) if self.norm == "layer" else t
-        scale = (m.mean(x * x, [-1], keepdim=True) + self.eps) ** 0.5
+        ref, scale = self.last
+        if ref is None or ref() is not t:  # the other view has not read this input: compute (the scale is small)
+            scale = (m.mean(x * x, [-1], keepdim=True) + self.eps) ** 0.5
+            self.last[:] = [_weak(t), scale]
         return (scale if self.which == "scale" else x / scale), None
 
     def put(self, be: Backend, t: Any, state: Any, new: Any, where: str) -> Any:
         raise UnsupportedModel(
             f"standard name {where!r} is read only: it is computed from a norm's input (read it; write a hook_resid_* name instead)"
         )
+
+
+def _weak(t: Any) -> Any:
+    try:
+        return weakref.ref(t)
+    except TypeError:  # a tensor type without weak references: never reused
+        return None
+
+
+_scales: IdentityWeakMap[list] = IdentityWeakMap()  # per norm module: its last input (weakly) and scale
 
 
 # -- the pseudo-layer the router hooks ------------------------------------------------------------------
@@ -309,7 +323,10 @@ def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None) -> Par
         return HeadsFirstView()
     if point.view[0] == "norm":
         _, eps = first_present(module, _EPS)
-        return NormView(point.view[1], point.view[2], float(eps) if isinstance(eps, (int, float)) else 1e-5)
+        last = _scales.get(module)
+        if last is None:
+            last = _scales[module] = [None, None]
+        return NormView(point.view[1], point.view[2], float(eps) if isinstance(eps, (int, float)) else 1e-5, last)
     if d_head is None:
         raise UnsupportedModel(f"the attention of family {fam.name} has none of the head size attributes {fam.d_head}")
     return HeadsView(point.view[0], point.view[1], point.view[2], d_head)

@@ -13,7 +13,9 @@ from typing import Any
 from hookkit.analyses.transformer.patterns import _interface_watch, _projection_watch
 from hookkit.core.architectures import INTERFACE, HeadLayout, Projections, attention_family, head_layout, read_path
 from hookkit.core.handles import HandleGroup
+from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.standard_names import Point, module_path
+from hookkit.core.tree import leaves
 
 PATTERN = "attn.hook_pattern"
 
@@ -35,11 +37,36 @@ def pattern_targets(root: Any, found: tuple) -> dict[str, tuple[str, Any, HeadLa
     return out
 
 
+def _eager_or(watch: Any, path: str, eager: set[str]) -> Any:
+    """The watch, but an eager attention in eval mode is left to return its own probabilities
+    (transformers' attention modules return them: nothing is computed twice)."""
+
+    def on_call(module: Any, query: Any, key: Any, mask: Any, kwargs: dict, impl: str) -> None:
+        if impl == "eager" and not getattr(module, "training", False):
+            eager.add(path)
+            return
+        eager.discard(path)
+        watch(module, query, key, mask, kwargs, impl)
+
+    return on_call
+
+
+def _returned(be: Any, path: str, eager: set[str], found: dict[str, Any]) -> Any:
+    def on_forward(ev: Event) -> None:
+        if path in eager:
+            out = leaves(ev.output, be.is_tensor)
+            if len(out) > 1 and len(be.shape(out[1])) == 4:
+                found[path] = out[1]
+
+    return on_forward
+
+
 @contextlib.contextmanager
 def patterns_kept(model: Any, be: Any, targets: dict[str, tuple[str, Any, HeadLayout]], wanted: list[str]) -> Iterator[dict[str, Any]]:
     """Inside: the forward computes the wanted patterns into the dict yielded (keyed by name)."""
     fam = be.family("attention")
     found: dict[str, Any] = {}
+    eager: set[str] = set()  # layers whose eager attention returns the probabilities it computed
     watched: dict[int, Any] = {}
     group = HandleGroup()
     try:
@@ -47,8 +74,10 @@ def patterns_kept(model: Any, be: Any, targets: dict[str, tuple[str, Any, HeadLa
             path, layer, lay = targets[name]
             heads = list(range(lay.n_heads))
             if lay.scores == INTERFACE:
+                watch = _eager_or(_interface_watch(fam, path, heads, found), path, eager)
                 for _, sub in be.named_layers(layer):  # the function gets the layer or one of its parts
-                    watched[id(sub)] = _interface_watch(fam, path, heads, found)
+                    watched[id(sub)] = watch
+                group.add(attach(model, [(path, layer)], "forward", _returned(be, path, eager, found), OBSERVER))
             else:
                 group.add(_projection_watch(model, be, fam, path, layer, lay, heads, found))
         by_path = {targets[n][0]: n for n in wanted}
