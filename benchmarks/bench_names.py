@@ -13,6 +13,8 @@ thread, CPU time; variants interleaved, ONE forward per step, set-up and removal
 - ``hookkit run_with_cache``: ``hookkit.run_with_cache(model, ids)``, every name, the attention
   patterns (computed beside the model's attention) included;
 - ``hookkit, no patterns``: the same without ``hook_pattern`` (what ``bare + copies`` covers);
+- ``hookkit, SDPA model``: every name and pattern on a copy of the model with SDPA attention (as
+  deployed; the patterns computed beside it);
 - ``bridge run_with_cache``: ``TransformerBridge.boot_transformers("gpt2", hf_model=copy)`` then
   ``bridge.run_with_cache(ids)`` (every hook it has; its own copy of the same weights).
 
@@ -94,11 +96,20 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
         with torch.no_grad():
             hookkit.run_with_cache(model, ids, names_filter=lambda n: not n.endswith("hook_pattern"))
 
+    sdpa = copy.deepcopy(model)
+    sdpa.config._attn_implementation = "sdpa"  # the model as deployed: its fast attention kept
+
+    def hookkit_sdpa():
+        with torch.no_grad():
+            _, cache = hookkit.run_with_cache(sdpa, ids)
+        got["hookkit, SDPA model"] = cache
+
     out = [
         ("bare", bare),
         ("bare + copies", copies),
         ("hookkit run_with_cache", hookkit_cache),
         ("hookkit, no patterns", hookkit_no_patterns),
+        ("hookkit, SDPA model", hookkit_sdpa),
     ]
     try:
         bridge = bridge_of(model)
@@ -129,6 +140,8 @@ def main() -> None:
     mine = got["hookkit run_with_cache"]
     for name, value in got["bare + copies"].items():  # every name but the patterns (no module holds them)
         assert torch.equal(mine[name], value), name
+    for name, value in got["hookkit, SDPA model"].items():
+        assert float((value - mine[name]).abs().max()) < 1e-4, name  # SDPA against eager: float32 rounding
     theirs = got.get("bridge run_with_cache")
     if theirs is not None:
         worst = max(float((mine[n].float() - theirs[n].float()).abs().max()) for n in mine if n in theirs and n != "hook_pos_embed")
@@ -149,6 +162,7 @@ def main() -> None:
     print(table(rows, ["variant", "ms / forward", "x bare", "x bare + copies", "IQR vs copies"]))
     if theirs is not None:
         print(f"hookkit / bridge: {ratio(res, 'hookkit run_with_cache', 'bridge run_with_cache'):.3f}")
+        print(f"hookkit on the SDPA model / bridge: {ratio(res, 'hookkit, SDPA model', 'bridge run_with_cache'):.3f}")
         print(f"kept: hookkit {len(mine)} names, {kept_mb(mine):.1f} MiB; bridge {len(theirs)} hooks, {kept_mb(theirs):.1f} MiB")
 
 
