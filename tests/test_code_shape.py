@@ -17,37 +17,16 @@ SRC = ROOT / "src" / "hookkit"
 MAX_COMPLEXITY = 20
 MAX_LINES = 80
 
-# Temporary: functions of issue 38's other half (core, sites, interventions, capture, the transformer
-# analyses), being split on that branch. Remove each line as its function comes under the limits.
-PENDING = {
-    "core/router.py:LayerHooks._on_post",
-    "core/select.py:_match_one",
-    "core/positions.py:Positions.select",
-    "core/positions.py:Positions.__init__",
-    "core/sequences.py:stitch",
-    "observers/capture.py:capture.__init__",
-    "observers/capture.py:_map_deep",
-    "analyses/lens.py:logit_lens",
-    "interventions/output_edits.py:patch",
-}
-# Temporary: this half's functions not split yet (issue 38, item 5). Remove each line as it is split.
-PENDING |= {
-    "apps/demo.py:_run",
-    "apps/report/__init__.py:report",
-    "apps/targets.py:load_model",
-    "observers/features.py:FeatureArray.__getitem__",
-    "observers/features.py:read_index",
-    "observers/nonfinite.py:watch_nonfinite.check",
-    "observers/reductions.py:parse_reduce",
-    "observers/stats/loaded.py:_read_meta",
-    "observers/stats/weights.py:WeightStats._record",
-    "observers/stats/weights.py:WeightStats.__init__",
-    "observers/summary/build.py:_attribute",
-    "observers/summary/build.py:_assemble",
-    "observers/summary/build.py:summarize",
-    "observers/summary/inputs.py:build_inputs",
-    "observers/summary/table.py:cell",
-}
+# Functions allowed over the limits for now (none: keep it so).
+PENDING: set[str] = set()
+
+
+def _docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of the function's docstring: a parameter described is documentation, not length of code."""
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return (first.end_lineno or first.lineno) - first.lineno + 1
+    return 0
 
 
 def _functions(path: Path) -> list[tuple[str, int, int]]:
@@ -56,7 +35,7 @@ def _functions(path: Path) -> list[tuple[str, int, int]]:
     lines: dict[tuple[str, int], int] = {}
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines[node.name, node.lineno] = (node.end_lineno or node.lineno) - node.lineno + 1
+            lines[node.name, node.lineno] = (node.end_lineno or node.lineno) - node.lineno + 1 - _docstring_lines(node)
     found = []
     todo = [b for b in radon_complexity.cc_visit(code) if not hasattr(b, "methods")]  # classes: their methods come too
     while todo:
@@ -82,11 +61,6 @@ def test_no_function_is_too_complex_or_too_long():
     assert not new, f"functions over complexity {MAX_COMPLEXITY} or {MAX_LINES} lines (split them): {new}"
 
 
-def test_the_pending_list_holds_only_functions_still_over():
-    stale = PENDING - set(_over_limits())
-    assert not stale, f"now under the limits or gone: remove from PENDING: {sorted(stale)}"
-
-
 def test_the_measure_sees_complexity_and_length(tmp_path):
     branches = "\n".join(f"    if x == {i}:\n        return {i}" for i in range(MAX_COMPLEXITY))
     path = tmp_path / "m.py"
@@ -94,10 +68,13 @@ def test_the_measure_sees_complexity_and_length(tmp_path):
     got = {name: (c, n) for name, c, n in _functions(path)}
     assert got["f"][0] == MAX_COMPLEXITY + 1
     assert got["A.g"][1] == 86
+    documented = tmp_path / "d.py"
+    documented.write_text('def h(x):\n    """One.\n\n    Two.\n    """\n' + "    x += 1\n" * 3 + "    return x\n")
+    assert {name: n for name, _, n in _functions(documented)}["h"] == 5  # the def and its 4 lines of code, not its docstring
 
 
-# Temporary: dead code in the other half of issue 38's files (removed on that branch).
-VULTURE_PENDING = {("core/router.py", "_fwd_fns"), ("core/select.py", "name_of")}
+# Temporary: dead code not removed yet, as (path under src/hookkit, name).
+VULTURE_PENDING: set[tuple[str, str]] = set()
 
 
 def test_no_dead_code():

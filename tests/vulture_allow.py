@@ -27,5 +27,10 @@ out_val, out_shape, hx
 _.register_stack
 # operation sites: the installed forward's signature (generate() and friends inspect it); the def
 # node's decorators cleared before compiling (the rewritten forward's decorators are rebuilt from cells)
+# the operation sites' forward wrapper: pickle calls __reduce_ex__(protocol); inspect reads __signature__;
+# compile() reads the rewritten function's decorator_list (emptied on the ast node)
+protocol
 _.__signature__
 _.decorator_list
+# argparse reads a parser's formatter_class when it prints --help (apps/cli.py sets it after building the parser)
+_.formatter_class

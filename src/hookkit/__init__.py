@@ -61,10 +61,25 @@ from hookkit.observers.compat import (
 )
 from hookkit.observers.extract import extract
 from hookkit.observers.features import ExtractError, FeatureArray, Features, FeaturesError, load_features
+from hookkit.observers.graph import Graph, GraphWarning, graph  # graph of one forward (issue 45)
 from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_grad, on_output_grad
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+from hookkit.observers.summary.plan import MemoryPlan
+from hookkit.sae import (  # sparse autoencoders (issue 42)
+    SAE,
+    FeatureStats,
+    FeatureViews,
+    SAEFileError,
+    Splice,
+    TopFeatures,
+    Trained,
+    feature_views,
+    read_sae_metrics,
+    splice,
+    train_sae,
+)
 from hookkit.sites.names import names
 from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 
@@ -156,12 +171,36 @@ __all__ = [
     "Operation",
     "Operations",
     "SourceUnavailable",
+    # graph of one forward (issue 45)
+    "graph",
+    "Graph",
+    "GraphWarning",
+    # sparse autoencoders (issue 42)
+    "SAE",
+    "SAEFileError",
+    "FeatureStats",
+    "Splice",
+    "TopFeatures",
+    "splice",
+    "Trained",
+    "read_sae_metrics",
+    "train_sae",
+    "FeatureViews",
+    "feature_views",
+    "MemoryPlan",
+    # standard names, activation cache, direct logit attribution (issue 41)
     "names",
     "run_with_cache",
     "ActivationCache",
     "logit_attribution",
     "LogitAttribution",
 ]
+
+# an unknown keyword argument of a public function or class gets "did you mean" (core/keywords.py)
+from hookkit.core.keywords import suggest_keywords_of  # noqa: E402
+
+globals().update(suggest_keywords_of({n: globals()[n] for n in __all__ if n in globals()}))
+del suggest_keywords_of
 
 
 def __getattr__(name: str) -> object:

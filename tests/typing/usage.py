@@ -34,6 +34,7 @@ def run() -> None:
     s = hookkit.summary(model, (2, 5))
     assert_type(s, hookkit.Summary)
     assert_type(s.total_params, int)
+    assert_type(s.memory_plan(ranks=2, sharding="fsdp"), hookkit.MemoryPlan)  # issue 43
 
     with hookkit.ActivationStats(model) as acts:
         model(x)
@@ -80,6 +81,9 @@ def run() -> None:
     handle.remove()
     assert_type(hookkit.remove_all(model), int)
     assert_type(hookkit.__version__, str)
+    g = hookkit.graph(model, x)  # hookkit.graph (issue 45)
+    assert_type(g, hookkit.Graph)
+    assert_type(g.edge_pairs(), list[tuple[str, str]])
     lens()
 
 

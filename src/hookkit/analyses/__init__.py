@@ -3,7 +3,10 @@
 Each is a driver of the same router as every other feature (it captures and edits through
 ``capture`` / ``attach``), computes in the model's framework through the backend's op families
 (``backend_for(model).family("tensor_math")``), and leaves the model as it found it
-(``passes.analysis_pass``). Shared pieces: ``targets`` (what score to explain), ``passes``.
+(``passes.analysis_pass``). One package per workflow, each with one template: ``cam``,
+``attribution``, ``diff`` (and the transformer analyses); a CAM or attribution method is one function
+and one table entry in its package's ``methods``. Shared pieces: ``targets`` (what score to explain),
+``passes``, ``inputs``; ``port`` copies weights across frameworks (pairing layers as ``diff`` does).
 """
 
 from hookkit.core.deprecation import moved_modules

@@ -167,7 +167,6 @@ def _run(
     backend: Backend, epochs: int, out: pathlib.Path, seed: int, limit: int | None, batch_size: int, lr: float, quiet: bool
 ) -> dict[str, Any]:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import hookkit
 
@@ -195,46 +194,7 @@ def _run(
     rng = np.random.default_rng(seed)
     n_batches = -(-len(x_train) // batch_size)
     try:
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        ) as progress:
-            task = progress.add_task(f"training ({framework})", total=epochs * n_batches, info="")
-            curves: dict[str, dict[str, list[float]]] = {
-                "training loss": {"step": [], "value": []},
-                "held-out accuracy": {"step": [], "value": []},
-            }
-            for epoch in range(epochs):
-                backend.set_training(model, True)
-                order = rng.permutation(len(x_train))
-                losses = []
-                for b in range(n_batches):
-                    idx = order[b * batch_size : (b + 1) * batch_size]
-                    loss = kit.cross_entropy(model(_tensor(backend, x_train[idx])), _tensor(backend, y_train[idx]))
-                    loss.backward()
-                    opt.step()
-                    kit.clear_grads(opt)
-                    losses.append(backend.detach(loss))
-                    progress.advance(task)
-                # one host sync per epoch, not per step
-                step_losses = [float(backend.to_numpy(v)) for v in losses]
-                mean_loss = float(np.mean(step_losses))
-                curves["training loss"]["step"] += list(range(epoch * n_batches, (epoch + 1) * n_batches))
-                curves["training loss"]["value"] += step_losses
-                backend.set_training(model, False)
-                with backend.no_grad():
-                    held_out = float((backend.to_numpy(model(_tensor(backend, x_test))).argmax(axis=1) == y_test).mean())
-                curves["held-out accuracy"]["step"].append((epoch + 1) * n_batches - 1)
-                curves["held-out accuracy"]["value"].append(held_out)
-                progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f} held-out accuracy {held_out:.3f}")
-        backend.set_training(model, False)
-        with backend.no_grad():
-            logits = backend.to_numpy(model(_tensor(backend, x_test)))
+        curves, logits = _train(backend, model, opt, (x_train, y_train, x_test, y_test), epochs, batch_size, rng, console)
     finally:
         for h in handles:
             h.remove()
@@ -248,16 +208,7 @@ def _run(
     acts.save(out)
     grads.save(out)
     summary = hookkit.summary(model, input_size=(1, 1, 8, 8))
-    dropout = {
-        layer: {
-            "kind": kind,
-            "p": p,
-            "fraction": meters[layer].fraction(True) or 0.0,
-            "calls": meters[layer].counts[True][2],
-            "eval_fraction": round(meters[layer].fraction(False) or 0.0, 6),
-        }
-        for layer, kind, p in DROPOUT
-    }
+    dropout = _dropout_facts(meters)
     meta = {
         "framework": framework,
         "data": f"sklearn digits, {len(x_train)} train / {len(x_test)} held out",
@@ -288,6 +239,69 @@ def _run(
         "dropout": dropout,
         "model": model,
         "steps": epochs * n_batches,
+    }
+
+
+def _train(
+    backend: Backend, model: Any, opt: Any, data: tuple[np.ndarray, ...], epochs: int, batch_size: int, rng: Any, console: Any
+) -> tuple[dict[str, dict[str, list[float]]], np.ndarray]:
+    """The training loop under a progress bar: the loss and held-out accuracy curves, and the final
+    held-out logits."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # lazy: rich for the demo
+
+    kit = backend.family("demo_kit")
+    x_train, y_train, x_test, y_test = data
+    n_batches = -(-len(x_train) // batch_size)
+    curves: dict[str, dict[str, list[float]]] = {"training loss": {"step": [], "value": []}, "held-out accuracy": {"step": [], "value": []}}
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(f"training ({backend.name})", total=epochs * n_batches, info="")
+        for epoch in range(epochs):
+            backend.set_training(model, True)
+            order = rng.permutation(len(x_train))
+            losses = []
+            for b in range(n_batches):
+                idx = order[b * batch_size : (b + 1) * batch_size]
+                loss = kit.cross_entropy(model(_tensor(backend, x_train[idx])), _tensor(backend, y_train[idx]))
+                loss.backward()
+                opt.step()
+                kit.clear_grads(opt)
+                losses.append(backend.detach(loss))
+                progress.advance(task)
+            # one host sync per epoch, not per step
+            step_losses = [float(backend.to_numpy(v)) for v in losses]
+            mean_loss = float(np.mean(step_losses))
+            curves["training loss"]["step"] += list(range(epoch * n_batches, (epoch + 1) * n_batches))
+            curves["training loss"]["value"] += step_losses
+            backend.set_training(model, False)
+            with backend.no_grad():
+                held_out = float((backend.to_numpy(model(_tensor(backend, x_test))).argmax(axis=1) == y_test).mean())
+            curves["held-out accuracy"]["step"].append((epoch + 1) * n_batches - 1)
+            curves["held-out accuracy"]["value"].append(held_out)
+            progress.update(task, info=f"epoch {epoch + 1}/{epochs} loss {mean_loss:.3f} held-out accuracy {held_out:.3f}")
+    backend.set_training(model, False)
+    with backend.no_grad():
+        logits = backend.to_numpy(model(_tensor(backend, x_test)))
+    return curves, logits
+
+
+def _dropout_facts(meters: dict[str, _DropMeter]) -> dict[str, dict[str, Any]]:
+    """Per plug-in dropout layer: its kind, p, the fraction of non-zero outputs it dropped (training, eval)."""
+    return {
+        layer: {
+            "kind": kind,
+            "p": p,
+            "fraction": meters[layer].fraction(True) or 0.0,
+            "calls": meters[layer].counts[True][2],
+            "eval_fraction": round(meters[layer].fraction(False) or 0.0, 6),
+        }
+        for layer, kind, p in DROPOUT
     }
 
 

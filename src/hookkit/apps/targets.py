@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.backends import backend_for
@@ -104,7 +104,15 @@ def seed_frameworks(seed: int) -> None:
             pass
 
 
-def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weights: str | None = None) -> Any:
+def load_model(
+    target: str,
+    kw: dict[str, Any],
+    *,
+    seed: int | None = None,
+    weights: str | None = None,
+    meta: bool = False,
+    config: dict[str, Any] | None = None,
+) -> Any:
     """Import ``package.module:callable`` and call it with ``kw`` (a transformers model class is
     built from its config class); unknown keywords are refused with the closest valid ones.
 
@@ -112,7 +120,40 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
     are the same on every run). ``weights``: a ``from_pretrained`` folder (a transformers class;
     read locally, nothing downloaded) or a weights file loaded strictly into the built model
     (``.safetensors``; PyTorch ``.pt``/``.pth``/``.bin``/``.ckpt`` read with ``weights_only``; Paddle
-    ``.pdparams``, a pickle: only files you trust)."""
+    ``.pdparams``, a pickle: only files you trust). ``meta``: build the model without allocating its
+    weights (PyTorch's meta device), for ``hookkit summary --meta``. ``config``: settings of a
+    transformers model class's config (a ``config.json``'s), under ``kw``."""
+    obj = _resolve(target)
+    folder = weights is not None and os.path.isdir(weights)
+    if weights is not None and not folder and not os.path.isfile(weights):
+        raise TargetError(f"--weights {weights!r}: no such file or folder")
+    build = _builder(obj, target, kw, weights if folder else None, config)
+    if seed is not None:
+        seed_frameworks(seed)
+    try:
+        if meta:
+            with _empty_init(target, weights):
+                model = build()
+        else:
+            model = build()
+    except TargetError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}"[:500]) from None
+    if not is_model(model):
+        raise TargetError(f"{target} returned {type(model).__name__}, not a model (torch.nn.Module or paddle.nn.Layer)")
+    if meta:
+        try:
+            backend_for(model).family("meta").empty_init()
+        except NotImplementedError:
+            raise TargetError(f"--meta: {target} built a {backend_for(model).name} model, and only PyTorch has a meta device") from None
+    if weights is not None and not folder:
+        _load_file(model, weights)
+    return model
+
+
+def _resolve(target: str) -> Any:
+    """The object ``package.module:callable`` names (the module imported)."""
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise TargetError(f"TARGET must look like package.module:callable; got {target!r}")
@@ -128,41 +169,49 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise TargetError(f"{module_name!r} has no attribute {attr!r} ({part!r} is missing{hint})")
         obj = getattr(obj, part)
+    return obj
+
+
+def _builder(obj: Any, target: str, kw: dict[str, Any], folder: str | None, config: dict[str, Any] | None = None) -> Callable[[], Any]:
+    """What builds the model from ``obj`` and ``kw`` (checked first); ``folder``: a from_pretrained folder;
+    ``config``: a transformers config's settings (``--config``), under ``kw``."""
     config_class = getattr(obj, "config_class", None) if isinstance(obj, type) else None
-    folder = weights is not None and os.path.isdir(weights)
-    if weights is not None and not folder and not os.path.isfile(weights):
-        raise TargetError(f"--weights {weights!r}: no such file or folder")
-    if folder:  # a transformers model class from a local from_pretrained folder; --kw overrides its config
+    if folder is not None:  # a transformers model class from a local from_pretrained folder; --kw overrides its config
         if config_class is None:
             raise TargetError(
-                f"--weights {weights!r} is a folder: a from_pretrained folder needs a transformers model class as TARGET; "
+                f"--weights {folder!r} is a folder: a from_pretrained folder needs a transformers model class as TARGET; "
                 "for other models give a weights file (.safetensors, .pt, .pdparams)"
             )
         _check_keys(kw, _config_keys(config_class), config_class.__name__)
-        build = lambda: obj.from_pretrained(weights, local_files_only=True, **kw)  # noqa: E731
-    elif config_class is not None:  # a transformers model class: build it from a config
+        return lambda: obj.from_pretrained(folder, local_files_only=True, **kw)
+    if config_class is not None:  # a transformers model class: build it from a config
         _check_keys(kw, _config_keys(config_class), config_class.__name__)
-        build = lambda: obj(config_class(**kw))  # noqa: E731
-    elif callable(obj) and not is_model(obj):
+        settings = {**(config or {}), **kw}
+        return lambda: obj(config_class(**settings))
+    if config is not None:
+        raise TargetError(f"--config: {target} is not a transformers model class (one with a config_class): give its settings with --kw")
+    if callable(obj) and not is_model(obj):
         valid = _signature_keys(obj)
         if valid is not None:
             _check_keys(kw, valid, target)
-        build = lambda: obj(**kw)  # noqa: E731
-    else:
-        if kw:
-            raise TargetError(f"{target} is a model object, not a callable: --kw has nothing to configure")
-        build = lambda: obj  # noqa: E731
-    if seed is not None:
-        seed_frameworks(seed)
-    try:
-        model = build()
-    except Exception as e:  # noqa: BLE001
-        raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}"[:500]) from None
-    if not is_model(model):
-        raise TargetError(f"{target} returned {type(model).__name__}, not a model (torch.nn.Module or paddle.nn.Layer)")
-    if weights is not None and not folder:
-        _load_file(model, weights)
-    return model
+        return lambda: obj(**kw)
+    if kw:
+        raise TargetError(f"{target} is a model object, not a callable: --kw has nothing to configure")
+    return lambda: obj
+
+
+def _empty_init(target: str, weights: str | None) -> Any:
+    """The first loaded framework's context for building without weights (PyTorch's meta device)."""
+    from hookkit.backends import loaded_backends
+
+    if weights is not None:
+        raise TargetError("--meta builds the model without weights: it takes no --weights")
+    for backend in loaded_backends():
+        try:
+            return backend.family("meta").empty_init()
+        except NotImplementedError:
+            continue
+    raise TargetError(f"--meta: {target} is not a PyTorch model, and only PyTorch has a meta device (Paddle has none)")
 
 
 def _load_file(model: Any, path: str) -> None:

@@ -23,6 +23,7 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any, overload
 
+from hookkit.core.entry import entry_name
 from hookkit.core.errors import UnsupportedModel
 from hookkit.core.registry import backend_for
 from hookkit.core.validate import ArgumentTypeError, fail
@@ -218,7 +219,7 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def check_layout(value: Any, fn: str) -> HeadLayout:
+def check_layout(value: Any, fn: str | None = None) -> HeadLayout:
     """``head_layout=``: a HeadLayout or a (projection submodule, n_heads, d_head) tuple."""
     if isinstance(value, HeadLayout):
         return value
@@ -231,9 +232,10 @@ def check_layout(value: Any, fn: str) -> HeadLayout:
     return HeadLayout(proj, int(n), int(d))
 
 
-def head_layout(layer: Any, name: str, fn: str, override: Any = None) -> HeadLayout:
+def head_layout(layer: Any, name: str, fn: str | None = None, override: Any = None) -> HeadLayout:
     """Where ``layer``'s heads split: ``override`` (``head_layout=``) or its registered family; an
-    unknown module is refused naming it and the known families."""
+    unknown module is refused naming it and the known families (``fn``: default the public entry's)."""
+    fn = fn or entry_name()
     if override is not None:
         layout = check_layout(override, fn)
         fam = attention_family(layer)
@@ -257,8 +259,9 @@ def head_layout(layer: Any, name: str, fn: str, override: Any = None) -> HeadLay
     return HeadLayout(proj, int(n), int(d), fam.name, fam.scores, fam.token_axis)
 
 
-def submodule(layer: Any, path: str, name: str, fn: str) -> Any:
+def submodule(layer: Any, path: str, name: str, fn: str | None = None) -> Any:
     """The submodule at ``path`` of ``layer`` (named ``name``), or a clear error."""
+    fn = fn or entry_name()
     sub = read_path(layer, path)
     if sub is _MISSING:
         raise UnsupportedModel(f"{fn}(): layer {name!r} ({type(layer).__name__}) has no submodule {path!r}")

@@ -7,6 +7,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from hookkit.core.entry import entry_name
+from hookkit.core.user_frame import user_stacklevel
+
 
 class SkippedOutputWarning(UserWarning):
     """A feature met a layer output it cannot work on (an integer output for dropout, a complex one
@@ -23,14 +26,17 @@ def warn_skip(fn: str, layer: str, dtype: str, why: str) -> None:
         return
     _warned.add(key)
     where = f"layer {layer!r}" if layer else "the model (root)"
-    warnings.warn(f"{fn}(): left the {dtype} output of {where} unchanged: {why} (warned once)", SkippedOutputWarning, stacklevel=2)
+    msg = f"{fn}(): left the {dtype} output of {where} unchanged: {why} (warned once)"
+    warnings.warn(msg, SkippedOutputWarning, stacklevel=user_stacklevel())  # the user's line
 
 
-def output_guard(backend: Any, op: Callable[..., Any], *, fn: str, kinds: Sequence[str] = ("float",)) -> Callable[..., Any]:
+def output_guard(backend: Any, op: Callable[..., Any], *, fn: str | None = None, kinds: Sequence[str] = ("float",)) -> Callable[..., Any]:
     """``op(t, *args)`` made safe for any output: ``guarded(t, *args, layer=name)`` returns ``t``
     unchanged (warning once) when its dtype kind ("float", "complex", "int", "bool") is not in
     ``kinds``, returns an empty ``t`` as it is, and runs ``op`` in float32 (cast back) where the
-    framework has no kernels for ``t``'s dtype on its device (half precision on Paddle's CPU)."""
+    framework has no kernels for ``t``'s dtype on its device (half precision on Paddle's CPU).
+    ``fn``: the public function its warning names (default: the entry's, taken now)."""
+    fn = fn or entry_name()
     kind_of, compute_dtype, dtype_name, is_empty, cast = (
         backend.dtype_kind,
         backend.compute_dtype,

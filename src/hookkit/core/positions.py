@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from hookkit.core.architectures import token_dim
+from hookkit.core.entry import entry_name
 from hookkit.core.registry import backend_for
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
 from hookkit.core.weakmap import IdentityWeakMap
@@ -112,7 +113,7 @@ def model_token_dim(model: Any, ops: Any = None) -> int | None:
     return ops.token_dim(model)
 
 
-def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positions") -> int:
+def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str | None = None) -> int:
     """The token axis of ``model``'s activations: ``token_dim`` when given, else what the backend
     knows of the model's family (``model_token_dim``: 1 for ``transformers`` models and ``paddle.nn``
     transformers).
@@ -120,6 +121,7 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positio
     >>> token_dim_of(gpt2)   # doctest: +SKIP
     1
     """
+    fn = fn or entry_name("positions")
     if token_dim is not None:
         if isinstance(token_dim, bool) or not isinstance(token_dim, int) or token_dim < 0:
             fail(fn, "token_dim", "None (the model's own) or an int >= 0 (the token axis of its activations)", token_dim)
@@ -134,7 +136,7 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str = "positio
 
 
 # -- steps= -------------------------------------------------------------------------------------------
-def check_steps(steps: Any, fn: str) -> Any:
+def check_steps(steps: Any, fn: str | None = None) -> Any:
     """``steps=``: None, an int >= 0, a list of them or a range -> something supporting ``in``."""
     if steps is None:
         return None
@@ -174,6 +176,9 @@ def _span(positions: range, lo: int, hi: int, offset: int) -> Selection | None:
     return Selection(slice(a - offset, b - offset), range(a, b), a == positions.start and b == positions.stop)
 
 
+_VALID = f"an int >= 0, a list of them, a slice, or one of {', '.join(map(repr, KEYWORDS))}"
+
+
 class Positions:
     """A parsed ``positions=`` argument: ints (absolute positions), a list of them, a slice
     (``slice(8, None)``: from 8 on), ``"all"``, ``"last"`` (the newest position of each forward),
@@ -182,43 +187,36 @@ class Positions:
 
     __slots__ = ("spec", "kind", "explicit", "start", "stop", "step", "fn")
 
-    def __init__(self, spec: Any, fn: str):
+    def __init__(self, spec: Any, fn: str | None = None):
+        fn = fn or entry_name()
         self.spec, self.fn = spec, fn
         self.explicit: tuple[int, ...] = ()  # positions that must be reached
         self.start = 0  # kind "from": the first position
         self.stop: int | None = None
         self.step = 1
-        valid = f"an int >= 0, a list of them, a slice, or one of {', '.join(map(repr, KEYWORDS))}"
         if isinstance(spec, str):
             if spec not in KEYWORDS:
-                fail(fn, "positions", valid, spec)
+                fail(fn, "positions", _VALID, spec)
             self.kind = spec
         elif isinstance(spec, slice):
-            start, stop, step = spec.start or 0, spec.stop, 1 if spec.step is None else spec.step
-            for v in (start, stop, step):
-                if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
-                    fail(fn, "positions", valid, spec, kind=ArgumentTypeError)
-            if start < 0 or (stop is not None and stop < 0) or step < 1:
-                fail(fn, "positions", f"{valid} (a slice of absolute positions: bounds >= 0, step >= 1)", spec)
-            if stop is None:
-                self.kind, self.start, self.step = "from", int(start), int(step)
-            else:
-                self.kind, self.explicit = "set", tuple(range(start, stop, step))
-                if not self.explicit:
-                    fail(fn, "positions", f"{valid} (this slice selects nothing)", spec)
+            self._from_slice(spec)
         else:
-            items = [spec] if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) else spec
-            if isinstance(items, (bytes, dict)) or not isinstance(items, Iterable):
-                fail(fn, "positions", valid, spec, kind=ArgumentTypeError)
-            items = list(items)
-            if not items:
-                fail(fn, "positions", valid + " (this list is empty)", spec)
-            for p in items:
-                if isinstance(p, bool) or not isinstance(p, numbers.Integral):
-                    fail(fn, "positions", valid, spec, kind=ArgumentTypeError)
-                if p < 0:
-                    fail(fn, "positions", f"{valid} (absolute positions from the start of the sequence, >= 0)", spec)
-            self.kind, self.explicit = "set", tuple(sorted({int(p) for p in items}))
+            self.kind, self.explicit = "set", _listed(spec, fn)
+
+    def _from_slice(self, spec: slice) -> None:
+        fn = self.fn
+        start, stop, step = spec.start or 0, spec.stop, 1 if spec.step is None else spec.step
+        for v in (start, stop, step):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+                fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+        if start < 0 or (stop is not None and stop < 0) or step < 1:
+            fail(fn, "positions", f"{_VALID} (a slice of absolute positions: bounds >= 0, step >= 1)", spec)
+        if stop is None:
+            self.kind, self.start, self.step = "from", int(start), int(step)
+        else:
+            self.kind, self.explicit = "set", tuple(range(start, stop, step))
+            if not self.explicit:
+                fail(fn, "positions", f"{_VALID} (this slice selects nothing)", spec)
 
     def __repr__(self) -> str:
         return f"positions={self.spec!r}"
@@ -246,27 +244,46 @@ class Positions:
             end = offset + length if not pos.cached or pos.prompt is None else pos.prompt
             return _span(span, 0, end, offset)
         if kind == "generated":
-            if not pos.cached or pos.prompt is None:
-                return None
-            return _span(span, pos.prompt, span.stop, offset)
-        if kind == "from":
-            first = max(self.start, span.start)
-            first += (-(first - self.start)) % self.step
-            found = list(range(first, span.stop, self.step))
-        else:
-            if not pos.cached and self.explicit[-1] >= span.stop:
-                past = [p for p in self.explicit if p >= span.stop]
-                raise InvalidArgument(
-                    f"{self.fn}: position{'s' if len(past) > 1 else ''} {', '.join(map(str, past[:8]))} "
-                    f"past the end of the forward on layer {layer!r}: it has {length} positions (0..{length - 1}) "
-                    "and no cache to continue it"
-                )
-            found = [p for p in self.explicit if span.start <= p < span.stop]
+            return None if not pos.cached or pos.prompt is None else _span(span, pos.prompt, span.stop, offset)
+        found = self._from_on(span) if kind == "from" else self._listed_in(span, pos, length, layer)
         if not found:
             return None
         if len(found) == 1 or found[-1] - found[0] == len(found) - 1:
             return Selection(slice(found[0] - offset, found[-1] + 1 - offset), range(found[0], found[-1] + 1), len(found) == length)
         return Selection([p - offset for p in found], found, False)
+
+    def _from_on(self, span: range) -> list[int]:
+        """Kind "from": the positions of ``span`` from ``start`` on, every ``step``."""
+        first = max(self.start, span.start)
+        first += (-(first - self.start)) % self.step
+        return list(range(first, span.stop, self.step))
+
+    def _listed_in(self, span: range, pos: TokenPos, length: int, layer: str) -> list[int]:
+        """Kind "set": the listed positions within ``span`` (past its end without a cache: an error)."""
+        if not pos.cached and self.explicit[-1] >= span.stop:
+            past = [p for p in self.explicit if p >= span.stop]
+            raise InvalidArgument(
+                f"{self.fn}: position{'s' if len(past) > 1 else ''} {', '.join(map(str, past[:8]))} "
+                f"past the end of the forward on layer {layer!r}: it has {length} positions (0..{length - 1}) "
+                "and no cache to continue it"
+            )
+        return [p for p in self.explicit if span.start <= p < span.stop]
+
+
+def _listed(spec: Any, fn: str) -> tuple[int, ...]:
+    """``positions=`` as an int or a list of ints: the sorted distinct positions."""
+    items = [spec] if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) else spec
+    if isinstance(items, (bytes, dict)) or not isinstance(items, Iterable):
+        fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+    items = list(items)
+    if not items:
+        fail(fn, "positions", _VALID + " (this list is empty)", spec)
+    for p in items:
+        if isinstance(p, bool) or not isinstance(p, numbers.Integral):
+            fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+        if p < 0:
+            fail(fn, "positions", f"{_VALID} (absolute positions from the start of the sequence, >= 0)", spec)
+    return tuple(sorted({int(p) for p in items}))
 
 
 class Reach:

@@ -85,9 +85,12 @@ def _shown(positions: Any) -> str:
     return ", ".join(map(str, p[:8])) + (", ..." if len(p) > 8 else "")
 
 
+_FN = "capture.sequence"
+
+
 def stitch(be: Any, name: str, records: list, dim: int, index: int, call: int | None, selected: bool) -> Any:
     """Join the records of ``name``'s latest sequence along ``dim`` (see ``capture.sequence``)."""
-    fn = "capture.sequence"
+    fn = _FN
     if not records:
         raise KeyError(f"layer {name!r} has not run since the capture started")
     last = records[-1]
@@ -95,40 +98,50 @@ def stitch(be: Any, name: str, records: list, dim: int, index: int, call: int | 
         raise InvalidArgument(f"{fn}: the capture kept no outputs of layer {name!r} (capture(..., outputs=False))")
     if last.pos is None or last.pos.seq < 0:
         return tensor_at(be, last.output, index, fn, name)  # run outside the root's forward (an encoder): as is
-    seq = last.pos.seq
+    mine = _latest_call(records, last.pos.seq, name, call)
+    if selected:
+        pieces = [tensor_at(be, r.output, index, _FN, name) for r in mine]
+    else:
+        pieces = _joinable(be, mine, name, dim, index)
+    if len(pieces) == 1:
+        return pieces[0]
+    return be.family("tensor_math").cat(pieces, dim)
+
+
+def _latest_call(records: list, seq: int, name: str, call: int | None) -> list:
+    """The records of sequence ``seq`` of one call of the layer (``call``, or its only one)."""
     mine = [r for r in records if r.pos is not None and r.pos.seq == seq]
     calls = sorted({r.call for r in mine})
     if call is None:
         if len(calls) > 1:
-            raise InvalidArgument(f"{fn}: layer {name!r} runs {len(calls)} times per forward (calls {calls}): pass call= to pick one")
+            raise InvalidArgument(f"{_FN}: layer {name!r} runs {len(calls)} times per forward (calls {calls}): pass call= to pick one")
         call = calls[0]
     elif call not in calls:
-        raise InvalidArgument(f"{fn}: layer {name!r} has no call {call} in its latest sequence; its calls: {calls}")
-    mine = [r for r in mine if r.call == call]
+        raise InvalidArgument(f"{_FN}: layer {name!r} has no call {call} in its latest sequence; its calls: {calls}")
+    return [r for r in mine if r.call == call]
+
+
+def _joinable(be: Any, mine: list, name: str, dim: int, index: int) -> list:
+    """The records' tensors, checked to follow each other along the token axis."""
     pieces = []
     expected = 0
     for r in mine:
-        t = tensor_at(be, r.output, index, fn, name)
-        if selected:
-            pieces.append(t)
-            continue
-        length = token_length(be, t, dim, fn, name)
+        t = tensor_at(be, r.output, index, _FN, name)
+        length = token_length(be, t, dim, _FN, name)
         pos = r.pos
         if pos.cached and pos.tokens is not None and length != pos.tokens:
             raise InvalidArgument(
-                f"{fn}: layer {name!r} does not see every position: at generation step {pos.gen_step} it gave {length} "
+                f"{_FN}: layer {name!r} does not see every position: at generation step {pos.gen_step} it gave {length} "
                 f"position{'s' if length != 1 else ''} where the forward fed {pos.tokens} (an lm_head that generate() runs on "
                 "the last position only); its records cannot be joined into the sequence (cap.calls(name) has them per step)"
             )
         start = pos.offset if pos.cached else 0
         if start != expected:
             raise InvalidArgument(
-                f"{fn}: the records of layer {name!r} start at position {start} at generation step {pos.gen_step} where "
+                f"{_FN}: the records of layer {name!r} start at position {start} at generation step {pos.gen_step} where "
                 f"position {expected} was expected: some steps of the sequence were not recorded (capture(keep=...), "
                 "steps=, or a capture started during the generation)"
             )
         expected = start + length
         pieces.append(t)
-    if len(pieces) == 1:
-        return pieces[0]
-    return be.family("tensor_math").cat(pieces, dim)
+    return pieces

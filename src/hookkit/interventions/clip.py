@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
@@ -75,6 +76,7 @@ def _check_positive(x: float | None, arg: str) -> float | None:
     return check_number(x, fn="clip_grad", arg=arg, low=0, low_open=True, optional=True)
 
 
+@public_entry()
 def clip_grad(
     model: Layer,
     layers: LayerSpec,
@@ -99,13 +101,13 @@ def clip_grad(
     >>> h = hookkit.clip_grad(model, "conv1", value=1.0, target="params")   # doctest: +SKIP
     >>> loss.backward(); opt.step(); h.remove()                              # doctest: +SKIP
     """
-    check_model(model, fn="clip_grad")
+    check_model(model)
     value, norm = _check_positive(value, "value"), _check_positive(norm, "norm")
     if value is None and norm is None:
         raise InvalidArgument(
             "clip_grad(): value= (clip each element) and/or norm= (clip each tensor's L2 norm) must be given; got neither"
         )
-    check_choice(target, TARGETS, fn="clip_grad", arg="target")
+    check_choice(target, TARGETS, arg="target")
     backend = backend_for(model)
     if scaler is not None and not _is_scaler(backend, scaler):
         fail(
@@ -116,9 +118,7 @@ def clip_grad(
         )
     named = select(model, layers)
     # complex gradients have a norm but no order: clamping them is skipped (one warning)
-    guarded = output_guard(
-        backend, _clipper(backend, value, norm, scaler), fn="clip_grad", kinds=("float",) if value is not None else ("float", "complex")
-    )
+    guarded = output_guard(backend, _clipper(backend, value, norm, scaler), kinds=("float",) if value is not None else ("float", "complex"))
 
     def clip(g: Any, name: str = "") -> Any:
         return None if g is None else guarded(g, layer=name)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import Event
 from hookkit.core.select import LayerSpec
@@ -23,6 +24,7 @@ def _work(be: Any, t: Any) -> Any:
     return be.cast(t, "float32") if be.dtype_name(t) in ("float16", "bfloat16", "bool") else t
 
 
+@public_entry()
 def mask_activations(
     model: Layer,
     layers: LayerSpec,
@@ -43,7 +45,7 @@ def mask_activations(
     >>> h = hookkit.mask_activations(model, "conv1", threshold=0.1)   # doctest: +SKIP
     >>> h.remove()
     """
-    check_model(model, fn="mask_activations")
+    check_model(model)
     given = [k for k, v in (("threshold", threshold), ("top_k", top_k), ("channels", channels)) if v is not None]
     if len(given) != 1:
         raise InvalidArgument(
@@ -52,7 +54,7 @@ def mask_activations(
     be = backend_for(model)
 
     if threshold is not None:
-        thr = check_number(threshold, fn="mask_activations", arg="threshold", low=0)
+        thr = check_number(threshold, arg="threshold", low=0)
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
             w = _work(be, t)
@@ -60,7 +62,7 @@ def mask_activations(
             return out if w is t else cast_like(be, out, t)
 
     elif top_k is not None:
-        k = check_int(top_k, fn="mask_activations", arg="top_k", low=1)
+        k = check_int(top_k, arg="top_k", low=1)
 
         def apply(t: Any, pos: int, ev: Event) -> Any:
             shape = be.shape(t)
@@ -78,7 +80,7 @@ def mask_activations(
             return out if w is flat else cast_like(be, out, t)
 
     else:
-        mask = Converted(check_tensor_like(channels, be, fn="mask_activations", arg="channels", ndim=1))
+        mask = Converted(check_tensor_like(channels, be, arg="channels", ndim=1))
         n = be.shape(mask.value)[0]
 
         def apply(t: Any, pos: int, ev: Event) -> Any:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, attach_params
@@ -145,6 +146,7 @@ class Pruning(HandleGroup):
         return f"<hookkit.Pruning {len(self.masks)} parameters, sparsity {self.sparsity():.3f}, {state}>"
 
 
+@public_entry()
 def prune(
     model: Layer,
     layers: LayerSpec,
@@ -165,12 +167,12 @@ def prune(
     >>> p = hookkit.prune(model, ["conv1", "fc"], amount=0.3)   # doctest: +SKIP
     >>> p.sparsity(); p.make_permanent()
     """
-    check_model(model, fn="prune")
-    check_choice(method, METHODS, fn="prune", arg="method")
+    check_model(model)
+    check_choice(method, METHODS, arg="method")
     _check_amount(amount)
-    check_number(n, fn="prune", arg="n", low=0, low_open=True, finite=False)
-    check_int(dim, fn="prune", arg="dim")
-    check_str(param, fn="prune", arg="param")
+    check_number(n, arg="n", low=0, low_open=True, finite=False)
+    check_int(dim, arg="dim")
+    check_str(param, arg="param")
     be = backend_for(model)
     named = select(model, layers)
     targets = []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
@@ -29,8 +30,8 @@ __all__ = ["channel_dropout", "drop_block", "drop_block_2d", "drop_path", "dropo
 
 
 # -- shared plumbing ----------------------------------------------------------------------------
-def _check_prob(p: float, arg: str, fn: str) -> float:
-    return check_probability(p, fn=fn, arg=arg)
+def _check_prob(p: float, arg: str) -> float:
+    return check_probability(p, arg=arg)
 
 
 def _map_first(output: Any, op: Callable[[Any], Any], is_tensor: Callable[[Any], bool]) -> Any:
@@ -49,12 +50,12 @@ def _map_first(output: Any, op: Callable[[Any], Any], is_tensor: Callable[[Any],
     return new if done[0] else None
 
 
-def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any], fn: str = "") -> HandleGroup:
+def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any]) -> HandleGroup:
     """Attach ``op`` to the outputs of the selected layers, acting only while a layer is training.
     Integer, bool and complex outputs are left alone (one warning); empty ones pass through."""
     backend = backend_for(model)
     is_training, is_tensor = backend.is_training, backend.is_tensor
-    guarded = output_guard(backend, op, fn=fn or "intervention")
+    guarded = output_guard(backend, op, fn=entry_name("intervention"))  # named now: the warning comes at forward time
 
     def consume(ev: Event) -> Any:
         if not is_training(ev.layer):
@@ -65,25 +66,27 @@ def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any], fn: str
 
 
 # -- the ops ------------------------------------------------------------------------------------
+@public_entry()
 def dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     """Element-wise dropout on the selected layers' outputs, in training only (scaled by 1/(1-p)).
 
     >>> h = hookkit.dropout(model, "layer3", p=0.2)   # doctest: +SKIP
     >>> h.remove()                                      # doctest: +SKIP
     """
-    check_model(model, fn="dropout")
-    p = _check_prob(p, "p", "dropout")
-    return _train_only(model, layers, partial(backend_for(model).dropout, p=p), "dropout")
+    check_model(model)
+    p = _check_prob(p, "p")
+    return _train_only(model, layers, partial(backend_for(model).dropout, p=p))
 
 
+@public_entry()
 def channel_dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGroup:
     """Dropout2d semantics: zero whole channels (dim 1) per sample, scale the rest by 1/(1-p).
     Works on (N, C, ...) outputs of any rank; 4-D outputs use the framework's own dropout2d.
 
     >>> h = hookkit.channel_dropout(model, ["layer3", "layer4"], p=0.3)   # doctest: +SKIP
     """
-    check_model(model, fn="channel_dropout")
-    p = _check_prob(p, "p", "channel_dropout")
+    check_model(model)
+    p = _check_prob(p, "p")
     backend = backend_for(model)
 
     def op(t: Any) -> Any:
@@ -91,19 +94,21 @@ def channel_dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGr
             fail("channel_dropout", "layers", "layers whose outputs are (N, C, ...)", t)
         return backend.channel_dropout(t, p)
 
-    return _train_only(model, layers, op, "channel_dropout")
+    return _train_only(model, layers, op)
 
 
+@public_entry()
 def drop_path(model: Layer, layers: LayerSpec, p: float, scale_by_keep: bool = True) -> HandleGroup:
     """Stochastic depth (timm's ``drop_path``) on the output of a residual BRANCH: zero whole samples
     with probability ``p`` and scale the kept ones by 1/(1-p). Select the branch, not the block that
-    adds the shortcut, or whole samples of the trunk are dropped.
+    adds the shortcut, or whole samples of the trunk are dropped. ``scale_by_keep=False`` leaves the
+    kept samples unscaled (timm's option).
 
     >>> h = hookkit.drop_path(model, "blocks.*.mlp", p=0.1)   # doctest: +SKIP
     """
-    check_model(model, fn="drop_path")
-    p = _check_prob(p, "p", "drop_path")
-    scale_by_keep = check_bool(scale_by_keep, fn="drop_path", arg="scale_by_keep")
+    check_model(model)
+    p = _check_prob(p, "p")
+    scale_by_keep = check_bool(scale_by_keep, arg="scale_by_keep")
     keep = 1.0 - p
     backend = backend_for(model)
 
@@ -114,39 +119,43 @@ def drop_path(model: Layer, layers: LayerSpec, p: float, scale_by_keep: bool = T
             mask = mask / keep
         return t * mask
 
-    return _train_only(model, layers, op, "drop_path")
+    return _train_only(model, layers, op)
 
 
+@public_entry()
 def gaussian_noise(model: Layer, layers: LayerSpec, std: float) -> HandleGroup:
-    """Add N(0, std^2) noise to the selected layers' outputs, in training only.
+    """Add N(0, std^2) noise to the selected layers' outputs, in training only (``std``: the noise's
+    standard deviation, >= 0).
 
     >>> h = hookkit.gaussian_noise(model, "fc1", std=0.1)   # doctest: +SKIP
     """
-    check_model(model, fn="gaussian_noise")
-    std = check_number(std, fn="gaussian_noise", arg="std", low=0)
+    check_model(model)
+    std = check_number(std, arg="std", low=0)
     randn_like = backend_for(model).randn_like
-    return _train_only(model, layers, lambda t: t + std * randn_like(t), "gaussian_noise")
+    return _train_only(model, layers, lambda t: t + std * randn_like(t))
 
 
+@public_entry()
 def drop_block(
     model: Layer, layers: LayerSpec, p: float = 0.1, block_size: int | tuple[int, int] = 7, gamma_scale: float = 1.0
 ) -> HandleGroup:
     """DropBlock (timm's ``drop_block_2d``) on (N, C, H, W) outputs, in training only: zero square
     (or ``(bh, bw)``) blocks per sample and channel, then rescale by numel / kept. Any block size,
-    odd or even; H != W; blocks larger than the feature map are clipped to it.
+    odd or even; H != W; blocks larger than the feature map are clipped to it. ``block_size``: the
+    blocks' side, or ``(bh, bw)``; ``gamma_scale``: scales the rate of block centres (timm's).
 
     >>> h = hookkit.drop_block(model, "layer3", p=0.1, block_size=5)   # doctest: +SKIP
     """
-    check_model(model, fn="drop_block")
-    p = _check_prob(p, "p", "drop_block")
+    check_model(model)
+    p = _check_prob(p, "p")
     _block_hw(block_size, 1, 1)  # validate now, not at the first forward
-    gamma_scale = check_number(gamma_scale, fn="drop_block", arg="gamma_scale", low=0)
+    gamma_scale = check_number(gamma_scale, arg="gamma_scale", low=0)
     rand_like = backend_for(model).rand_like
 
     def op(t: Any) -> Any:
         return drop_block_2d(t, rand_like(t), p, block_size, gamma_scale)
 
-    return _train_only(model, layers, op, "drop_block")
+    return _train_only(model, layers, op)
 
 
 def _block_hw(block_size: int | tuple[int, int], h: int, w: int) -> tuple[int, int]:

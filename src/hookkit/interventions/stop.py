@@ -12,6 +12,7 @@ import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import HookkitError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, Halt, attach
@@ -43,12 +44,12 @@ class Stop(HandleGroup):
     ``run.output`` holds the output.
     """
 
-    def __init__(
-        self, model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, _fn: str = "Stop", **capture_kwargs: Any
-    ):
+    @public_entry("Stop")
+    def __init__(self, model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any):
         super().__init__()
-        check_model(model, fn=_fn)
-        check_int(call, fn=_fn, arg="call", low=0)
+        _fn = entry_name()
+        check_model(model)
+        check_int(call, arg="call", low=0)
         named = select(model, layer)
         if len(named) != 1:
             raise InvalidArgument(
@@ -107,13 +108,17 @@ class Stop(HandleGroup):
     def __exit__(  # type: ignore[override]
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        self.remove()
-        return isinstance(exc, StopForward) and exc.owner is self
+        if isinstance(exc, StopForward) and exc.owner is self:
+            self.remove()
+            return True
+        super().__exit__(exc_type, exc, tb)  # removes; a framework error gets the failing layer's note
+        return False
 
     def __repr__(self) -> str:
         return f"<hookkit.Stop after {self.name!r} call {self.call}, {'removed' if self.removed else 'active'}>"
 
 
+@public_entry()
 def stop_after(model: Layer, layer: LayerSpec, *, call: int = 0) -> Stop:
     """Stop every forward of ``model`` right after ``layer`` ran (its ``call``-th call); remove to undo.
 
@@ -121,15 +126,17 @@ def stop_after(model: Layer, layer: LayerSpec, *, call: int = 0) -> Stop:
     ...     model(x)
     >>> run.output
     """
-    return Stop(model, layer, call=call, _fn="stop_after")
+    return Stop(model, layer, call=call)
 
 
+@public_entry()
 def run_until(model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
     """A runner that stops the forward after ``layer`` and returns its output; ``capture=[layers]``
-    also records those layers (``capture``'s keyword arguments pass through).
+    also records those layers; ``capture_kwargs``: more keyword arguments of ``hookkit.capture`` for
+    them (``grads=True``, ``keep="last"``...).
 
     >>> with hookkit.run_until(model, "layer3", capture=["conv1", "layer1"]) as run:   # doctest: +SKIP
     ...     feats = run(x)
     >>> run.capture["conv1"]
     """
-    return Stop(model, layer, call=call, capture=capture, _fn="run_until", **capture_kwargs)
+    return Stop(model, layer, call=call, capture=capture, **capture_kwargs)

@@ -11,17 +11,18 @@ from enum import Enum
 from functools import partial
 from itertools import count
 from types import FunctionType, MethodType, ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
+from hookkit.core.entry import entered
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.sequences import select_output, stitch
+from hookkit.core.sequences import select_output, stitch, tensor_at
 from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_model, fail
+from hookkit.core.validate import InvalidArgument, check_bool, check_model, fail
 from hookkit.sites import RecordSource, Site, attach_sites, names_of, resolve
 
 _SLOT = object()
@@ -44,52 +45,75 @@ def _map_deep(obj: Any, fn: Callable[[Any], Any], be: Any, memo: dict[int, Any],
     if key in memo:
         return memo[key]
     memo[key] = obj  # a cycle comes back to the original object: terminates
-    new: Any = obj
-    if isinstance(obj, tuple):
-        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            new = type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    elif isinstance(obj, list):
-        items = [_map_deep(o, fn, be, memo, depth + 1) for o in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            new = items
-    elif isinstance(obj, dict):
-        values = {k: _map_deep(v, fn, be, memo, depth + 1) for k, v in obj.items()}
-        if any(values[k] is not v for k, v in obj.items()):
-            if type(obj) is dict:
-                new = values
-            else:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
-                try:
-                    new = type(obj)(**values)
-                except TypeError:
-                    new = type(obj)()
-                    new.update(values)
-    elif be.is_layer(obj) or isinstance(obj, Enum):
+    if be.is_layer(obj) or isinstance(obj, Enum):
         return obj
+
+    def inner(o: Any) -> Any:
+        return _map_deep(o, fn, be, memo, depth + 1)
+
+    if isinstance(obj, tuple):
+        new = _map_tuple(obj, inner)
+    elif isinstance(obj, list):
+        items = [inner(o) for o in obj]
+        new = items if any(a is not b for a, b in zip(items, obj)) else obj
+    elif isinstance(obj, dict):
+        new = _map_dict(obj, inner)
     else:
-        try:
-            new = copy.copy(obj)
-        except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
-            return obj
-        changes = {}
-        fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
-        names = fields or list(getattr(obj, "__dict__", {}))
-        names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
-        for n in dict.fromkeys(names):
-            if n.startswith("__"):
-                continue
-            try:
-                value = getattr(obj, n)
-            except AttributeError:
-                continue
-            mapped = _map_deep(value, fn, be, memo, depth + 1)
-            if mapped is not value:
-                changes[n] = mapped
-        if changes or new is not obj:
-            for n, v in changes.items():
-                object.__setattr__(new, n, v)  # also frozen dataclasses
+        new = _map_object(obj, inner)
     memo[key] = new
     return new
+
+
+def _map_tuple(obj: tuple, inner: Callable[[Any], Any]) -> Any:
+    items = [inner(o) for o in obj]
+    if all(a is b for a, b in zip(items, obj)):
+        return obj
+    return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
+
+
+def _map_dict(obj: dict, inner: Callable[[Any], Any]) -> Any:
+    values = {k: inner(v) for k, v in obj.items()}
+    if all(values[k] is v for k, v in obj.items()):
+        return obj
+    if type(obj) is dict:
+        return values
+    try:  # Hugging Face ModelOutput is an OrderedDict dataclass: rebuild it from keywords
+        return type(obj)(**values)
+    except TypeError:
+        new = type(obj)()
+        new.update(values)
+        return new
+
+
+def _map_object(obj: Any, inner: Callable[[Any], Any]) -> Any:
+    """A shallow copy of ``obj`` with its attributes (fields, ``__dict__``, slots) mapped; ``obj``
+    itself when it cannot be copied."""
+    try:
+        new = copy.copy(obj)
+    except Exception:  # noqa: BLE001 - locks, handles...: not ours to copy
+        return obj
+    fields = [f.name for f in dataclasses.fields(obj)] if dataclasses.is_dataclass(obj) else []
+    names = fields or list(getattr(obj, "__dict__", {}))
+    names += [n for c in type(obj).__mro__ for n in getattr(c, "__slots__", ()) if isinstance(n, str)]
+    for n in dict.fromkeys(names):
+        if n.startswith("__"):
+            continue
+        try:
+            value = getattr(obj, n)
+        except AttributeError:
+            continue
+        mapped = inner(value)
+        if mapped is not value:
+            object.__setattr__(new, n, mapped)  # also frozen dataclasses
+    return new
+
+
+class TopK(NamedTuple):
+    """What ``capture(..., top_k=k)`` records per call: the ``k`` largest ``values`` along the last
+    axis (largest first) and their ``indices`` there, two tensors on the output's device."""
+
+    values: Any
+    indices: Any
 
 
 class Record:
@@ -124,7 +148,7 @@ class Record:
         return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
 
 
-class _Grads:
+class CapturedGrads:
     """``cap.grads[name]``: the most recent gradient w.r.t. that layer's output (per call: ``cap.calls(name)[i].grad``)."""
 
     def __init__(self, cap: capture):
@@ -146,6 +170,16 @@ class _Grads:
         return [n for n in self._cap._records if n in self]
 
 
+def _check_top_k(top_k: Any, outputs: bool) -> int | None:
+    if top_k is None:
+        return None
+    if type(top_k) is not int or top_k < 1:
+        fail("capture", "top_k", "None or an int >= 1 (how many of the last axis's largest values to keep)", top_k)
+    if not outputs:
+        fail("capture", "top_k", "None with outputs=False (top_k= keeps the largest values of the outputs)", top_k)
+    return top_k
+
+
 def _keep_limit(keep: Any) -> int | None:
     """``keep`` -> how many forwards to hold (None: all)."""
     if keep == "all" and isinstance(keep, str):
@@ -165,6 +199,10 @@ class capture(HandleGroup, RecordSource):
     >>> cap["h.0.attn"]          # last output of that layer
     >>> cap.calls("h.0.attn")    # every call's Record, in order
     >>> cap.grads["h.0.attn"]    # gradient w.r.t. that output
+
+    ``grads=True`` also keeps the gradient w.r.t. each recorded output (``cap.grads[name]``);
+    ``inputs=True`` also keeps each call's inputs (``Record.inputs``, ``Record.kwargs``);
+    ``outputs=False`` keeps no outputs (with ``inputs=True``: the inputs only).
 
     ``detach`` keeps outputs out of the graph (default), whatever holds them (tuples, dicts,
     dataclasses, Hugging Face ``ModelOutput`` and cache objects); ``clone`` copies them (needed when
@@ -193,6 +231,18 @@ class capture(HandleGroup, RecordSource):
 
     ``heads=True`` (or a list of head indices) on attention layers of a known family records each
     call's per-head input of the output projection, ``[B, H, T, d_head]`` (see ``hookkit.ablate``).
+
+    ``top_k=k`` keeps, of each output (its tensor at ``index``), only the ``k`` largest values along
+    the last axis and their indices: ``cap[name]`` is a ``TopK(values, indices)``, two ``[..., k]``
+    tensors on the output's device (no host copy), instead of the dense output. For SAE features,
+    ``[..., d_sae]`` becomes ``[..., k]``:
+
+    >>> with hookkit.capture(model, sp.features, top_k=8) as cap:   # doctest: +SKIP
+    ...     model(ids)
+    >>> values, indices = cap[sp.features]      # [B, T, 8] each
+
+    ``top_k``: None (default: the dense output), or an int >= 1: the number of largest values along
+    the last axis kept per output, with their indices.
     """
 
     def __init__(
@@ -213,8 +263,32 @@ class capture(HandleGroup, RecordSource):
         steps: Any = None,
         token_dim: int | None = None,
         index: int = 0,
+        top_k: int | None = None,
     ):
         super().__init__()
+        self._backend = self._options(model, keep, positions, steps, token_dim, index)
+        self._check_flags(inputs, outputs, grads, detach, clone, to)
+        self._top_k = _check_top_k(top_k, outputs)
+        self._model = weakref.ref(model)
+        self._inputs, self._outputs, self._grads = inputs, outputs, grads
+        self._detach, self._to, self._clone = detach, to, clone
+        # outputs only, detached, kept where they are: each layer's consumer is a closure without lookups
+        self._plain_records = (
+            outputs and not (inputs or grads or clone) and detach and to is None and self._limit is None
+            and self._positions is None and self._gen_steps is None and self._top_k is None
+        )  # fmt: skip
+        self._records: dict[str, list[Record]] = {}
+        self._shared: tuple | None = None  # what every layer's consumer binds (``_forward_consumer``)
+        self._seq = count()  # numbers records in the order the calls happened, across layers
+        if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
+            with entered("capture"):
+                found = resolve(model, layers, heads=heads, head_layout=head_layout)
+            self._attach_views(model, found, "heads", heads)
+        else:
+            self._attach_layers(model, layers, grads)
+
+    def _options(self, model: Any, keep: Any, positions: Any, steps: Any, token_dim: Any, index: Any) -> Any:
+        """Check the options that shape the records; the model's backend."""
         self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
         self._positions = None if positions is None else Positions(positions, "capture")
         self._gen_steps = None if steps is None else check_steps(steps, "capture")
@@ -223,36 +297,23 @@ class capture(HandleGroup, RecordSource):
             fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
         self._index = index
         self._steps: deque[int] = deque()
-        self._backend = check_model(model, fn="capture")
-        self._check_flags(inputs, outputs, grads, detach, clone, to)
-        self._model = weakref.ref(model)
+        backend = check_model(model, fn="capture")
         if self._positions is not None and self._token_dim is None:
             self._token_dim = token_dim_of(model, fn="capture")
-        self._inputs, self._outputs, self._grads = inputs, outputs, grads
-        self._detach, self._to, self._clone = detach, to, clone
-        # outputs only, detached, kept where they are: each layer's consumer is a closure without lookups
-        self._plain_records = (
-            outputs and not (inputs or grads or clone) and detach and to is None and self._limit is None
-            and self._positions is None and self._gen_steps is None
-        )  # fmt: skip
-        self._records: dict[str, list[Record]] = {}
-        self._seq = count()  # numbers records in the order the calls happened, across layers
-        if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
-            self._attach_views(model, resolve(model, layers, heads=heads, head_layout=head_layout), "heads", heads)
-            return
+        return backend
+
+    def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
+        """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
         named = select(model, layers)
         self.names: list[str] = named.names
         self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
         self._records = {name: [] for name in self.names}
         try:
             # the placements join this capture's own handles (one level to remove, not two)
-            self.handles += attach_each(
-                model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER
-            )
+            consumer = self._forward_consumer
+            attach_each(model, [(name, layer, consumer(name), None) for name, layer in named], "forward", OBSERVER, self)
             if grads:
-                self.handles += attach_each(
-                    model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER
-                )
+                attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER, self)
         except BaseException:
             self.remove()
             raise
@@ -268,9 +329,9 @@ class capture(HandleGroup, RecordSource):
                 fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
 
     @property
-    def grads(self) -> _Grads:
+    def grads(self) -> CapturedGrads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
-        return _Grads(self)  # made per access: a capture holds no reference to itself
+        return CapturedGrads(self)  # made per access: a capture holds no reference to itself
 
     def _attach_views(self, model: Any, found: list[Site], kind: str, given: Any) -> None:
         """Sites whose value is a view of a tensor (``heads=``: ``[B, H, T, d_head]``): each call's
@@ -300,7 +361,8 @@ class capture(HandleGroup, RecordSource):
         """Record ``value`` as layer ``name``'s output at ``ev``'s call (consumers computing what they record)."""
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
             self._new_step(ev.step, self._limit)
-        self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, self._keep(value), ev.pos))
+        kept = self._keep(value if self._top_k is None else self._top(name, value, 0 if self._backend.is_tensor(value) else self._index))
+        self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, kept, ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
     def _forward_consumer(self, name: str) -> Any:
@@ -308,9 +370,13 @@ class capture(HandleGroup, RecordSource):
         kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
         if not self._plain_records:
             return partial(self._on_forward, name)
-        # bound once: the layer's list is never replaced (clear() empties it in place)
-        append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep
-        seq = self._seq
+        # bound once per capture: the backend's functions; per layer: its list, never replaced
+        # (clear() empties it in place)
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = (self._backend.is_tensor, self._backend.detach, self._keep, self._seq)
+        is_tensor, detach, keep, seq = shared
+        append = self._records[name].append
 
         def on_forward(ev: Event) -> None:
             out = ev.output
@@ -334,6 +400,19 @@ class capture(HandleGroup, RecordSource):
             return t
 
         return _map_deep(value, keep, be, {})
+
+    def _top(self, name: str, output: Any, index: int) -> TopK:
+        """``top_k=``: the ``k`` largest values along the last axis of the output's tensor at
+        ``index``, and their indices (on its device: no host sync)."""
+        be, k = self._backend, self._top_k
+        t = tensor_at(be, output, index, "capture()", name)
+        width = t.shape[-1] if len(t.shape) else 0
+        if k > width:  # type: ignore[operator]  # set: top_k= given
+            raise InvalidArgument(
+                f"capture(): top_k={k} is larger than the last axis of {name!r}'s output (shape {list(t.shape)}); give top_k in 1..{width}"
+            )
+        values, indices = be.family("tensor_math").topk(be.detach(t) if self._detach else t, k)
+        return TopK(values, indices)
 
     def _new_step(self, step: int, limit: int) -> None:
         """A record of a forward not seen yet: forget the forwards beyond ``keep`` (``limit``)."""
@@ -364,7 +443,8 @@ class capture(HandleGroup, RecordSource):
         rec = Record(name, ev.call, ev.step, None, ev.pos, next(self._seq))
         rec.positions = selected
         if self._outputs:
-            rec.output = self._keep(output)
+            top = None if self._top_k is None else self._top(name, output, self._index if selected is None else 0)
+            rec.output = self._keep(output if top is None else top)
         if self._inputs:
             rec.inputs = self._keep(ev.args)
             rec.kwargs = self._keep(ev.kwargs) if ev.kwargs else {}
@@ -456,6 +536,8 @@ class capture(HandleGroup, RecordSource):
         """
         if name not in self._records:
             self._last(name)
+        if self._top_k is not None:
+            fail("capture.sequence", "name", "a layer of a capture made without top_k= (top-k records are not joined)", name)
         dim = self._token_dim
         if dim is None:
             model = self._model()
@@ -482,5 +564,10 @@ class capture(HandleGroup, RecordSource):
         self._steps.clear()
 
     def __repr__(self) -> str:
-        n = sum(len(v) for v in self._records.values())
-        return f"<hookkit.capture {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
+        n, k = sum(len(v) for v in self._records.values()), len(self.names)
+        return f"<hookkit.capture {k} layer{'' if k == 1 else 's'}, {n} record{'' if n == 1 else 's'}, {'removed' if self.removed else 'active'}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import capture_html  # lazy: HTML for notebooks, loaded when displayed
+
+        return capture_html(self)

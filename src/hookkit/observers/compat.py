@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from hookkit.backends import backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.tree import map_tensors
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_model, fail
@@ -150,37 +151,39 @@ def hook_outputs(modules: Iterable[Any], detach: bool = True, cpu: bool = False,
     return Hooks(modules, _hook_storage, detach=detach, cpu=cpu, is_forward=not grad)
 
 
-def _first_param(m: Any, fn: str) -> Any:
+def _first_param(m: Any) -> Any:
     params = backend_for(m).parameters(m)
     if not params:
-        fail(fn, "m", "a model with parameters (their device is the dummy batch's)", m)
+        fail(None, "m", "a model with parameters (their device is the dummy batch's)", m)
     return params[0]
 
 
+@public_entry()
 def in_channels(m: Any) -> int:
     """The input channels of the first convolution-like layer (a weight of 4 dimensions) in ``m``.
 
     >>> in_channels(cnn)   # doctest: +SKIP
     3
     """
-    return _in_channels(m, "in_channels")
+    return _in_channels(m)
 
 
-def _in_channels(m: Any, fn: str) -> int:
+def _in_channels(m: Any) -> int:
     backend = backend_for(m)
     for _, layer in backend.named_layers(m):
         w = getattr(layer, "weight", None)
         if w is not None and len(backend.shape(w)) == 4:
             return backend.shape(w)[1]
-    fail(fn, "m", "a model with a layer whose weight has 4 dimensions (a 2-d convolution: its input channels)", m)
+    fail(None, "m", "a model with a layer whose weight has 4 dimensions (a 2-d convolution: its input channels)", m)
 
 
-def _check_size(size: Any, fn: str) -> None:
+def _check_size(size: Any) -> None:
     ok = isinstance(size, (tuple, list)) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in size)
     if not ok:
-        fail(fn, "size", "a (height, width) pair of ints >= 1", size, kind=ArgumentTypeError)
+        fail(None, "size", "a (height, width) pair of ints >= 1", size, kind=ArgumentTypeError)
 
 
+@public_entry()
 def dummy_eval(m: Any, size: tuple[int, int] = (64, 64)) -> Any:
     """Run ``m`` in eval mode on a random batch of one ``(1, in_channels, *size)`` image, without gradients.
     Unlike fastai, the training mode is restored afterwards.
@@ -189,10 +192,10 @@ def dummy_eval(m: Any, size: tuple[int, int] = (64, 64)) -> Any:
     """
     import numpy as np
 
-    backend = check_model(m, fn="dummy_eval", arg="m")
-    _check_size(size, "dummy_eval")
-    ch = _in_channels(m, "dummy_eval")
-    like = _first_param(m, "dummy_eval")
+    backend = check_model(m, arg="m")
+    _check_size(size)
+    ch = _in_channels(m)
+    like = _first_param(m)
     x = backend.from_numpy(np.random.uniform(-1.0, 1.0, (1, ch, *size)).astype("float32"), like)
     was = backend.is_training(m)
     backend.set_training(m, False)
@@ -203,14 +206,15 @@ def dummy_eval(m: Any, size: tuple[int, int] = (64, 64)) -> Any:
         backend.set_training(m, was)
 
 
+@public_entry()
 def model_sizes(m: Any, size: tuple[int, int] = (64, 64)) -> list[tuple[int, ...]]:
     """Output shape of each child of ``m`` on a dummy batch (``dummy_eval``), as tuples.
 
     >>> model_sizes(nn.Sequential(nn.Conv2d(3, 16, 3, padding=1)))   # doctest: +SKIP
     [(1, 16, 64, 64)]
     """
-    backend = check_model(m, fn="model_sizes", arg="m")
-    _check_size(size, "model_sizes")
+    backend = check_model(m, arg="m")
+    _check_size(size)
     with hook_outputs(m) as hooks:
         dummy_eval(m, size=size)
         return [backend.shape(o.stored) for o in hooks]

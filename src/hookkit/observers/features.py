@@ -256,42 +256,57 @@ class FeatureArray:
         rest: tuple = ()
         if isinstance(key, tuple):
             key, rest = (key[0], key[1:]) if key else (slice(None), ())
-        n = len(self)
+        whole_rows = (slice(None), *rest)
         if key is Ellipsis:
             where = (Ellipsis, *rest)
             return np.asarray(self)[where]
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-            i = int(key) + (n if key < 0 else 0)
-            if not 0 <= i < n:
-                raise IndexError(f"index {int(key)} is out of range for {n} samples of {self.name!r}")
-            if self._order is not None:
-                i = int(self._order[i])
-            k = bisect.bisect_right(self._starts, i) - 1
-            row = self._part(k)[i - self._starts[k]]
+            row = self._row(int(key))
             return row[rest] if rest else row
         if isinstance(key, slice):
-            start, stop, step = key.indices(n)
-            if step == 1 and self._order is None:
-                k = bisect.bisect_right(self._starts, start) - 1
-                if stop <= self._starts[min(k + 1, len(self._starts) - 1)] and start < stop:  # one shard: a view
-                    part = self._part(k)[start - self._starts[k] : stop - self._starts[k]]
-                    whole_rows = (slice(None), *rest)
-                    return part[whole_rows] if rest else part
+            view = self._view(key)
+            if view is not None:  # rows of one shard: a view
+                return view[whole_rows] if rest else view
+            start, stop, step = key.indices(len(self))
             idx = np.arange(start, stop, step)
         else:
-            idx = np.asarray(key)
-            if idx.dtype == bool:
-                if idx.shape != (n,):
-                    raise IndexError(f"a boolean mask over {self.name!r} must have shape ({n},); got {idx.shape}")
-                idx = np.flatnonzero(idx)
-            elif not np.issubdtype(idx.dtype, np.integer) or idx.ndim != 1:
-                raise IndexError(f"index {self.name!r} with an int, a slice, a 1-d integer array or a mask; got {key!r}"[:200])
-            if idx.size and (idx.min() < -n or idx.max() >= n):
-                raise IndexError(f"indices out of range for {n} samples of {self.name!r}")
-            idx = np.where(idx < 0, idx + n, idx)
+            idx = self._indices(key)
         out = self._rows(idx)
-        whole_rows = (slice(None), *rest)
         return out[whole_rows] if rest else out
+
+    def _row(self, key: int) -> np.ndarray:
+        n = len(self)
+        i = key + (n if key < 0 else 0)
+        if not 0 <= i < n:
+            raise IndexError(f"index {key} is out of range for {n} samples of {self.name!r}")
+        if self._order is not None:
+            i = int(self._order[i])
+        k = bisect.bisect_right(self._starts, i) - 1
+        return self._part(k)[i - self._starts[k]]
+
+    def _view(self, key: slice) -> np.ndarray | None:
+        """The rows of a step-1 slice within one shard, as a view of it (None: not so)."""
+        start, stop, step = key.indices(len(self))
+        if step != 1 or self._order is not None:
+            return None
+        k = bisect.bisect_right(self._starts, start) - 1
+        if stop <= self._starts[min(k + 1, len(self._starts) - 1)] and start < stop:
+            return self._part(k)[start - self._starts[k] : stop - self._starts[k]]
+        return None
+
+    def _indices(self, key: Any) -> np.ndarray:
+        """Row indices from a 1-d integer array (negatives from the end) or a boolean mask."""
+        n = len(self)
+        idx = np.asarray(key)
+        if idx.dtype == bool:
+            if idx.shape != (n,):
+                raise IndexError(f"a boolean mask over {self.name!r} must have shape ({n},); got {idx.shape}")
+            return np.flatnonzero(idx)
+        if not np.issubdtype(idx.dtype, np.integer) or idx.ndim != 1:
+            raise IndexError(f"index {self.name!r} with an int, a slice, a 1-d integer array or a mask; got {key!r}"[:200])
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            raise IndexError(f"indices out of range for {n} samples of {self.name!r}")
+        return np.where(idx < 0, idx + n, idx)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         if self._order is not None:
@@ -364,7 +379,12 @@ class Features(Mapping):
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k!r}: {list(a.shape)} {a.dtype}" for k, a in self._arrays.items())
-        return f"<hookkit.Features {self.path!r} {self.count} samples {{{inner}}}>"
+        return f"<hookkit.Features {self.path!r} {self.count} sample{'' if self.count == 1 else 's'} {{{inner}}}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import features_html
+
+        return features_html(self)
 
 
 def read_index(out: str, name: str = INDEX, rank: int | None = None) -> dict[str, Any]:
@@ -397,33 +417,41 @@ def read_index(out: str, name: str = INDEX, rank: int | None = None) -> dict[str
     total = batches = 0
     first: dict[str, int] = {}
     for i, s in enumerate(shards):
-        if not isinstance(s, dict):
-            raise FeaturesError(f"{where}: shard entry {i} must be an object")
-        fname = s.get("file")
-        if not isinstance(fname, str) or not _SHARD_NAME.fullmatch(fname):
-            raise FeaturesError(
-                f"{where}: shard entry {i} names file {fname!r}; shard files are plain names like 'shard-00000.safetensors' inside the folder"[
-                    :300
-                ]
-            )
-        if fname in first:  # the same rows twice, or rows in another order: refused, never read
-            raise FeaturesError(f"{where}: {INDEX} lists shard {fname!r} twice (entries {first[fname]} and {i}); each shard is listed once")
-        first[fname] = i
-        if fname != shard_name(i, rank):
-            raise FeaturesError(
-                f"{where}: {INDEX} lists shard {fname!r} as entry {i}; shards are listed in the order written: expected {shard_name(i, rank)!r}"
-            )
-        count = _int(s.get("count"), "count", f"{where}, shard {fname!r}")
-        sizes = s.get("batch_sizes", [count])
-        if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {fname!r}") for n in sizes) != count:
-            raise FeaturesError(f"{where}: shard {fname!r}: batch_sizes must be a list of integers summing to its count {count}")
+        count, sizes = _shard_entry(i, s, first, where, INDEX, rank)
         total += count
-        batches += len(sizes)
+        batches += sizes
     if _int(index.get("batches", batches), "batches", where) != batches:
         raise FeaturesError(f"{where}: the index counts {index.get('batches')} batches but its shards list {batches} batch sizes")
     if _int(index.get("count"), "count", where) != total:
         raise FeaturesError(f"{where}: the index counts {index.get('count')} samples but its shards hold {total}")
     return index
+
+
+def _shard_entry(i: int, s: Any, first: dict[str, int], where: str, index_name: str, rank: int | None) -> tuple[int, int]:
+    """Entry ``i`` of an index's shard list, checked: ``(its rows, its batches)``; ``first``: files seen so far."""
+    if not isinstance(s, dict):
+        raise FeaturesError(f"{where}: shard entry {i} must be an object")
+    fname = s.get("file")
+    if not isinstance(fname, str) or not _SHARD_NAME.fullmatch(fname):
+        raise FeaturesError(
+            f"{where}: shard entry {i} names file {fname!r}; shard files are plain names like 'shard-00000.safetensors' inside the folder"[
+                :300
+            ]
+        )
+    if fname in first:  # the same rows twice, or rows in another order: refused, never read
+        raise FeaturesError(
+            f"{where}: {index_name} lists shard {fname!r} twice (entries {first[fname]} and {i}); each shard is listed once"
+        )
+    first[fname] = i
+    if fname != shard_name(i, rank):
+        raise FeaturesError(
+            f"{where}: {index_name} lists shard {fname!r} as entry {i}; shards are listed in the order written: expected {shard_name(i, rank)!r}"
+        )
+    count = _int(s.get("count"), "count", f"{where}, shard {fname!r}")
+    sizes = s.get("batch_sizes", [count])
+    if not isinstance(sizes, list) or sum(_int(n, "batch_sizes", f"{where}, shard {fname!r}") for n in sizes) != count:
+        raise FeaturesError(f"{where}: shard {fname!r}: batch_sizes must be a list of integers summing to its count {count}")
+    return count, len(sizes)
 
 
 def _read_ranked(out: str, top: dict[str, Any], where: str) -> dict[str, Any]:

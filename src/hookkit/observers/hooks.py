@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import GradientNotTracked
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach, hook_tensor
@@ -30,6 +31,7 @@ def _check_hook_args(fn_name: str, fn: Any, priority: Any, with_kwargs: Any = Fa
     check_int(priority, fn=fn_name, arg="priority")
 
 
+@public_entry()
 def on_forward_pre(
     model: Layer, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION
 ) -> HandleGroup:
@@ -39,7 +41,7 @@ def on_forward_pre(
 
     >>> h = hookkit.on_forward_pre(model, "flatten", lambda layer, inputs: print(inputs))   # doctest: +SKIP
     """
-    check_model(model, fn="on_forward_pre")
+    check_model(model)
     _check_hook_args("on_forward_pre", fn, priority, with_kwargs)
     if with_kwargs:
 
@@ -56,13 +58,14 @@ def on_forward_pre(
     return attach(model, select(model, layers), "forward_pre", consume, priority)
 
 
+@public_entry()
 def on_forward(model: Layer, layers: LayerSpec, fn: Callable, *, with_kwargs: bool = False, priority: int = INTERVENTION) -> HandleGroup:
     """Call ``fn(layer, inputs, output)`` after each selected layer runs; a non-None return replaces the
     output. With ``with_kwargs=True``: ``fn(layer, inputs, kwargs, output)``.
 
     >>> h = hookkit.on_forward(model, "flatten", lambda layer, inputs, out: 2 * out)   # doctest: +SKIP
     """
-    check_model(model, fn="on_forward")
+    check_model(model)
     _check_hook_args("on_forward", fn, priority, with_kwargs)
     if not with_kwargs:  # fn takes what the router's plain forward consumers take
         return attach(model, select(model, layers), "forward", None, priority, plain=fn)
@@ -73,6 +76,7 @@ def on_forward(model: Layer, layers: LayerSpec, fn: Callable, *, with_kwargs: bo
     return attach(model, select(model, layers), "forward", consume, priority)
 
 
+@public_entry()
 def on_backward(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int = INTERVENTION) -> HandleGroup:
     """Call ``fn(layer, grad_inputs, grad_outputs)`` when the gradients of a selected layer's call are
     known; a non-None return replaces ``grad_inputs``. ``grad_inputs`` follows the positional inputs
@@ -85,7 +89,7 @@ def on_backward(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int 
 
     >>> h = hookkit.on_backward(model, "conv1", lambda layer, gin, gout: print(gout[0].shape))   # doctest: +SKIP
     """
-    check_model(model, fn="on_backward")
+    check_model(model)
     _check_hook_args("on_backward", fn, priority)
 
     def consume(ev: Event) -> Any:
@@ -94,13 +98,14 @@ def on_backward(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int 
     return attach(model, select(model, layers), "backward", consume, priority)
 
 
+@public_entry()
 def on_output_grad(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int = INTERVENTION) -> HandleGroup:
     """Call ``fn(layer, grad)`` with the gradient w.r.t. each selected layer's output tensor (one call
     per tensor of the output); a non-None return replaces the gradient flowing back.
 
     >>> h = hookkit.on_output_grad(model, "conv1", lambda layer, g: g.clamp(-1, 1))   # doctest: +SKIP
     """
-    check_model(model, fn="on_output_grad")
+    check_model(model)
     _check_hook_args("on_output_grad", fn, priority)
 
     def consume(ev: Event) -> Any:
@@ -109,13 +114,14 @@ def on_output_grad(model: Layer, layers: LayerSpec, fn: Callable, *, priority: i
     return attach(model, select(model, layers), "grad", consume, priority)
 
 
+@public_entry()
 def on_grad(tensor: Any, fn: Callable[[Any], Any]) -> Handle:
     """Call ``fn(grad)`` when ``tensor``'s gradient is computed; a non-None return replaces it.
     Works on leaf and non-leaf tensors of both frameworks.
 
     >>> h = hookkit.on_grad(a, saved.append)   # doctest: +SKIP
     """
-    check_callable(fn, fn="on_grad", arg="fn", signature="fn(grad)")
+    check_callable(fn, arg="fn", signature="fn(grad)")
     try:
         backend = backend_for(tensor)
     except TypeError:

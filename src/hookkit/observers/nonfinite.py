@@ -181,7 +181,23 @@ class watch_nonfinite(HandleGroup):
         f = be.stack(fprobes) if fprobes else None
         g = be.stack(gprobes) if gprobes else None
         n = be.stack(norms) if norms else None
-        oks = []
+        if self._all_ok(f, g, n):  # the one host read
+            return
+        # something is wrong: find what (more reads are fine here)
+        fv = np.asarray(be.to_numpy(f), dtype=np.float64) if f is not None else np.zeros(0)
+        gv = np.asarray(be.to_numpy(g), dtype=np.float64) if g is not None else np.zeros(0)
+        self._raise_first_nonfinite(entries, fv, gv)
+        grads = [e for e in entries if e[0] == "backward"]
+        if self.explode is not None:
+            peaks = [float(np.abs(gv[e[4] : e[5]]).max()) if e[5] > e[4] else 0.0 for e in grads]
+            self._warn_layers("exploding", f"max |grad| > {self.explode:g}", [(e, v) for e, v in zip(grads, peaks) if v > self.explode])
+        if n is not None:
+            nv = np.asarray(be.to_numpy(n), dtype=np.float64)
+            self._warn_layers("vanishing", f"grad norm < {self.vanish:g}", [(e, v) for e, v in zip(grads, nv) if v < self.vanish])
+
+    def _all_ok(self, f: Any, g: Any, n: Any) -> bool:
+        """Whether every probe is finite and every gradient within the thresholds: one host read."""
+        be, oks = self._backend, []
         if f is not None:
             oks.append(be.isfinite_all(f))
         if g is not None:
@@ -190,27 +206,19 @@ class watch_nonfinite(HandleGroup):
                 oks.append((g.abs() <= self.explode).all())
         if n is not None:
             oks.append((n >= self.vanish).all())
-        if not oks or bool(be.stack(oks).all()):  # the one host read
-            return
-        # something is wrong: find what (more reads are fine here)
-        fv = np.asarray(be.to_numpy(f), dtype=np.float64) if f is not None else np.zeros(0)
-        gv = np.asarray(be.to_numpy(g), dtype=np.float64) if g is not None else np.zeros(0)
+        return not oks or bool(be.stack(oks).all())
+
+    def _raise_first_nonfinite(self, entries: list, fv: np.ndarray, gv: np.ndarray) -> None:
+        """``NonFiniteError`` for the first entry with a non-finite value, naming the layer before it."""
         previous = None  # the last watched layer whose forward ended before the entry at hand
         for phase, name, call, step, start, stop in entries:
             values = (gv if phase == "backward" else fv)[start:stop]
             if not np.isfinite(values).all():
-                rank, world = be.world()  # data-parallel training: say which process saw it
+                rank, world = self._backend.world()  # data-parallel training: say which process saw it
                 where = f"on rank {rank} of {world}" if world > 1 else ""
                 raise NonFiniteError(name, phase, call, step, where, before=previous, rank=rank)
             if phase == "forward":
                 previous = name
-        grads = [e for e in entries if e[0] == "backward"]
-        if self.explode is not None:
-            peaks = [float(np.abs(gv[e[4] : e[5]]).max()) if e[5] > e[4] else 0.0 for e in grads]
-            self._warn_layers("exploding", f"max |grad| > {self.explode:g}", [(e, v) for e, v in zip(grads, peaks) if v > self.explode])
-        if n is not None:
-            nv = np.asarray(be.to_numpy(n), dtype=np.float64)
-            self._warn_layers("vanishing", f"grad norm < {self.vanish:g}", [(e, v) for e, v in zip(grads, nv) if v < self.vanish])
 
     def _warn_layers(self, adjective: str, what: str, hits: list) -> None:
         if hits:
@@ -229,7 +237,7 @@ class watch_nonfinite(HandleGroup):
         finally:
             self._reset()
             self._error = None
-            self.remove()
+            super().__exit__(exc_type, exc, tb)  # removes; a framework error gets the failing layer's note
 
     def __repr__(self) -> str:
-        return f"<hookkit.watch_nonfinite {len(self.names)} layers, {'removed' if self.removed else 'active'}>"
+        return f"<hookkit.watch_nonfinite {len(self.names)} layer{'' if len(self.names) == 1 else 's'}, {'removed' if self.removed else 'active'}>"

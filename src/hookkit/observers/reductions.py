@@ -74,24 +74,41 @@ def parse_reduce(spec: Any) -> Reduction | None:
     if isinstance(spec, slice):
         return Reduction("slice", slice=spec)
     if isinstance(spec, str):
-        op, _, arg = spec.strip().partition(":")
-        try:
-            if op in ("mean", "max") and arg:
-                return Reduction(op, dims=tuple(int(d) for d in arg.split(",")))
-            if op == "token" and arg:
-                return Reduction("token", index=int(arg))
-            if op == "slice" and arg:
-                parts = [int(p) if p.strip() else None for p in arg.split(":")]
-                if len(parts) <= 3:
-                    return Reduction("slice", slice=slice(*parts) if len(parts) > 1 else slice(parts[0], None))
-            if op == "none" and not arg:
-                return None
-        except ValueError:
-            pass
-        raise ExtractError(f"extract(reduce=...): cannot read {spec!r}; valid: {_VALID}")
+        return _parse_text(spec)
     if callable(spec):
         return Reduction("fn", fn=spec)
     raise ExtractError(f"extract(reduce=...): got {type(spec).__name__}; valid: {_VALID}, or a dict layer -> one of these")
+
+
+_NONE = Reduction("none")  # "none": no reduction (parse_reduce returns None)
+
+
+def _parse_text(spec: str) -> Reduction | None:
+    """``"mean:1"``, ``"max:2,3"``, ``"token:-1"``, ``"slice:0:4"`` or ``"none"``."""
+    op, _, arg = spec.strip().partition(":")
+    try:
+        found = _TEXT[op](arg) if op in _TEXT and (bool(arg) != (op == "none")) else _NONE
+    except ValueError:
+        found = _NONE
+    if found is _NONE:
+        raise ExtractError(f"extract(reduce=...): cannot read {spec!r}; valid: {_VALID}")
+    return found
+
+
+def _slice(arg: str) -> Reduction | None:
+    parts = [int(p) if p.strip() else None for p in arg.split(":")]
+    if len(parts) > 3:
+        return _NONE
+    return Reduction("slice", slice=slice(*parts) if len(parts) > 1 else slice(parts[0], None))
+
+
+_TEXT: dict[str, Callable[[str], Reduction | None]] = {
+    "mean": lambda arg: Reduction("mean", dims=tuple(int(d) for d in arg.split(","))),
+    "max": lambda arg: Reduction("max", dims=tuple(int(d) for d in arg.split(","))),
+    "token": lambda arg: Reduction("token", index=int(arg)),
+    "slice": _slice,
+    "none": lambda arg: None,
+}
 
 
 def reductions_for(reduce: Any, names: list[str]) -> dict[str, Reduction | None]:

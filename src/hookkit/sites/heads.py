@@ -144,6 +144,11 @@ class Heads(Part):
             fail(self.fn, "fn", valid, new)
         return join(m, write_back(m, z4, new, self.target), shape)
 
+    def missing(self, site: Any, ev: Any) -> None:
+        given = ev.args[0] if ev.args else None
+        valid = f"a layout whose output projection takes a tensor first ({site.at!r} did not)"
+        fail(self.fn, "head_layout", valid, given, kind=ArgumentTypeError)
+
     def shaped_like(self, be: Backend, rec: Any, layer: str, call: int) -> str:
         return f"shaped {shape_str(be.shape(rec))} for layer {layer!r} ([B, H_selected, T, d_head], as capture(..., heads=) records)"
 

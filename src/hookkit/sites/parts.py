@@ -29,6 +29,9 @@ class Part:
         """The tensor with ``new`` (an edited record) in place of the record ``get`` gave."""
         return new
 
+    def missing(self, site: Any, ev: Any) -> None:
+        """An input site's call has no such input: nothing is written (a view may refuse)."""
+
     # -- words for messages, and broadcasting ------------------------------------------------------
     def shaped_like(self, be: Backend, rec: Any, layer: str, call: int) -> str:
         """What a stored value for this site must be shaped like (``patch``)."""

@@ -19,7 +19,8 @@ if the value users see is a view of a tensor (its ``get``/``put``), and add one 
 the option that selects it. Nothing else changes: ``capture``, the edits, the patching analyses
 read and write through ``Site.read`` / ``Site.write`` and ``attach_sites``. A kind that hooks
 something that is not a module of the model (an operation inside a forward) makes its targets
-selectable in ``core.select`` (one entry in ``select.SPEC_KINDS``) and its Sites point at them.
+selectable in ``core.select`` (``select.register_spec_kind``, as ``sites.operations`` does) and its
+Sites point at them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import Any
 from hookkit.backends import Backend
 from hookkit.core.entry import entry_name
 from hookkit.core.handles import HandleGroup
-from hookkit.core.positions import check_steps
 from hookkit.core.router import Event, attach_each
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import leaves, map_tensors
@@ -94,11 +94,6 @@ class When:
 
     calls: frozenset[int] | None = None
     steps: Any = None
-
-    @classmethod
-    def of(cls, calls: Any = None, steps: Any = None) -> When:
-        """Checked ``calls=`` / ``steps=`` of a public function (errors name it)."""
-        return cls(check_calls(calls), None if steps is None else check_steps(steps, entry_name()))
 
     @property
     def always(self) -> bool:
@@ -200,10 +195,9 @@ class Site:
         if self.event == "forward":
             return apply_to(be, ev, self.index, through_part, self.entry)  # type: ignore[arg-type]  # an output site's index is an int or None
         slot = _input_slot(be, ev, self.index)
-        if slot is None:
-            given = ev.args[0] if ev.args else None
-            valid = f"a layout whose output projection takes a tensor first ({self.at!r} did not)"
-            fail(self.entry, "head_layout" if part.kind == "heads" else "layers", valid, given, kind=ArgumentTypeError)
+        if slot is None:  # no such input in this call: nothing to write (a part may call it an error)
+            part.missing(self, ev)
+            return None
         key, t = slot
         new = through_part(t, 0, ev)
         if new is t:

@@ -8,18 +8,19 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_length, fail
 from hookkit.viz.figures import new_figure
 
 
-def _as_array(capture_or_tensor: Any, layer: str | None, fn: str, arg: str = "capture_or_tensor") -> tuple[np.ndarray, str]:
+def _as_array(capture_or_tensor: Any, layer: str | None, arg: str = "capture_or_tensor") -> tuple[np.ndarray, str]:
     """The [N, C, H, W] (or [C, H, W]) array of one layer, and a title for it."""
     obj = capture_or_tensor
     if hasattr(obj, "calls") and hasattr(obj, "names"):  # a hookkit.capture
         names = [n for n in obj.names if n in obj]
         if layer is None:
             if len(names) != 1:
-                fail(fn, "layer", f"one of the captured layers {', '.join(names[:8])} (the capture holds {len(names)})", layer)
+                fail(None, "layer", f"one of the captured layers {', '.join(names[:8])} (the capture holds {len(names)})", layer)
             layer = names[0]
         obj = obj[layer]
     if not isinstance(obj, np.ndarray):
@@ -34,11 +35,12 @@ def _as_array(capture_or_tensor: Any, layer: str | None, fn: str, arg: str = "ca
             except Exception:
                 continue
         if be is None:
-            fail(fn, arg, "a capture, a tensor or an array", capture_or_tensor, kind=ArgumentTypeError)
+            fail(None, arg, "a capture, a tensor or an array", capture_or_tensor, kind=ArgumentTypeError)
         obj = be.to_numpy(first_tensor(obj, be.is_tensor))
     return np.asarray(obj, dtype=np.float32), layer or "feature maps"
 
 
+@public_entry()
 def feature_maps(
     capture_or_tensor: Any,
     layer: str | None = None,
@@ -56,14 +58,15 @@ def feature_maps(
 
     ``capture_or_tensor``: a ``hookkit.capture`` (then ``layer`` names the layer), a tensor or a
     numpy array ``[N, C, H, W]`` or ``[C, H, W]``. ``scale="channel"`` stretches each channel to its
-    own range; ``scale="shared"`` puts all channels on one color scale (with one colorbar).
+    own range; ``scale="shared"`` puts all channels on one color scale (with one colorbar;
+    ``colorbar=False`` leaves it out).
 
     >>> with hookkit.capture(model, "conv1") as cap:   # doctest: +SKIP
     ...     model(x)
     >>> hookkit.viz.feature_maps(cap, "conv1", sample=0).savefig("conv1.png")
     """
-    check_choice(scale, ("channel", "shared"), fn="feature_maps", arg="scale")
-    arr, name = _as_array(capture_or_tensor, layer, "feature_maps")
+    check_choice(scale, ("channel", "shared"), arg="scale")
+    arr, name = _as_array(capture_or_tensor, layer)
     if arr.ndim == 4:
         if not 0 <= sample < arr.shape[0]:
             raise IndexError(f"feature_maps: sample {sample} out of range for a batch of {arr.shape[0]}")
@@ -104,6 +107,7 @@ def feature_maps(
     return fig
 
 
+@public_entry()
 def feature_maps_by_layer(
     capture: Any,
     layers: Sequence[str],
@@ -117,7 +121,8 @@ def feature_maps_by_layer(
     tile: float = 0.55,
 ) -> Any:
     """One sample through several layers, side by side in one Figure: its input (``image``, optional)
-    then each layer's channel grid (``feature_maps``, each channel on its own scale).
+    then each layer's channel grid (``feature_maps``, each channel on its own scale). ``capture``: the
+    ``hookkit.capture`` that recorded the layers; ``image_title``: the title over the input.
 
     >>> with hookkit.capture(model, ["conv1", "conv2"]) as cap:   # doctest: +SKIP
     ...     model(x)
@@ -129,10 +134,10 @@ def feature_maps_by_layer(
     if not layers:
         fail("feature_maps_by_layer", "layers", "the names of one or more captured layers", layers)
     cols = [ncols] * len(layers) if isinstance(ncols, int) else list(ncols)
-    check_length(cols, len(layers), fn="feature_maps_by_layer", arg="ncols", what="an int, or one per layer")
+    check_length(cols, len(layers), arg="ncols", what="an int, or one per layer")
     shapes = []
     for layer, c in zip(layers, cols):
-        arr, _ = _as_array(capture, layer, "feature_maps_by_layer", "capture")
+        arr, _ = _as_array(capture, layer, "capture")
         n = min(max_channels, arr.shape[1] if arr.ndim == 4 else arr.shape[0])
         shapes.append((max(1, min(c, n)), math.ceil(n / max(1, min(c, n)))))
     widths = [c * tile * 1.2 + 0.3 for c, _ in shapes]  # inches: tiles, gaps, a margin
@@ -143,11 +148,7 @@ def feature_maps_by_layer(
     fig = new_figure(figsize=(sum(widths), height))
     subs = list(np.ravel(fig.subfigures(1, len(widths), width_ratios=widths, wspace=0.02)))
     if image is not None:
-        img, _ = (
-            _as_array(image, None, "feature_maps_by_layer", "image")
-            if not isinstance(image, np.ndarray)
-            else (np.asarray(image, np.float32), "")
-        )
+        img, _ = _as_array(image, None, "image") if not isinstance(image, np.ndarray) else (np.asarray(image, np.float32), "")
         img = np.squeeze(img)
         if img.ndim == 3:  # [C, H, W] -> [H, W, C]
             img = img.transpose(1, 2, 0)
@@ -157,7 +158,7 @@ def feature_maps_by_layer(
         ax.axis("off")
         subs = subs[1:]
     for i, (layer, sub, (c, _)) in enumerate(zip(layers, subs, shapes)):
-        arr, _ = _as_array(capture, layer, "feature_maps_by_layer", "capture")
+        arr, _ = _as_array(capture, layer, "capture")
         total = arr.shape[1] if arr.ndim == 4 else arr.shape[0]
         feature_maps(
             capture,
@@ -174,11 +175,29 @@ def feature_maps_by_layer(
     return fig
 
 
-def _images(images: Any, fn: str) -> np.ndarray:
-    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]`` / ``[N, 1 or 3, H, W]`` arrays or tensors."""
-    imgs, _ = _as_array(images, None, fn, "images") if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
+def _images(images: Any) -> np.ndarray:
+    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]``, channels-first
+    ``[N, 1 or 3, H, W]`` or channels-last ``[N, H, W, 1 or 3]`` arrays or tensors."""
+    imgs, _ = _as_array(images, None, "images") if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
     if imgs.ndim == 4:
-        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+        if imgs.shape[1] in (1, 3):  # channels first (the frameworks' layout)
+            imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+        elif imgs.shape[3] in (1, 3):  # channels last (numpy, PIL, matplotlib)
+            imgs = imgs[..., 0] if imgs.shape[3] == 1 else imgs
+        else:
+            fail(
+                entry_name(),
+                "images",
+                "[N, H, W], [N, 1 or 3, H, W] (channels first) or [N, H, W, 1 or 3] (channels last) images",
+                f"shape {tuple(imgs.shape)}",
+            )
+    elif imgs.ndim != 3:
+        fail(
+            entry_name(),
+            "images",
+            "[N, H, W], [N, 1 or 3, H, W] (channels first) or [N, H, W, 1 or 3] (channels last) images",
+            f"shape {tuple(imgs.shape)}",
+        )
     return imgs
 
 
@@ -194,6 +213,7 @@ def _overlay(ax: Any, img: np.ndarray, cam: Any, colors: Any, alpha: float, outl
         ax.contour(img, levels=[0.5], colors="white", linewidths=1.0, alpha=0.9)
 
 
+@public_entry()
 def gradcam_overlay(
     images: Any,
     cams: np.ndarray,
@@ -222,9 +242,9 @@ def gradcam_overlay(
     from matplotlib.cm import ScalarMappable
     from matplotlib.colors import Normalize
 
-    imgs = _images(images, "gradcam_overlay")
+    imgs = _images(images)
     cams = np.asarray(cams)
-    check_length(cams, len(imgs), fn="gradcam_overlay", arg="cams", what="one heatmap per image")
+    check_length(cams, len(imgs), arg="cams", what="one heatmap per image")
     n = len(cams)
     ncols = max(1, min(ncols, n))
     nrows = math.ceil(n / ncols)
@@ -253,6 +273,7 @@ def gradcam_overlay(
     return fig
 
 
+@public_entry()
 def cam_grid(
     images: Any,
     maps: dict[str, Any],
@@ -274,10 +295,10 @@ def cam_grid(
     """
     from matplotlib import colormaps
 
-    imgs = _images(images, "cam_grid")
+    imgs = _images(images)
     names = list(maps)
     for name in names:
-        check_length(maps[name], len(imgs), fn="cam_grid", arg=f"maps[{name!r}]", what="one heatmap per image")
+        check_length(maps[name], len(imgs), arg=f"maps[{name!r}]", what="one heatmap per image")
     n, ncols = len(imgs), len(names) + 1
     height = tile * n + 0.35 + (0.35 if title else 0)
     if fig is None:  # a fixed layout: constrained layout costs seconds on a grid of this many axes

@@ -23,6 +23,7 @@ from hookkit.core.validate import (
     check_int,
     check_model,
     check_number,
+    check_runnable,
     check_tensor_like,
     fail,
     shown,
@@ -80,6 +81,7 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     """The ``Job`` of a call of ``hookkit.attribute``, every argument checked; errors name the public function."""
     fn = entry_name()
     be = check_model(model, fn=fn)
+    check_runnable(be, model, fn=fn)
     opts = _checked_options(opts, method)
     name, found, neuron = _checked_layer(model, layer, method, opts)
     x = check_tensor_like(inputs, be, fn=fn, arg="inputs")

@@ -20,10 +20,12 @@ from hookkit.analyses.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
 from hookkit.core.entry import public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
 
 
 @public_entry("attribute")
+@explains_failures("attribute")
 def attribute(
     model: Layer,
     layer: Any,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from hookkit.analyses.cam.layouts import NAMES
 from hookkit.analyses.cam.methods import METHODS
@@ -15,10 +15,23 @@ from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_tensor_like, fail
 
 
+class CamKeywords(TypedDict, total=False):
+    """``cam``'s keywords besides ``as_tensor`` and ``out`` (which choose what it returns), typed for checkers."""
+
+    reshape: Callable[[Any], Any] | str | None
+    prefix_tokens: int | None
+    aug_smooth: bool
+    eigen_smooth: bool
+    batch_size: int | None
+    eval: bool
+    shard_size: int | str
+    progress: bool | None
+
+
 @dataclass(frozen=True)
 class CamOptions:
-    """``cam``'s keyword arguments (their meaning: ``hookkit.cam``'s docstring); the same names and
-    defaults as its signature (tests/test_cam.py checks that they stay so)."""
+    """``cam``'s keyword arguments with their defaults (their meaning: ``hookkit.cam``'s docstring); the same
+    names as ``CamKeywords`` with ``as_tensor`` and ``out`` (tests/test_cam.py checks that they stay so)."""
 
     reshape: Callable[[Any], Any] | str | None = None
     prefix_tokens: int | None = None
@@ -30,6 +43,14 @@ class CamOptions:
     out: Any = None
     shard_size: int | str = 16 * 2**20
     progress: bool | None = None
+
+    @classmethod
+    def of(cls, **options: Any) -> CamOptions:
+        """The options of one call; an unknown keyword is refused as Python refuses it for ``cam()``."""
+        for k in options:
+            if k not in cls.__dataclass_fields__:
+                raise TypeError(f"{entry_name()}() got an unexpected keyword argument {k!r}")
+        return cls(**options)
 
     def check(self, method: Any) -> None:
         """Errors name the public function the user called and the argument."""
@@ -54,9 +75,9 @@ def prepare_inputs(be: Any, model: Layer, inputs: Any) -> Any:
         fail(fn, "inputs", "inputs [N, C, *spatial] with 1, 2 or 3 spatial axes (signals, images, volumes)", x)
     if be.dtype_kind(x) != "float":
         fail(fn, "inputs", "floating-point inputs (integer pixels cast to float32 and / 255)", x, kind=ArgumentTypeError)
-    params = be.parameters(model)
-    if params and be.device_of(x) != be.device_of(params[0]):
-        x = be.to(x, be.device_of(params[0]))
+    device = be.input_device(model)  # a dispatched model's first parameters may be offloaded (meta)
+    if device is not None and be.device_of(x) != device:
+        x = be.to(x, device)
     return x
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
-from hookkit.analyses.cam.call import CamOptions, prepare_inputs, tensor_target
+from hookkit.analyses.cam.call import CamKeywords, CamOptions, prepare_inputs, tensor_target
 from hookkit.analyses.cam.forwards import LayerView, learned, replace_first
 from hookkit.analyses.cam.layouts import Layout, check_mapped, plan_layout
 from hookkit.analyses.cam.methods import METHODS, Method, project
@@ -25,11 +25,19 @@ from hookkit.analyses.cam.stream import stream
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import InvalidArgument, check_model, fail
+from hookkit.core.validate import InvalidArgument, check_model, check_runnable, fail
+
+if TYPE_CHECKING:
+    import os
+
+    from typing_extensions import Unpack
+
+    from hookkit.observers.features import Features
 
 AUGMENTATIONS = [(flip, factor) for flip in (False, True) for factor in (0.9, 1.0, 1.1)]  # aug_smooth
 
@@ -312,7 +320,23 @@ class _Run:
 
 
 # -- the entry point --------------------------------------------------------------------------------
+@overload
+def cam(
+    model: Layer, layers: LayerSpec, inputs: Any, method: str = ..., target: Target = ..., *,
+    as_tensor: Literal[False] = ..., out: None = ..., **options: Unpack[CamKeywords],
+) -> np.ndarray: ...  # fmt: skip
+@overload
+def cam(
+    model: Layer, layers: LayerSpec, inputs: Any, method: str = ..., target: Target = ..., *,
+    as_tensor: Literal[True], out: None = ..., **options: Unpack[CamKeywords],
+) -> Any: ...  # fmt: skip
+@overload
+def cam(
+    model: Layer, layers: LayerSpec, inputs: Any, method: str = ..., target: Target = ..., *,
+    as_tensor: bool = ..., out: str | os.PathLike[str], **options: Unpack[CamKeywords],
+) -> Features: ...  # fmt: skip
 @public_entry("cam")
+@explains_failures("cam")
 def cam(
     model: Layer,
     layers: LayerSpec,
@@ -320,16 +344,9 @@ def cam(
     method: str = "gradcam",
     target: Target = None,
     *,
-    reshape: Callable[[Any], Any] | str | None = None,
-    prefix_tokens: int | None = None,
-    aug_smooth: bool = False,
-    eigen_smooth: bool = False,
-    batch_size: int | None = None,
-    eval: bool = True,
     as_tensor: bool = False,
     out: Any = None,
-    shard_size: int | str = 16 * 2**20,
-    progress: bool | None = None,
+    **options: Unpack[CamKeywords],
 ) -> Any:
     """Class activation maps ``[N, *input spatial size]`` in [0, 1]: numpy float32, or a tensor on the
     model's device with ``as_tensor=True``.
@@ -356,17 +373,17 @@ def cam(
     files (key ``"cam"``, resumable) and ``load_features(FOLDER)`` is returned.
     The model's training flags, its parameters' ``.grad`` and its hooks are left as they were.
     Returns numpy float32 maps, a tensor (``as_tensor=True``) or ``Features`` (``out=``).
+    ``options``: the other keywords, described above, with their defaults: ``reshape=None``,
+    ``prefix_tokens=None``, ``aug_smooth=False``, ``eigen_smooth=False``, ``batch_size=None``, ``eval=True``,
+    ``shard_size=16 * 2**20`` (``out=``'s shards, bytes or "64MB"), ``progress=None`` (a progress line on a terminal).
     """
-    opts = CamOptions(
-        reshape=reshape, prefix_tokens=prefix_tokens, aug_smooth=aug_smooth, eigen_smooth=eigen_smooth, batch_size=batch_size,
-        eval=eval, as_tensor=as_tensor, out=out, shard_size=shard_size, progress=progress,
-    )  # fmt: skip
-    return run_cam(model, layers, inputs, method, target, opts)
+    return run_cam(model, layers, inputs, method, target, CamOptions.of(as_tensor=as_tensor, out=out, **options))
 
 
 def run_cam(model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, opts: CamOptions) -> Any:
     """``cam`` with its options made (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
     be = check_model(model, fn=entry_name())
+    check_runnable(be, model, fn=entry_name())
     opts.check(method)
     named = select(model, layers) if method != "fullgrad" else []
     target = tensor_target(be, target)

@@ -17,13 +17,15 @@ import numpy as np
 from hookkit.analyses.inputs import call_model, check_inputs, first_input
 from hookkit.analyses.passes import analysis_pass
 from hookkit.core.architectures import _MISSING, known_stacks, read_path, stack_family
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import UnsupportedModel
-from hookkit.core.handles import HandleGroup
-from hookkit.core.router import OBSERVER, Event, attach
+from hookkit.core.failures import explains_failures
+from hookkit.core.router import OBSERVER, Event
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_int, check_model, fail
+from hookkit.core.validate import ArgumentTypeError, check_int, check_model, check_runnable, fail
+from hookkit.sites import FIRST, Site, attach_sites
 
 EMBEDDINGS = "embeddings"
 
@@ -63,7 +65,13 @@ class LensResult:
         return plot_lens(self, row=row, tokens=tokens, ax=ax)
 
     def __repr__(self) -> str:
-        return f"<LensResult {len(self.names)} points x {len(self.positions)} positions>"
+        n, p = len(self.names), len(self.positions)
+        return f"<LensResult {n} point{'' if n == 1 else 's'} x {p} position{'' if p == 1 else 's'}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import lens_html  # lazy: plots and HTML load only when displayed
+
+        return lens_html(self)
 
 
 def m_float(be: Any, t: Any) -> Any:
@@ -95,8 +103,9 @@ def _layer_arg(model: Any, be: Any, value: Any, path: str | None, arg: str, fall
     fail("logit_lens", arg, "a layer, a layer name, False or None", value, kind=ArgumentTypeError)
 
 
-def check_positions(positions: Any, n: int, fn: str) -> list[int]:
+def check_positions(positions: Any, n: int, fn: str | None = None) -> list[int]:
     """``positions``: "all"/None -> every position; an int or list of ints (negative from the end) in range."""
+    fn = fn or entry_name()
     if positions is None or (isinstance(positions, str) and positions == "all"):
         return list(range(n))
     valid = f'"all" or token positions in [-{n}, {n - 1}] (the sequence has {n} tokens)'
@@ -130,6 +139,8 @@ def _points(model: Any, be: Any, layers: LayerSpec, blocks_path: str | None) -> 
     return named, embeddings
 
 
+@explains_failures("logit_lens")
+@public_entry()
 def logit_lens(
     model: Layer,
     inputs: Any,
@@ -152,10 +163,11 @@ def logit_lens(
     >>> lens.logits.shape                          # [n_layers + 1, B, T, V]
     >>> ids, probs = lens.top(5)
     """
-    be = check_model(model, fn="logit_lens")
-    check_inputs(be, inputs, "logit_lens")
+    be = check_model(model)
+    check_runnable(be, model)
+    check_inputs(be, inputs)
     if top_k is not None:
-        top_k = check_int(top_k, fn="logit_lens", arg="top_k", low=1)
+        top_k = check_int(top_k, arg="top_k", low=1)
     fam = stack_family(model)
     named, embeddings = _points(model, be, layers, fam.blocks if fam else None)
     norm_layer = _layer_arg(model, be, norm, fam.final_norm if fam else None, "norm")
@@ -165,56 +177,59 @@ def logit_lens(
     if len(n_tokens) < 2:
         fail("logit_lens", "inputs", "token sequences [B, T, ...]", inputs)
     axis = fam.token_axis if fam else 1
-    pos = check_positions(positions, int(n_tokens[axis]), "logit_lens")
+    pos = check_positions(positions, int(n_tokens[axis]))
     if embeddings and not named and fam is None:
         fail("logit_lens", "layers", "at least one layer besides 'embeddings' on a model of unknown layout", layers)
+    found = [Site(n, n, layer) for n, layer in named]
+    if embeddings:
+        first = select(model, f"{fam.blocks}.0")[0] if fam else named[0]
+        found.insert(0, Site(EMBEDDINGS, first[0], first[1], "forward_pre", FIRST))
+    m = be.family("tensor_math")
+    with analysis_pass(model, be, grad=False), be.no_grad():
+        points = _read_points(model, be, found, inputs)
+        names = [site.name for site in found]
+        outs = [_unembedded(be, m, points[n], pos, axis, norm_layer, unembed_layer, top_k) for n in names]
+    if top_k is None:
+        return LensResult(names, pos, m.stack(outs, 0), be)
+    return LensResult(names, pos, None, be, (np.stack([t[0] for t in outs]), np.stack([t[1] for t in outs])))
 
+
+def _read_points(model: Any, be: Any, found: list[Site], inputs: Any) -> dict[str, Any]:
+    """Each site's first value in one forward of ``inputs`` (the embeddings: block 0's hidden-states input)."""
     points: dict[str, Any] = {}
-    group = HandleGroup()
 
-    def keep(name: str) -> Any:
-        def on_forward(ev: Event) -> None:
-            points[name] = first_tensor(ev.output, be.is_tensor)
+    def keep(site: Site) -> Any:
+        def on_call(ev: Event) -> None:
+            if site.event == "forward_pre":  # the embeddings, as block 0 takes them
+                if site.name not in points:
+                    points[site.name] = ev.args[0] if ev.args else ev.kwargs.get("hidden_states")
+            else:
+                points[site.name] = site.tensor(be, ev)
 
-        return on_forward
+        return on_call
 
-    def keep_input(ev: Event) -> None:
-        if EMBEDDINGS not in points:
-            h = ev.args[0] if ev.args else ev.kwargs.get("hidden_states")
-            points[EMBEDDINGS] = h
-
+    group = attach_sites(model, found, keep, OBSERVER)
     try:
-        if embeddings:
-            first = select(model, f"{fam.blocks}.0")[0] if fam else named[0]
-            group.add(attach(model, [first], "forward_pre", keep_input, OBSERVER))
-        for name, layer in named:
-            group.add(attach(model, [(name, layer)], "forward", keep(name), OBSERVER))
-        with analysis_pass(model, be, grad=False), be.no_grad():
-            call_model(model, inputs)
-            names = ([EMBEDDINGS] if embeddings else []) + [n for n, _ in named]
-            missing = [n for n in names if not be.is_tensor(points.get(n))]
-            if missing:
-                raise RuntimeError(f"logit_lens(): no tensor output was seen for {', '.join(missing)}")
-            m = be.family("tensor_math")
-            rows = []
-            tops = []
-            for n in names:
-                h = points[n]
-                if pos != list(range(int(be.shape(h)[axis]))):
-                    h = m.index_select(h, axis, pos)
-                out = h if norm_layer is None else norm_layer(h)
-                logits = first_tensor(unembed_layer(out), be.is_tensor)
-                if top_k is None:
-                    rows.append(logits)
-                else:
-                    probs = m.softmax(m_float(be, logits), -1)
-                    values, ids = m.topk(probs, min(top_k, be.shape(probs)[-1]), -1)
-                    tops.append((be.to_numpy(ids), be.to_numpy(values)))
+        call_model(model, inputs)
     finally:
         group.remove()
+    missing = [s.name for s in found if not be.is_tensor(points.get(s.name))]
+    if missing:
+        raise RuntimeError(f"logit_lens(): no tensor output was seen for {', '.join(missing)}")
+    return points
+
+
+def _unembedded(be: Any, m: Any, h: Any, pos: list[int], axis: int, norm_layer: Any, unembed_layer: Any, top_k: int | None) -> Any:
+    """The logits of one point at ``pos`` (or, with ``top_k``, its top ids and probabilities)."""
+    if pos != list(range(int(be.shape(h)[axis]))):
+        h = m.index_select(h, axis, pos)
+    out = h if norm_layer is None else norm_layer(h)
+    logits = first_tensor(unembed_layer(out), be.is_tensor)
     if top_k is None:
-        return LensResult(names, pos, m.stack(rows, 0), be)
-    return LensResult(names, pos, None, be, (np.stack([t[0] for t in tops]), np.stack([t[1] for t in tops])))
+        return logits
+    probs = m.softmax(m_float(be, logits), -1)
+    values, ids = m.topk(probs, min(top_k, be.shape(probs)[-1]), -1)
+    return be.to_numpy(ids), be.to_numpy(values)
 
 
 __all__: Sequence[str] = ["LensResult", "logit_lens"]

@@ -19,24 +19,24 @@ from hookkit.analyses.inputs import call_model, check_inputs, first_input, tile_
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.transformer.lens import check_positions
 from hookkit.core.architectures import token_dim
-from hookkit.core.entry import entered
+from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.tree import first_tensor, map_tensors
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_callable, check_int, check_model, fail
+from hookkit.core.validate import check_bool, check_callable, check_int, check_model, check_runnable, fail
 from hookkit.sites import WHOLE, Heads, Site, attach_sites, resolve
 
 Metric = Callable[[Any], Any]
 
 
-def sites(model: Layer, layers: LayerSpec, heads: bool, fn: str | None = None) -> list[Site]:
+def sites(model: Layer, layers: LayerSpec, heads: bool) -> list[Site]:
     """Where each selected layer is read and patched: its output's first tensor, or with ``heads``
     the input of its output projection (``z``: ``[B, T, H * d_head]``, patched whole: the cells
     are masks over it)."""
-    with entered(fn or "patching_sweep"):
-        return resolve(model, layers, heads=True) if heads else resolve(model, layers)
+    return resolve(model, layers, heads=True) if heads else resolve(model, layers)
 
 
 def n_heads(site: Site) -> int:
@@ -54,7 +54,8 @@ class Setup:
     n_tokens: int
 
 
-def check_pair(be: Any, model: Layer, clean: Any, corrupted: Any, metric: Any, positions: Any, fn: str) -> Setup:
+def check_pair(be: Any, model: Layer, clean: Any, corrupted: Any, metric: Any, positions: Any) -> Setup:
+    fn = entry_name()
     check_inputs(be, clean, fn, "clean")
     check_inputs(be, corrupted, fn, "corrupted")
     check_callable(metric, fn=fn, arg="metric", signature="metric(output) -> one value per batch row")
@@ -68,8 +69,9 @@ def check_pair(be: Any, model: Layer, clean: Any, corrupted: Any, metric: Any, p
     return Setup(int(a[0]), check_positions(positions, n, fn), axis, n)
 
 
-def metric_rows(be: Any, metric: Metric, output: Any, rows: int, fn: str, note: str = "") -> Any:
+def metric_rows(be: Any, metric: Metric, output: Any, rows: int, note: str = "") -> Any:
     """``metric(output)`` checked to hold one value per batch row: ``[rows]``."""
+    fn = entry_name()
     value = metric(output)
     shape = tuple(be.shape(value)) if be.is_tensor(value) else None
     if shape != (rows,):
@@ -97,6 +99,8 @@ def capture_clean(model: Layer, be: Any, found: list[Site], clean: Any) -> dict[
     return stored
 
 
+@explains_failures("patching_sweep")
+@public_entry()
 def patching_sweep(
     model: Layer,
     clean: Any,
@@ -123,12 +127,13 @@ def patching_sweep(
     >>> grid = hookkit.patching_sweep(model, clean_ids, corrupt_ids, "transformer.h.*",   # doctest: +SKIP
     ...     lambda out: out.logits[:, -1, good] - out.logits[:, -1, bad])
     """
-    be = check_model(model, fn="patching_sweep")
-    check_bool(heads, fn="patching_sweep", arg="heads")
-    check_bool(per_row, fn="patching_sweep", arg="per_row")
-    batch_size = check_int(batch_size, fn="patching_sweep", arg="batch_size", low=1)
-    setup = check_pair(be, model, clean, corrupted, metric, positions, "patching_sweep")
-    found = sites(model, layers, heads, "patching_sweep")
+    be = check_model(model)
+    check_runnable(be, model)
+    check_bool(heads, arg="heads")
+    check_bool(per_row, arg="per_row")
+    batch_size = check_int(batch_size, arg="batch_size", low=1)
+    setup = check_pair(be, model, clean, corrupted, metric, positions)
+    found = sites(model, layers, heads)
     stored = capture_clean(model, be, found, clean)
     n, pos = setup.rows, setup.positions
     prefix = [True]  # reuse the unpatched prefix until the model shows it cannot broadcast one row
@@ -254,7 +259,7 @@ def _patched_run(
             if not hit:
                 raise RuntimeError(f"patching_sweep(): layer {site.at!r} did not run in the patched forward")
             note = f" (this forward ran {c} patched copies of the {n}-row batch: {c * n} rows)" if c > 1 else ""
-            values = metric_rows(be, metric, output, c * n, "patching_sweep", note)
+            values = metric_rows(be, metric, output, c * n, note)
     finally:
         handle.remove()
     return be.to_numpy(values).astype(np.float64).reshape(c, n)

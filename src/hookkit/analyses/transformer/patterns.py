@@ -17,27 +17,31 @@ from hookkit.analyses.inputs import call_model, check_inputs
 from hookkit.analyses.passes import analysis_pass
 from hookkit.backends import backend_for
 from hookkit.core.architectures import INTERFACE, HeadLayout, Projections, attention_family, head_layout, known_attention, submodule
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import UnsupportedModel
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_model
-from hookkit.sites import check_heads
+from hookkit.core.validate import check_model, check_runnable
+from hookkit.sites import Site, attach_sites, check_heads
 
 
-def attention_layers(model: Layer, layers: LayerSpec, fn: str) -> list[tuple[str, Any, HeadLayout]]:
+def attention_layers(model: Layer, layers: LayerSpec) -> list[tuple[str, Any, HeadLayout]]:
     """The selected attention layers (None: every layer of a known attention family)."""
     be = backend_for(model)
     if layers is None:
         named = [(n, layer) for n, layer in be.named_layers(model) if n and attention_family(layer) is not None]
         if not named:
-            raise UnsupportedModel(f"{fn}(): the model has no attention layer of a known family; known: {known_attention()}")
+            raise UnsupportedModel(f"{entry_name()}(): the model has no attention layer of a known family; known: {known_attention()}")
     else:
         named = select(model, layers)
-    return [(n, layer, head_layout(layer, n, fn)) for n, layer in named]
+    return [(n, layer, head_layout(layer, n)) for n, layer in named]
 
 
+@explains_failures("attention_patterns")
+@public_entry()
 def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, heads: Any = None) -> dict[str, Any]:
     """Run ``model`` on ``inputs`` once and return ``{layer name: probabilities [B, H_selected, T_q, T_k]}``
     for the selected attention layers (None: all of a known family) and heads (None: all; a list of
@@ -47,13 +51,14 @@ def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, head
     >>> pats = hookkit.attention_patterns(model, {"input_ids": ids, "attention_mask": am}, layers="model.layers.0.self_attn", heads=[0, 5])   # doctest: +SKIP
     >>> pats["model.layers.0.self_attn"].shape     # [B, 2, T, T]
     """
-    be = check_model(model, fn="attention_patterns")
-    check_inputs(be, inputs, "attention_patterns")
-    targets = attention_layers(model, layers, "attention_patterns")
+    be = check_model(model)
+    check_runnable(be, model)
+    check_inputs(be, inputs)
+    targets = attention_layers(model, layers)
     sel = {}
     for name, _, lay in targets:
         want = heads.get(name, True) if isinstance(heads, Mapping) else (True if heads is None else heads)
-        sel[name] = check_heads(want, lay.n_heads, "attention_patterns", name)
+        sel[name] = check_heads(want, lay.n_heads, None, name)
     found: dict[str, Any] = {}
     fam = be.family("attention")
     watched = {}
@@ -117,9 +122,9 @@ def _projection_watch(
     m = be.family("tensor_math")
     seen: dict[str, Any] = {}
 
-    def keep(which: str) -> Any:
+    def keep(site: Site) -> Any:
         def on_forward(ev: Event) -> None:
-            seen[which] = ev.output
+            seen[site.name] = site.tensor(be, ev)
 
         return on_forward
 
@@ -148,10 +153,8 @@ def _projection_watch(
     group = HandleGroup()
     try:
         group.add(attach(model, [(name, layer)], "forward_pre", on_call, OBSERVER))
-        for which, path in (("q", spec.q), ("k", spec.k)):
-            group.add(
-                attach(model, [(f"{name}.{path}", submodule(layer, path, name, "attention_patterns"))], "forward", keep(which), OBSERVER)
-            )
+        qk = [Site(which, f"{name}.{path}", submodule(layer, path, name)) for which, path in (("q", spec.q), ("k", spec.k))]
+        attach_sites(model, qk, keep, OBSERVER, group=group)  # the projections' outputs, keyed "q" and "k"
         group.add(attach(model, [(name, layer)], "forward", on_done, OBSERVER))
     except BaseException:
         group.remove()

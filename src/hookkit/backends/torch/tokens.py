@@ -54,6 +54,8 @@ class TorchTokens(Tokens):
         return d
 
     def forward_info(self, args: tuple, kwargs: dict, token_dim: int | None) -> tuple[int, int | None, bool]:
+        if not kwargs and token_dim is None:  # no cache, no token axis: a plain model's forward
+            return 0, None, False
         offset, cached = 0, False
         for key in _CACHE_INPUTS:
             cache = kwargs.get(key)

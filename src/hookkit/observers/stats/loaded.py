@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
@@ -24,6 +24,11 @@ from hookkit.core.validate import ArgumentTypeError, fail, shown
 __all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_files"]
 
 _TYPES = {"activation_stats": "ActivationStats", "gradient_stats": "GradientStats"}
+
+
+class EmptyLayerWarning(UserWarning):
+    """A layer selected for statistics has no record when read: it never ran (or never got a
+    gradient) while the statistics recorded, so its series are empty."""
 
 
 class StatsData:
@@ -77,7 +82,13 @@ class StatsData:
         """Per-record series of one layer: ``{"mean": [n], ..., "step": [n], "call": [n], "records": [n]}``
         (``records``: how many records a row holds; more than 1 for old rows of a long run, merged)."""
         self._check_name(name)
-        return {k: v for k, v in self._tables()[name].items() if not k.startswith("param_")}
+        out = {k: v for k, v in self._tables()[name].items() if not k.startswith("param_")}
+        if "step" in out and len(out["step"]) == 0:  # selected, but never ran (or never got a gradient)
+            from hookkit.core.user_frame import warn_user
+
+            what = "got no gradient" if self.kind == "gradient_stats" else "never ran"
+            warn_user(f"layer {name!r} was selected but {what} while the statistics recorded: its series are empty", EmptyLayerWarning)
+        return out
 
     def to_numpy(self) -> dict[str, dict[str, np.ndarray]]:
         """``{layer name: {key: array}}`` for every layer (gradient statistics: parameter keys prefixed ``param_``)."""
@@ -245,40 +256,45 @@ def read_files(directory: str | os.PathLike, kind: str) -> StatsData:
 
 def _read_meta(path: str, kind: str) -> dict[str, Any]:
     meta = read_json_file(path, "a statistics file")
-
-    def bad(field: str, valid: str, value: Any) -> None:
-        raise InvalidFile(f"{path}: field {field!r} must be {valid}; got {shown(value)}")
-
     if not isinstance(meta, dict):
-        bad("(top level)", "an object", meta)
+        _bad(path, "(top level)", "an object", meta)
     if meta.get("type", _TYPES[kind]) != _TYPES[kind]:
-        bad("type", repr(_TYPES[kind]), meta.get("type"))
+        _bad(path, "type", repr(_TYPES[kind]), meta.get("type"))
     names = meta.get("names")
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        bad("names", "a list of layer names (strings)", names)
+        _bad(path, "names", "a list of layer names (strings)", names)
     if len(set(names)) != len(names):
-        bad("names", "a list of distinct layer names", names)
+        _bad(path, "names", "a list of distinct layer names", names)
     if not isinstance(meta.get("framework", ""), str):
-        bad("framework", "a string", meta.get("framework"))
+        _bad(path, "framework", "a string", meta.get("framework"))
     every = meta.get("every", 1)
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-        bad("every", "an int >= 1", every)
+        _bad(path, "every", "an int >= 1", every)
     if kind in _HIST_KINDS:
         bins = meta.get("bins", 40)
         if not isinstance(bins, int) or isinstance(bins, bool) or not 1 <= bins <= 1 << 20:
-            bad("bins", "an int >= 1", bins)
+            _bad(path, "bins", "an int >= 1", bins)
     if kind == "activation_stats":
-        rng = meta.get("range", [0.0, 10.0])
-        ok = isinstance(rng, list) and len(rng) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
-        if not ok or not (math.isfinite(rng[0]) and math.isfinite(rng[1]) and rng[0] < rng[1]):
-            bad("range", "a [low, high] pair of finite numbers with low < high", rng)
-        nz = meta.get("near_zero", 0.05)
-        if not isinstance(nz, (int, float)) or isinstance(nz, bool) or not math.isfinite(nz):
-            bad("near_zero", "a finite number", nz)
-        for key in ("hist", "train_only"):
-            if not isinstance(meta.get(key, False), bool):
-                bad(key, "true or false", meta.get(key))
+        _check_activation_meta(path, meta)
     return meta
+
+
+def _bad(path: str, field: str, valid: str, value: Any) -> NoReturn:
+    raise InvalidFile(f"{path}: field {field!r} must be {valid}; got {shown(value)}")
+
+
+def _check_activation_meta(path: str, meta: dict[str, Any]) -> None:
+    """The settings only activation statistics have: the histogram's range, near_zero, hist, train_only."""
+    rng = meta.get("range", [0.0, 10.0])
+    ok = isinstance(rng, list) and len(rng) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in rng)
+    if not ok or not (math.isfinite(rng[0]) and math.isfinite(rng[1]) and rng[0] < rng[1]):
+        _bad(path, "range", "a [low, high] pair of finite numbers with low < high", rng)
+    nz = meta.get("near_zero", 0.05)
+    if not isinstance(nz, (int, float)) or isinstance(nz, bool) or not math.isfinite(nz):
+        _bad(path, "near_zero", "a finite number", nz)
+    for key in ("hist", "train_only"):
+        if not isinstance(meta.get(key, False), bool):
+            _bad(path, key, "true or false", meta.get(key))
 
 
 def _check_tables(tables: dict[str, dict[str, np.ndarray]], path: str, meta: dict[str, Any], kind: str) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -106,6 +107,18 @@ class WeightData(StatsData):
 register_kind("weight_stats", "WeightStats", WeightData, hist=True)
 
 
+def _trainable(be: Any, named: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """``(dotted name, parameter)`` of the layers' own trainable parameters, each once (tied ones too)."""
+    params: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for lname, layer in named:
+        for pname, p in be.named_parameters(layer, recurse=False):
+            if id(p) not in seen and be.requires_grad(p):
+                seen.add(id(p))
+                params.append((f"{lname}.{pname}" if lname else pname, p))
+    return params
+
+
 def _pow2_above(x: float) -> float:
     return 2.0 ** math.ceil(math.log2(x)) if x > 0 and math.isfinite(x) else 1.0
 
@@ -154,13 +167,7 @@ class WeightStats(_Recorder, WeightData):
         named = self._setup(model, layers, every, sync)
         be = self._backend
         self._ops = be.family("training")
-        params: list[tuple[str, Any]] = []
-        seen: set[int] = set()
-        for lname, layer in named:
-            for pname, p in be.named_parameters(layer, recurse=False):
-                if id(p) not in seen and be.requires_grad(p):
-                    seen.add(id(p))
-                    params.append((f"{lname}.{pname}" if lname else pname, p))
+        params = _trainable(be, named)
         if not params:
             fail(fn, "layers", "a spec selecting layers with trainable parameters", layers)
         ranges = [list(fixed)] * len(params) if fixed is not None else self._ranges([p for _, p in params]) if hist else None
@@ -182,6 +189,11 @@ class WeightStats(_Recorder, WeightData):
         self._cpu = kernels is not None and be.host_routes and all(be.host_values(self._ops.local(p)) is not None for _, p in params)
         self._host_moments, self._host_sums = HostRows(bins if hist else 0), HostRows()
         self._updates = Pending(be, 0, width=2)
+        self._attach_all(self._attacher(model, optimizer, params))
+
+    def _attacher(self, model: Any, optimizer: Any, params: list[tuple[str, Any]]) -> Callable[[], None]:
+        """What places the recording: after each step of ``optimizer``, else at each training forward."""
+        be, fn = self._backend, "WeightStats"
         if optimizer is not None:
             if not self._ops.is_optimizer(optimizer):
                 fail(fn, "optimizer", f"None or an optimizer of the model's framework ({be.name})", optimizer, kind=ArgumentTypeError)
@@ -189,20 +201,21 @@ class WeightStats(_Recorder, WeightData):
             if not any(id(p) in mine for _, p in params):
                 fail(fn, "optimizer", "an optimizer updating some of the watched parameters", optimizer)
 
-            def attach_all() -> None:
+            def attach_step() -> None:
                 self.add(Handle(self._ops.on_step(optimizer, self._on_step).remove))
-        else:
-            model_ref = self._model
 
-            def on_forward(ev: Event) -> None:
-                m = model_ref()
-                if m is not None and be.is_training(m):
-                    self._record(ev.step)
+            return attach_step
+        model_ref = self._model
 
-            def attach_all() -> None:
-                self.add(attach(model, [("", model)], "forward_pre", on_forward, OBSERVER))
+        def on_forward(ev: Event) -> None:
+            m = model_ref()
+            if m is not None and be.is_training(m):
+                self._record(ev.step)
 
-        self._attach_all(attach_all)
+        def attach_forward() -> None:
+            self.add(attach(model, [("", model)], "forward_pre", on_forward, OBSERVER))
+
+        return attach_forward
 
     def _ranges(self, params: list[Any]) -> list[list[float]]:
         """Per parameter +-(the power of two above max |w|), agreed across ranks (a max, once)."""
@@ -232,21 +245,28 @@ class WeightStats(_Recorder, WeightData):
         if record and self._cpu:
             self._record_host(step, ws, live)
         elif record:
-            prevs = [self._prev[i] if self._prev_step == step - 1 else None for i in live]
-            hists = None
-            if self.hist:
-                histc, detach = self._backend.histc, self._backend.detach
-                hists = self._backend.stack([histc(detach(ws[i]), self.bins, *self.hist_ranges[self.names[i]]) for i in live])
-            keys = [(step, i, self._numels[i]) for i in live]
-            self._pending.add_block(self._ops.weight_rows([ws[i] for i in live], prevs), keys, hists)
+            self._record_device(step, ws, live)
         if keep:
-            be = self._backend
-            for i in live:
-                if self._prev[i] is None:
-                    self._prev[i] = be.clone(be.detach(ws[i]))
-                    self._prev_step = -2
-            self._ops.copy_all([self._prev[i] for i in live], [ws[i] for i in live])
-            self._prev_step = step
+            self._keep(step, ws, live)
+
+    def _record_device(self, step: int, ws: list[Any], live: list[int]) -> None:
+        prevs = [self._prev[i] if self._prev_step == step - 1 else None for i in live]
+        hists = None
+        if self.hist:
+            histc, detach = self._backend.histc, self._backend.detach
+            hists = self._backend.stack([histc(detach(ws[i]), self.bins, *self.hist_ranges[self.names[i]]) for i in live])
+        keys = [(step, i, self._numels[i]) for i in live]
+        self._pending.add_block(self._ops.weight_rows([ws[i] for i in live], prevs), keys, hists)
+
+    def _keep(self, step: int, ws: list[Any], live: list[int]) -> None:
+        """This step's weights, for the next step's update ratio."""
+        be = self._backend
+        for i in live:
+            if self._prev[i] is None:
+                self._prev[i] = be.clone(be.detach(ws[i]))
+                self._prev_step = -2
+        self._ops.copy_all([self._prev[i] for i in live], [ws[i] for i in live])
+        self._prev_step = step
 
     def _record_host(self, step: int, ws: list[Any], live: list[int]) -> None:
         be = self._backend

@@ -12,8 +12,10 @@ from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, fail
+from hookkit.observers.summary import dryrun
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
+from hookkit.observers.summary.params import dtype_counts, param_bytes, quantized_notes
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
 from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summary
 
@@ -38,6 +40,10 @@ def summary(
     ``input_size``: a shape, a list of shapes or a dict of keyword shapes; ``dtypes``: one per input
     or one for all (``"long"`` for token ids). ``input_data``: a tensor, a list/tuple of tensors or a
     dict of keyword tensors. Neither: the layer tree with parameter counts, no forward.
+    ``depth``: how deep the layer tree is shown (deeper layers are summed into their parent);
+    ``columns``: which columns, among "input_size", "output_size", "num_params", "trainable",
+    "mult_adds", "saved" (torchinfo's names); ``device``: where the made inputs go (default: the
+    model's device).
     ``mode``: "eval" (default), "train" or "same"; the model's modes and buffers are restored
     afterwards. When the forward raises, the rows that ran are printed and the error is re-raised
     with the failing layer named (its ``hookkit_summary`` attribute holds the rows).
@@ -88,6 +94,41 @@ def summarize(
 ) -> tuple[Summary, BaseException | None]:
     """The summary and the forward's exception (None when it ran), without printing or raising it."""
     be = check_model(model, fn="summary")
+    columns = _checked(be, depth, columns, mode, optimizer, loss_fn)
+
+    named = list(be.named_layers(model))
+    opaque = be.opaque_layers(model)
+    notes = [f"layer {n!r} ({be.type_name(dict(named)[n])}) is {r}" if n else f"the model is {r}" for n, r in _top(opaque).items()]
+    if input_size is None and input_data is None:
+        return _static_summary(model, be, named, opaque, depth, columns, notes + ["no input given: parameters only, no forward"]), None
+    if not be.has_forward(model):
+        note = f"{be.type_name(model)} is a container without forward(): parameters only, no forward"
+        return _static_summary(model, be, named, opaque, depth, columns, notes + [note]), None
+    missing = dryrun.dataless(be, model)
+    args, kwargs, made_dtypes = build_inputs(model, be, input_size, input_data, dtypes, device)
+    dry = dryrun.prepare(be, model, args, kwargs, device, missing)  # weights without data: a fake forward
+    if dry is not None:
+        args, kwargs, notes = dry.args, dry.kwargs, notes + dry.notes
+
+    hooked = [] if "" in opaque else [(n, m) for n, m in select(model, ALL) if _opaque_root(n, opaque) is None]
+    leaf_ids = {id(m) for _, m in named if not be.children(m)}
+    saved = _saved_counter(be, model, optimizer, loss_fn, dry) if mode == "train" else None
+    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved, call=dryrun.call_of(dry))
+    rows = _with_opaque_rows(rec.rows, be, named, opaque)
+    result = _assemble(model, be, named, rows, depth, columns, notes)
+    if saved is not None:
+        _training(be, model, named, result, saved, exc, optimizer, loss_fn, args, kwargs, dry)
+    result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
+    result.mult_adds_method = counter.label
+    result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]
+    result.dry_run = dry is not None
+    if exc is not None:
+        _attribute(exc, rec, result, made_dtypes)
+    return result, exc
+
+
+def _checked(be: Any, depth: int, columns: Sequence[str], mode: str, optimizer: Any, loss_fn: Any) -> tuple[str, ...]:
+    """The arguments checked; the columns shown (``saved`` added to the default ones in train mode)."""
     check_choice(mode, MODES, fn="summary", arg="mode")
     if optimizer is not None and mode != "train":
         fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
@@ -102,37 +143,35 @@ def summarize(
     if bad:
         fail("summary", "columns", f"column names among {', '.join(COLUMNS)}", bad if len(bad) > 1 else bad[0])
     check_int(depth, fn="summary", arg="depth", low=0)
+    return columns
 
-    named = list(be.named_layers(model))
-    opaque = be.opaque_layers(model)
-    notes = [f"layer {n!r} ({be.type_name(dict(named)[n])}) is {r}" if n else f"the model is {r}" for n, r in _top(opaque).items()]
-    if input_size is None and input_data is None:
-        return _static_summary(model, be, named, opaque, depth, columns, notes + ["no input given: parameters only, no forward"]), None
-    if not be.has_forward(model):
-        note = f"{be.type_name(model)} is a container without forward(): parameters only, no forward"
-        return _static_summary(model, be, named, opaque, depth, columns, notes + [note]), None
-    args, kwargs, made_dtypes = build_inputs(model, be, input_size, input_data, dtypes, device)
 
-    hooked = [] if "" in opaque else [(n, m) for n, m in select(model, ALL) if _opaque_root(n, opaque) is None]
-    leaf_ids = {id(m) for _, m in named if not be.children(m)}
-    saved = None
-    if mode == "train":
-        params = [p for p in be.parameters(model) if _initialized(be, p)]
-        saved = SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
-    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved)
-    rows = _with_opaque_rows(rec.rows, be, named, opaque)
-    result = _assemble(model, be, named, rows, depth, columns, notes)
-    if saved is not None:
-        result.saved_bytes = saved.total
-        if exc is None and optimizer is not None:
-            result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss_fn or default_loss(be))
-        saved.release()
-    result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
-    result.mult_adds_method = counter.label
-    result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]
-    if exc is not None:
-        _attribute(exc, rec, result, made_dtypes)
-    return result, exc
+def _saved_counter(be: Any, model: Any, optimizer: Any, loss_fn: Any, dry: Any = None) -> SavedCounter:
+    """Train mode: counts the bytes saved for backward (and, with an optimizer, runs the loss's backward);
+    a dry run's parameters are its fake ones."""
+    params = dry.params if dry is not None else [p for p in be.parameters(model) if _initialized(be, p)]
+    return SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
+
+
+def _training(
+    be: Any,
+    model: Any,
+    named: list,
+    result: Summary,
+    saved: Any,
+    exc: Any,
+    optimizer: Any,
+    loss_fn: Any,
+    args: Any,
+    kwargs: Any,
+    dry: Any = None,
+) -> None:
+    """Train mode: the bytes saved for backward, and with an optimizer the training-memory estimate."""
+    result.saved_bytes = saved.total
+    if exc is None and optimizer is not None:
+        loss = loss_fn or default_loss(be)
+        result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry)
+    saved.release()
 
 
 # -- rows that come from the layer tree ---------------------------------------------------------
@@ -255,19 +294,14 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         calls[row.name] = calls.get(row.name, 0) + 1
     for row in rows:
         if row.name not in info:
-            layer = by_name[row.name]
-            n, trainable = _layer_params(layer, be)
-            tied = []
-            for pname, p in be.named_parameters(layer, recurse=False):
-                if id(p) in tied_ids:
-                    me = f"{row.name}.{pname}" if row.name else pname
-                    tied.append(f"{pname} = " + ", ".join(o for o in owners[id(p)] if o != me))
-            info[row.name] = (n, trainable, tied)
+            n, trainable = _layer_params(by_name[row.name], be)
+            info[row.name] = (n, trainable, _tied(be, row.name, by_name[row.name], owners, tied_ids))
         row.params, row.trainable, row.tied = info[row.name]
         row.calls = calls[row.name]
     params = [p for p in unique.values() if _initialized(be, p)]
     if len(params) < len(unique):
         notes = [*notes, f"{len(unique) - len(params)} parameters of lazy layers are not initialized yet: not counted (give an input)"]
+    notes = notes + quantized_notes(be, unique)
     return Summary(
         model_type=be.type_name(model),
         framework=be.name,
@@ -275,7 +309,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         all_rows=rows,
         total_params=sum(be.numel(p) for p in params),
         trainable_params=sum(be.numel(p) for p in params if be.requires_grad(p)),
-        param_bytes=sum(be.numel(p) * be.itemsize(p) for p in params),
+        param_bytes=sum(param_bytes(be, p) for p in params),
         input_bytes=0,
         activation_bytes=sum(r.output_bytes for r in rows if r.leaf),
         total_mult_adds=0,
@@ -284,7 +318,18 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         columns=columns,
         masked_params=_masked(be, named, unique),
         notes=notes,
+        param_dtypes=dtype_counts(be, params),
     )
+
+
+def _tied(be: Backend, name: str, layer: Any, owners: dict[int, list[str]], tied_ids: set[int]) -> list[str]:
+    """``"weight = other.weight"`` for each of the layer's own parameters shared with other layers."""
+    tied = []
+    for pname, p in be.named_parameters(layer, recurse=False):
+        if id(p) in tied_ids:
+            me = f"{name}.{pname}" if name else pname
+            tied.append(f"{pname} = " + ", ".join(o for o in owners[id(p)] if o != me))
+    return tied
 
 
 # -- failures -----------------------------------------------------------------------------------
@@ -308,13 +353,17 @@ def _attribute(exc: BaseException, rec: Recorder, result: Summary, made_dtypes: 
         result.rows = [r for r in result.all_rows if id(r) in shown or r is failed]
     result.error = f"{type(exc).__name__} {where}: {exc}"
     note = f"hookkit.summary: the forward failed {where}"
-    if failed is not None and "Embedding" in failed.type and made_dtypes and all(is_float(d) for d in made_dtypes):
-        hint = (
-            f"hint: {failed.type} takes integer ids, and the summary made float inputs: "
-            "pass dtypes='long' (on the command line: --dtype long)"
-        )
+    hint = _embedding_hint(failed, made_dtypes)
+    if hint:
         note += "\n" + hint
         result.error += f" ({hint})"
     if note not in getattr(exc, "__notes__", ()):
         add_note(exc, note)
     exc.hookkit_summary = result  # type: ignore[attr-defined]
+
+
+def _embedding_hint(failed: Row | None, made_dtypes: list[str]) -> str:
+    """An embedding that failed on the float inputs the summary made: say to make integer ones."""
+    if failed is not None and "Embedding" in failed.type and made_dtypes and all(is_float(d) for d in made_dtypes):
+        return f"hint: {failed.type} takes integer ids, and the summary made float inputs: pass dtypes='long' (on the command line: --dtype long)"
+    return ""
