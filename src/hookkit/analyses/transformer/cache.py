@@ -35,7 +35,7 @@ from hookkit.sites.names import glob_match, names, table
 
 
 @dataclasses.dataclass
-class _Model:
+class ModelFacts:
     """What the cache's methods read of the model: its layers count, norm kind, the modules holding
     the projections (weakly, through the points) and the unembedding."""
 
@@ -59,11 +59,14 @@ class ActivationCache(Mapping):
     """The values of one forward at standard names (``cache["blocks.0.hook_resid_mid"]``,
     ``cache["resid_pre", 0]``), with TransformerLens's analysis methods.
 
+    Made by ``run_with_cache``: ``values``: name -> tensor; ``backend``: the model's framework backend;
+    ``info``: what the methods read of the model (a ``ModelFacts``).
+
     >>> _, cache = hookkit.run_with_cache(model, ids)       # doctest: +SKIP
     >>> cache.accumulated_resid(apply_ln=True).shape        # [n_layers + 1, B, T, d_model]
     """
 
-    def __init__(self, values: dict[str, Any], backend: Any, info: _Model):
+    def __init__(self, values: dict[str, Any], backend: Any, info: ModelFacts):
         self._values, self._be, self._info = values, backend, info
         self._m = backend.family("tensor_math")
 
@@ -197,7 +200,13 @@ class ActivationCache(Mapping):
         return_labels: bool = False,
     ) -> Any:
         """The residual stream before each block up to ``layer`` (None: and after the last),
-        ``[components, batch, pos, d_model]``; labels ``"0_pre"``, ``"0_mid"``, ``"final_post"``."""
+        ``[components, batch, pos, d_model]``; labels ``"0_pre"``, ``"0_mid"``, ``"final_post"``.
+
+        ``incl_mid``: also each block's ``resid_mid``. ``apply_ln``: pass the stack through
+        ``apply_ln_to_stack`` at ``layer``. ``pos_slice``: the positions kept (None: all; an int: that
+        one, its dim dropped; a slice). ``mlp_input``: the residual stream the MLP of ``layer`` reads
+        (after its attention). ``return_labels``: also return the components' labels.
+        """
         layer = self._layer(layer)
         items, labels = [], []
         for i in range(layer + 1):
@@ -241,7 +250,13 @@ class ActivationCache(Mapping):
         return_labels: bool = False,
     ) -> Any:
         """The residual stream at ``layer`` as the outputs that make it: embeddings, then each
-        block's ``attn_out`` and ``mlp_out`` (``mode``: ``"all"``, ``"attn"``, ``"mlp"``)."""
+        block's ``attn_out`` and ``mlp_out`` (``mode``: ``"all"``, ``"attn"``, ``"mlp"``).
+
+        ``mlp_input``: the residual stream the MLP of ``layer`` reads (after its attention).
+        ``apply_ln``: pass the stack through ``apply_ln_to_stack`` at ``layer``. ``pos_slice``: the
+        positions kept (None: all; an int: that one, its dim dropped; a slice). ``incl_embeds``: the
+        embeddings first. ``return_labels``: also return the components' labels.
+        """
         layer = self._layer(layer)
         if mode not in ("all", "attn", "mlp"):
             fail("decompose_resid", "mode", "'all', 'attn' or 'mlp'", mode)
@@ -290,7 +305,13 @@ class ActivationCache(Mapping):
         apply_ln: bool = False,
     ) -> Any:
         """Each head's output (``z`` times its slice of ``W_O``, no bias) for the blocks before
-        ``layer`` (-1: all), ``[components, batch, pos, d_model]``, labels ``"L0H3"``."""
+        ``layer`` (-1: all), ``[components, batch, pos, d_model]``, labels ``"L0H3"``.
+
+        ``return_labels``: also return the components' labels. ``incl_remainder``: add the residual
+        stream minus the components, labelled ``remainder``. ``pos_slice``: the positions kept (None:
+        all; an int: that one, its dim dropped; a slice). ``apply_ln``: pass the stack through
+        ``apply_ln_to_stack`` at ``layer``.
+        """
         layer = self._layer(layer)
         items, labels = [], []
         for i in range(layer):
@@ -323,7 +344,13 @@ class ActivationCache(Mapping):
         apply_ln: bool = False,
     ) -> Any:
         """Each MLP neuron's output (``hook_post`` times its row of ``W_out``) for the blocks before
-        ``layer``, ``[components, batch, pos, d_model]``, labels ``"L0N5"``."""
+        ``layer``, ``[components, batch, pos, d_model]``, labels ``"L0N5"``.
+
+        ``neuron_slice``: the neurons kept (None: all, a slice or a list). ``pos_slice``: the positions
+        kept (None: all; an int: that one, its dim dropped; a slice). ``return_labels``: also return the
+        components' labels. ``incl_remainder``: add the residual stream minus the components, labelled
+        ``remainder``. ``apply_ln``: pass the stack through ``apply_ln_to_stack`` at ``layer``.
+        """
         layer = self._layer(layer)
         items, labels = [], []
         for i in range(layer):
@@ -349,7 +376,12 @@ class ActivationCache(Mapping):
     ) -> Any:
         """``residual_stack`` (``[components, batch, pos, d_model]``) centred (LayerNorm families)
         and divided by the cached scale of the norm that reads the residual stream at ``layer``
-        (None or -1: the final norm; ``mlp_input``: the block's second norm). No weight, no bias."""
+        (None or -1: the final norm; ``mlp_input``: the block's second norm). No weight, no bias.
+
+        ``pos_slice``: the positions kept (None: all; an int: that one, its dim dropped; a slice).
+        ``batch_slice``: the batch rows kept (None: all; an int; a slice). ``has_batch_dim``: whether
+        ``residual_stack`` has a batch dim (after the components).
+        """
         layer = self._layer(layer)
         if layer == self.n_layers:
             scale = self["ln_final.hook_scale"]
@@ -373,7 +405,13 @@ class ActivationCache(Mapping):
     ) -> Any:
         """Each component's direct contribution to the logit of ``tokens`` (or to the logit
         difference with ``incorrect_tokens``): the stack through ``apply_ln_to_stack`` (final norm),
-        dotted with the unembedding's columns (``W_U[:, tokens]``, the norm's weight not folded in)."""
+        dotted with the unembedding's columns (``W_U[:, tokens]``, the norm's weight not folded in).
+
+        ``residual_stack``: ``[components, batch, d_model]`` (or with positions). ``pos_slice``: the
+        positions kept (None: all; an int: that one, its dim dropped; a slice). ``batch_slice``: the
+        batch rows kept (None: all; an int; a slice). ``has_batch_dim``: whether ``residual_stack`` has
+        a batch dim (after the components).
+        """
         directions = self.tokens_to_residual_directions(tokens)
         if incorrect_tokens is not None:
             other = self.tokens_to_residual_directions(incorrect_tokens)
@@ -410,7 +448,13 @@ class ActivationCache(Mapping):
         return_labels: bool = False,
     ) -> Any:
         """Every head, every neuron (``expand_neurons``) or MLP, the embeddings and the biases summed
-        (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``."""
+        (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``.
+
+        ``mlp_input``: the residual stream the MLP of ``layer`` reads (after its attention).
+        ``apply_ln``: pass the stack through ``apply_ln_to_stack`` at ``layer``. ``pos_slice``: the
+        positions kept (None: all; an int: that one, its dim dropped; a slice). ``return_labels``: also
+        return the components' labels.
+        """
         layer = self._layer(layer)
         items, labels = [], []
         with_mid = mlp_input and layer < self.n_layers
@@ -494,7 +538,7 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     finally:
         group.remove()
     values.update({n: be.detach(t) if device is None else be.to(be.detach(t), device) for n, t in computed.items()})
-    info = _Model(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
+    info = ModelFacts(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
     return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
 
 
@@ -502,7 +546,9 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
 class LogitAttribution:
     """What ``logit_attribution`` returns: ``values`` ``[components, batch]`` (a framework tensor),
     ``labels`` (``"embed"``, ``"L0H3"``, ``"0_mlp_out"``, ``"bias"``...), ``to_numpy()`` and ``plot()``.
-    The rows sum to the logit (or the logit difference) the model computed."""
+    The rows sum to the logit (or the logit difference) the model computed. Made by
+    ``logit_attribution``: ``backend``: the model's framework backend; ``n_layers``, ``n_heads``: the
+    grid the plot draws."""
 
     def __init__(self, values: Any, labels: list[str], backend: Any, n_layers: int, n_heads: int):
         self.values, self.labels, self._be = values, labels, backend
