@@ -21,6 +21,7 @@ from hookkit.analyses.lens import LensResult, logit_lens
 from hookkit.analyses.patching import patching_sweep
 from hookkit.analyses.patterns import attention_patterns
 from hookkit.analyses.port import Ported, PortError, port_weights
+from hookkit.analyses.transformer.cache import ActivationCache, LogitAttribution, logit_attribution, run_with_cache
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, remove_all
@@ -79,6 +80,7 @@ from hookkit.sae import (  # sparse autoencoders (issue 42)
     splice,
     train_sae,
 )
+from hookkit.sites.names import names
 from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
@@ -186,6 +188,12 @@ __all__ = [
     "FeatureViews",
     "feature_views",
     "MemoryPlan",
+    # standard names, activation cache, direct logit attribution (issue 41)
+    "names",
+    "run_with_cache",
+    "ActivationCache",
+    "logit_attribution",
+    "LogitAttribution",
 ]
 
 # an unknown keyword argument of a public function or class gets "did you mean" (core/keywords.py)

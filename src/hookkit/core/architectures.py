@@ -153,6 +153,7 @@ STACK_FAMILIES: list[StackFamily] = [
     StackFamily("gpt-neox-old", "gpt_neox.layers", "gpt_neox.final_layer_norm", "embed_out"),
     StackFamily("llama", "model.layers", "model.norm", "lm_head"),  # Mistral, Qwen2, Gemma, ...
     StackFamily("llama-base", "layers", "norm"),
+    StackFamily("phi", "model.layers", "model.final_layernorm", "lm_head"),
     StackFamily("opt", "model.decoder.layers", "model.decoder.final_layer_norm", "lm_head"),
     StackFamily("bert", "encoder.layer"),
     StackFamily("bert-head", "bert.encoder.layer"),
