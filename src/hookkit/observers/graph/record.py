@@ -53,10 +53,6 @@ class _Made:
         self.used = False
         self.shape, self.dtype = shape, dtype
 
-    def alive_as(self, t: Any) -> bool:
-        obj = self.strong if self.ref is None else self.ref()
-        return obj is t
-
     def obj(self) -> Any:
         return self.strong if self.ref is None else self.ref()
 
@@ -99,7 +95,7 @@ def tensors_in(obj: Any, is_tensor: Any, out: list[Any], depth: int = 0) -> list
 
 
 class GraphRecorder:
-    """The consumers of one recorded forward (``pre``/``post`` on every layer; ``root_pre``/``root_post`` on the model)."""
+    """The consumers of one recorded forward (``pre``/``post`` on every layer; ``root_pre`` on the model; the root's output through ``root_post_output``)."""
 
     def __init__(
         self, be: Backend, params: dict[int, int], arg_names: list[str], op_calls: dict[str, str] | None = None, model: Any = None
@@ -216,9 +212,6 @@ class GraphRecorder:
             self.nodes.append(node)
             self._register(t, node.id)
             self.root.inputs.append(t)
-
-    def root_post(self, ev: Event) -> None:
-        self.root_post_output(ev.output)
 
     def root_post_output(self, output: Any) -> None:
         if self.outputs_done:
