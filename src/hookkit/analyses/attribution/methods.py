@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hookkit.analyses.attribution import perturbation as pt
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.budget import spans
 from hookkit.analyses.attribution.rules import quadrature
@@ -180,9 +181,26 @@ RUNNERS = {
     "input:gradient": _input_point,
     "input:saliency": _input_point,
     "input:smoothgrad": _smoothgrad,
+    # perturbation methods (perturbation.py): forwards only, at the inputs or at a layer's value
+    "layer:occlusion": pt.ablation,
+    "layer:feature_ablation": pt.ablation,
+    "layer:feature_permutation": pt.ablation,
+    "layer:shapley": pt.shapley,
+    "layer:shapley_sampling": pt.shapley_sampling,
+    "layer:kernel_shap": pt.kernel_shap,
+    "layer:lime": pt.lime,
+    "input:occlusion": pt.ablation,
+    "input:feature_ablation": pt.ablation,
+    "input:feature_permutation": pt.ablation,
+    "input:shapley": pt.shapley,
+    "input:shapley_sampling": pt.shapley_sampling,
+    "input:kernel_shap": pt.kernel_shap,
+    "input:lime": pt.lime,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance")
+#: methods that perturb and run forwards only (their options: feature_mask, sliding_window_shapes, ...)
+PERTURBATION_METHODS = pt.PERTURBATION_METHODS
 
 
 def _at(where: str) -> tuple[str, ...]:
