@@ -182,8 +182,12 @@ def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
     """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
     inputs or the layer's value, ``baselines`` shaped like it."""
     be = job.be
-    measure = job.layer is not None or be.dtype_kind(job.x) == "float"
-    y, saved = st.probe(job, job.x, "input", measure=measure)
+    if job.layer is not None or be.dtype_kind(job.x) == "float":
+        y, saved = st.probe(job, job.x, "input", measure=True)
+    else:  # token ids take no gradient: what the forward keeps for the parameters' backward
+        with job.ops.saved_bytes(job.model) as counter:
+            y, _ = st.probe(job, job.x, "input")
+        saved = counter.bytes
     value = job.x if job.layer is None else y
     what = "inputs" if job.layer is None else f"layer {job.name!r}'s value"
     base = baselines_like(be, job.opts.baselines, value, what=what)
