@@ -11,8 +11,9 @@ Occlusion, feature ablation and Shapley value sampling on two models, each varia
   16 tokens), explaining the last position's logit of one token, perturbing token ids to the pad id
   0: occlusion with windows of 2 tokens, feature ablation per token, Shapley sampling (8 orders).
 Variants: captum at its default ``perturbations_per_eval=1`` and at 16 and 256, hookkit at its
-default budget and with ``max_memory=16 MB``. Per variant and method: the median CPU time of 3 calls,
-the peak RSS growth over the RSS before the method (VmHWM after a ``clear_refs`` reset), and for the
+default budget and with ``max_memory=16 MB``. Per variant and method, after one warm-up call: the
+median CPU time of 3 calls, the peak RSS growth over the RSS before them (VmHWM after a ``clear_refs``
+reset), and for the
 deterministic methods the largest difference from captum's attributions relative to their largest.
 """
 
@@ -61,7 +62,10 @@ def _cnn():
     patches = torch.arange(64).reshape(8, 8).repeat_interleave(4, 0).repeat_interleave(4, 1)
     mask = patches.expand(3, 32, 32).unsqueeze(0).contiguous()
     spec = {
-        "occlusion": ({"sliding_window_shapes": (3, 4, 4), "strides": (3, 4, 4)}, {"sliding_window_shapes": (3, 4, 4), "strides": (3, 4, 4)}),
+        "occlusion": (
+            {"sliding_window_shapes": (3, 4, 4), "strides": (3, 4, 4)},
+            {"sliding_window_shapes": (3, 4, 4), "strides": (3, 4, 4)},
+        ),
         "feature_ablation": ({"feature_mask": mask}, {"feature_mask": mask}),
         "shapley_sampling": ({"feature_mask": mask, "n_samples": 4}, {"feature_mask": mask, "n_samples": 4}),
     }
@@ -110,6 +114,7 @@ def child(model_name: str, variant: str, out: str) -> None:
             def run(hk_kw=hk_kw, method=method, extra=extra):
                 return hookkit.attribute(model, None, x, method, target=hk_target, baselines=0, seed=0, **hk_kw, **extra)
 
+        run()  # warm: first-call set-up of either library (imports, caches) is not the method's memory
         rss0 = _status("VmRSS")
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset the high-water mark to the current RSS
@@ -132,7 +137,9 @@ def bench(rounds: int) -> int:
         for r in range(rounds):
             for v in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
                 out = os.path.join(tmp, f"{model_name}-{v}-{r}")
-                subprocess.run([sys.executable, __file__, "_child", "--model", model_name, "--variant", v, "--out", out], check=True, env=env)
+                subprocess.run(
+                    [sys.executable, __file__, "_child", "--model", model_name, "--variant", v, "--out", out], check=True, env=env
+                )
                 with open(out + ".json") as f:
                     got[v].append(json.load(f))
         rows = []

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
+from hookkit.analyses.attribution.generation import GenerationAttribution, attribute_generation  # issue 44
 from hookkit.analyses.attribution_patching import attribution_patching
 from hookkit.analyses.cam import cam, gradcam, gradcam_plus_plus
 from hookkit.analyses.cam.metrics import cam_metric
@@ -159,6 +160,9 @@ __all__ = [
     "graph",
     "Graph",
     "GraphWarning",
+    # attribution of generated text (issue 44)
+    "attribute_generation",
+    "GenerationAttribution",
 ]
 
 
