@@ -2,6 +2,14 @@
 hookkit dependency).
 
     cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py [--rounds 2]
+    cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py generation [--rounds 2]
+
+``generation``: ``attribute_generation`` with integrated gradients (64 steps) of 32 given target
+tokens after a 16-token prompt of the GPT-2-style model below, against captum's
+``LLMGradientAttribution(LayerIntegratedGradients(model, wte))`` at its defaults (a stand-in
+tokenizer: text is space-separated ids); CPU time and peak RSS growth of one call per process, and
+the difference of the ``[32, 16]`` attributions (``attribute_prefix=False``: captum's meaning, the
+generated tokens before a target held as they are).
 
 Occlusion, feature ablation and Shapley value sampling on two models, each variant in its own process
 (one math thread), processes interleaved over rounds:
@@ -40,6 +48,7 @@ SMALL = 16 << 20
 VARIANTS = ["captum", "captum-ppe=16", "captum-ppe=256", "hookkit", "hookkit-16MB"]
 METHODS = ["occlusion", "feature_ablation", "shapley_sampling"]
 TOKEN = 7
+GEN_TOKENS = 32
 
 
 def _status(key: str) -> int:
@@ -131,6 +140,92 @@ def child(model_name: str, variant: str, out: str) -> None:
         json.dump(res, f)
 
 
+class _IdTokenizer:
+    """The little of a tokenizer captum's ``TextTokenInput`` reads: text is space-separated ids."""
+
+    def encode(self, text, return_tensors=None):
+        import torch
+
+        return torch.tensor([[int(t) for t in text.split()]])
+
+    def convert_ids_to_tokens(self, ids):
+        return [str(i) for i in ids]
+
+    def decode(self, ids, **kw):
+        return " ".join(str(int(i)) for i in ids)
+
+    def __call__(self, text, **kw):  # the offsets captum's pretty-printing of the targets reads
+        out, offsets, pos = [], [], 0
+        for tok in text.split(" "):
+            out.append(int(tok))
+            offsets.append((pos, pos + len(tok)))
+            pos += len(tok) + 1
+        return {"input_ids": out, "offset_mapping": offsets}
+
+
+def generation_child(variant: str, out: str) -> None:
+    """Integrated gradients (64 steps) of 32 target tokens after a 16-token prompt, GPT-2-style model."""
+    import torch
+
+    import hookkit
+
+    model, _, ids, _, _, _ = _gpt2()
+    prompt, targets = ids[:1], torch.randint(1, 1000, (GEN_TOKENS,))
+    model(prompt)
+    if variant == "captum-llm":
+        from captum.attr import LayerIntegratedGradients, LLMGradientAttribution, TextTokenInput
+
+        llm = LLMGradientAttribution(LayerIntegratedGradients(model, model.transformer.wte), _IdTokenizer())
+        inp = TextTokenInput(" ".join(str(int(t)) for t in prompt[0]), _IdTokenizer(), baselines=0)
+
+        def run():
+            return llm.attribute(inp, target=targets, n_steps=64).token_attr.detach().numpy()
+    else:
+
+        def run():
+            return hookkit.attribute_generation(model, prompt, targets, n_steps=64, max_memory=SMALL, attribute_prefix=False).input_attr
+
+    rss0 = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.process_time()
+    a = run()
+    cpu = time.process_time() - t0
+    np.save(out + ".npy", a)
+    with open(out + ".json", "w") as f:
+        json.dump({"cpu_s": cpu, "peak_mb": (_status("VmHWM") - rss0) / 2**20}, f)
+
+
+def generation(rounds: int) -> int:
+    tmp = tempfile.mkdtemp(prefix="bench_gen_")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    variants = ["captum-llm", "hookkit"]
+    got: dict[str, list[dict]] = {v: [] for v in variants}
+    for r in range(rounds):
+        for v in variants[r % 2 :] + variants[: r % 2]:
+            out = os.path.join(tmp, f"{v}-{r}")
+            subprocess.run([sys.executable, __file__, "_gen", "--variant", v, "--out", out], check=True, env=env)
+            with open(out + ".json") as f:
+                got[v].append(json.load(f))
+    ref = np.load(os.path.join(tmp, "captum-llm-0.npy"))
+    rows = []
+    for v in variants:
+        a = np.load(os.path.join(tmp, f"{v}-0.npy"))
+        rows.append(
+            [
+                v,
+                f"{statistics.median(x['cpu_s'] for x in got[v]):.2f}",
+                f"{statistics.median(x['peak_mb'] for x in got[v]):.1f}",
+                f"{np.abs(a - ref).max() / np.abs(ref).max():.1e}",
+            ]
+        )
+    print(
+        f"\ngeneration: integrated gradients (64 steps), {GEN_TOKENS} targets after 16 prompt tokens; hookkit max_memory={SMALL >> 20} MB"
+    )
+    print(table(rows, ["variant", "CPU s (first call)", "peak RSS growth MB", "rel. diff from captum"]))
+    return 0
+
+
 def bench(rounds: int) -> int:
     tmp = tempfile.mkdtemp(prefix="bench_pert_")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -178,7 +273,7 @@ def main() -> int:
     set_threads(1)
     block_torchvision()
     p = argparse.ArgumentParser()
-    p.add_argument("what", nargs="?", default="bench", choices=["bench", "_child"])
+    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "_child", "_gen"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--model")
     p.add_argument("--variant")
@@ -187,6 +282,11 @@ def main() -> int:
     if args.what == "_child":
         child(args.model, args.variant, args.out)
         return 0
+    if args.what == "_gen":
+        generation_child(args.variant, args.out)
+        return 0
+    if args.what == "generation":
+        return generation(args.rounds)
     return bench(args.rounds)
 
 

@@ -140,3 +140,51 @@ def test_bad_calls_name_the_argument(gpt2, kw, arg):
     with pytest.raises(HookkitError, match=rf"attribute_generation\(\).*{arg}"):
         hookkit.attribute_generation(gpt2, torch.tensor([[1, 2, 3]]), **kw)
     assert hooks_left(gpt2) == []
+
+
+def test_held_prefix_is_captums_meaning(gpt2):
+    import torch
+
+    ids, targets = torch.tensor([[3, 8, 21]]), [4, 30]
+    held = hookkit.attribute_generation(gpt2, ids, targets, n_steps=16, attribute_prefix=False)
+    assert np.isnan(held.token_attr[1, 3:]).all() and not np.isnan(held.input_attr).any()
+    # the second target: the prompt scaled from pad ids, the generated token 4 held as it is
+    direct = hookkit.attribute(
+        gpt2,
+        "transformer.wte",
+        torch.tensor([[3, 8, 21, 4]]),
+        target=lambda o: torch.log_softmax(o.logits[:, -1], -1)[:, 30],
+        baselines=torch.tensor([[0, 0, 0, 4]]),
+        n_steps=16,
+    )
+    np.testing.assert_allclose(held.input_attr[1], direct.sum(-1)[0, :3].double().numpy(), rtol=1e-5, atol=1e-6)
+    # one token ablated at a time: the prompt's columns do not depend on the prefix being held
+    a = hookkit.attribute_generation(gpt2, ids, targets, "feature_ablation")
+    b = hookkit.attribute_generation(gpt2, ids, targets, "feature_ablation", attribute_prefix=False)
+    np.testing.assert_allclose(b.input_attr, a.input_attr, rtol=1e-6, atol=1e-7)
+
+
+def test_equal_to_captums_llm_attribution(gpt2):
+    torch = pytest.importorskip("torch")
+    ca = pytest.importorskip("captum.attr")
+
+    class IdTokenizer:  # text is space-separated ids
+        def encode(self, text, return_tensors=None):
+            return torch.tensor([[int(t) for t in text.split()]])
+
+        def convert_ids_to_tokens(self, ids):
+            return [str(i) for i in ids]
+
+        def decode(self, ids, **kw):
+            return " ".join(str(int(i)) for i in ids)
+
+        def __call__(self, text, **kw):
+            toks = text.split(" ")
+            starts = np.cumsum([0] + [len(t) + 1 for t in toks[:-1]])
+            return {"input_ids": [int(t) for t in toks], "offset_mapping": [(int(s), int(s) + len(t)) for s, t in zip(starts, toks)]}
+
+    targets = torch.tensor([4, 30, 12])
+    llm = ca.LLMGradientAttribution(ca.LayerIntegratedGradients(gpt2, gpt2.transformer.wte), IdTokenizer())
+    want = llm.attribute(ca.TextTokenInput("3 8 21 7", IdTokenizer(), baselines=0), target=targets, n_steps=16).token_attr
+    got = hookkit.attribute_generation(gpt2, torch.tensor([[3, 8, 21, 7]]), targets, n_steps=16, attribute_prefix=False)
+    np.testing.assert_allclose(got.input_attr, want.double().numpy(), rtol=1e-5, atol=1e-6)

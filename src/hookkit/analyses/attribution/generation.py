@@ -27,7 +27,7 @@ from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import logits_of
 from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, check_tensor_like, fail
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_tensor_like, fail
 
 GRADIENT_METHODS = ("integrated_gradients", "gradient_x_activation")
 TOKEN_METHODS = ("feature_ablation", "shapley", "shapley_sampling", "kernel_shap", "lime")
@@ -97,6 +97,7 @@ def attribute_generation(
     seed: int | None = None,
     max_memory: float | None = None,
     internal_batch_size: int | str | None = "auto",
+    attribute_prefix: bool = True,
     eval: bool = True,
 ) -> GenerationAttribution:
     """Attributions of each target token's log-probability to the tokens before it.
@@ -107,6 +108,8 @@ def attribute_generation(
     ``get_input_embeddings()``), from ``baseline_id`` tokens; or "feature_ablation", "shapley",
     "shapley_sampling", "kernel_shap", "lime" over the token ids, a token replaced by ``baseline_id``.
     ``contrast_ids``: an alternative target per position: the score is ``p(target) - p(contrast)``.
+    ``attribute_prefix=False``: the generated tokens before a target stay as they are (never scaled or
+    replaced; their columns NaN), captum ``LLMAttribution``'s numbers.
 
     >>> res = hookkit.attribute_generation(model, ids, max_new_tokens=4, method="feature_ablation")  # doctest: +SKIP
     >>> res.input_attr          # [4, T]
@@ -116,6 +119,7 @@ def attribute_generation(
     check_choice(method, GRADIENT_METHODS + TOKEN_METHODS, fn=fn, arg="method")
     check_int(max_new_tokens, fn=fn, arg="max_new_tokens", low=1)
     check_int(baseline_id, fn=fn, arg="baseline_id", low=0)
+    check_bool(attribute_prefix, fn=fn, arg="attribute_prefix")
     ids = _ids(be, input_ids, "input_ids")
     with analysis_pass(model, be, eval=eval, grad=False), be.no_grad():
         like = check_tensor_like(input_ids, be, fn=fn, arg="input_ids")
@@ -141,14 +145,17 @@ def attribute_generation(
     for t in range(m):
         prefix = be.from_numpy(full[None, : t_in + t], like=like)
         score = _score(be, int(targets[t]), None if contrast is None else int(contrast[t]))
-        base = be.from_numpy(np.full((1, t_in + t), baseline_id, dtype=full.dtype), like=like)
+        held = 0 if attribute_prefix else t  # generated tokens kept as they are (captum's LLMAttribution)
+        base_ids = np.concatenate([np.full(t_in + t - held, baseline_id, dtype=full.dtype), full[t_in + t - held : t_in + t]])
+        base = be.from_numpy(base_ids[None, :], like=like)
         if name is not None:
             attr = attribute(model, name, prefix, method, target=score, baselines=base, **kw)
             row = be.to_numpy(attr).astype(np.float64).reshape(t_in + t, -1).sum(-1)
         else:
-            attr = attribute(model, None, prefix, method, target=score, baselines=base, **kw)
+            mask = None if not held else np.minimum(np.arange(t_in + t), t_in)[None, :]  # the held tokens: one null feature
+            attr = attribute(model, None, prefix, method, target=score, baselines=base, feature_mask=mask, **kw)
             row = be.to_numpy(attr).astype(np.float64).reshape(-1)
-        out[t, : t_in + t] = row
+        out[t, : t_in + t - held] = row[: t_in + t - held]
         with analysis_pass(model, be, eval=eval, grad=False), be.no_grad():
             scores[t] = float(be.to_numpy(score(model(prefix))).reshape(-1)[0])
     return GenerationAttribution(
