@@ -15,7 +15,7 @@ a 0/1 mask ``m``), coalition-major (rows ``c * b + j``: coalition ``c`` of sampl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import factorial
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 MAX_EXACT_FEATURES = 12  # exact Shapley values enumerate 2**F coalitions
 DEFAULT_SAMPLES = {"shapley_sampling": 25, "kernel_shap": 25, "lime": 50}  # captum's defaults
+#: the default budget of the perturbed copies on a CPU (max_memory=None): forwards without autograd are
+#: compute-bound there, and chunks past a few tens of MB only cost memory (benchmarks/bench_attribution_perturbation.py)
+HOST_BUDGET = 32 << 20
 LASSO_ALPHA, KERNEL_WIDTH = 0.01, 1.0  # captum's Lime: SkLearnLasso(alpha=0.01), exp kernel on cosine distance, width 1
 
 
@@ -139,6 +142,8 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: np.ndarray, sav
     """The target's score for every coalition of ``z`` and every sample: float64 ``[K, N]``. ``bases(c, j0, j1)``:
     the replacement rows of coalition ``c`` (feature permutation), else ``base``."""
     be, m, n, k_all = job.be, job.m, job.n, len(z)
+    if job.opts.max_memory is None and job.opts.internal_batch_size == "auto" and job.ops.on_host(value):
+        job.opts = replace(job.opts, max_memory=float(min(HOST_BUDGET, job.ops.free_bytes(value) // 2)))
     plan = st.plan(job, k_all, saved, None if job.layer is None else value)
     out = []
     for j0, j1 in spans(n, plan.samples):
