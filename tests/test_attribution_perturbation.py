@@ -186,6 +186,21 @@ def test_layer_feature_ablation_and_layer_shapley_by_hand(fw, rng):
     np.testing.assert_allclose(shap[:, [0, 2, 4]].sum(1), head(h) - head(np.full_like(h, 0.1)), rtol=1e-5, atol=1e-5)
 
 
+def test_neuron_feature_ablation_and_shapley_by_hand(fw, rng):
+    model = tanh_mlp(fw)
+    x = rng.normal(size=(3, 6)).astype(np.float32)
+    got = np_(fw, hookkit.attribute(model, "1", fw.tensor(x), "feature_ablation", neuron=4))
+
+    def h(rows):
+        with fw.no_grad():
+            return fw.numpy(model[1](model[0](fw.tensor(np.asarray(rows, np.float32)))))[:, 4].astype(np.float64)
+
+    want = np.stack([h(x) - h(np.where(np.arange(6) == i, 0, x)) for i in range(6)], 1)
+    np.testing.assert_allclose(got, want, **TOL)
+    shap = np_(fw, hookkit.attribute(model, "1", fw.tensor(x), "shapley", neuron=4, feature_mask=np.array([0, 0, 1, 1, 2, 2])))
+    np.testing.assert_allclose(shap[:, ::2].sum(1), h(x) - h(np.zeros_like(x)), rtol=1e-5, atol=1e-5)  # efficiency
+
+
 def test_token_ids_ablated_to_a_pad_id(fw, rng):
     fw.seed(0)
     model = fw.sequential(fw.nn.Embedding(10, 3), fw.flatten(), fw.linear(15, 2))
@@ -298,6 +313,10 @@ def test_equal_to_captum_in_float64(rng):
         (
             hookkit.attribute(model, "1", x, "feature_ablation", target=target).numpy(),
             attr.LayerFeatureAblation(model, model[1]).attribute(x, target=target),
+        ),
+        (
+            hookkit.attribute(model, "1", x, "feature_ablation", neuron=(1, 2, 3), feature_mask=mask).numpy(),
+            attr.NeuronFeatureAblation(model, model[1]).attribute(x, neuron_selector=(1, 2, 3), feature_mask=mask),
         ),
     ]
     for i, (got, want) in enumerate(cases):

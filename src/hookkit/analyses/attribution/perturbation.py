@@ -77,7 +77,7 @@ class Features:
 
 def _features(job: Job, shape: tuple[int, ...]) -> Features:
     fn, opts = entry_name(), job.opts
-    where = "the inputs" if job.layer is None else f"layer {job.name!r}'s value"
+    where = "the inputs" if job.layer is None or job.neuron is not None else f"layer {job.name!r}'s value"
     if job.method == "occlusion":
         return _windows(opts, shape, where)
     mask = opts.feature_mask
@@ -155,12 +155,17 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: np.ndarray, sav
             rep = m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0) if bases else m.tile_rows(base[j0:j1], k)
             samples = st.rows(j0, j1, k)
             with be.no_grad():
-                if job.layer is None:
-                    o = st.forward(job, m.tile_rows(value[j0:j1], k) * keep + rep * mask, samples)
+                if job.neuron is not None:  # the neuron's value for perturbed inputs: the forward stops at the layer
+                    job.tap.replace, job.tap.stop = None, True
+                    st.forward(job, m.tile_rows(value[j0:j1], k) * keep + rep * mask, samples)
+                    s = st.neuron_of(job, job.tap.value)
                 else:
-                    job.tap.replace = _replacer(job, rep, mask, keep)
-                    o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
-                s = target_scores(be, o, expand_target(job.target, samples), len(samples))
+                    if job.layer is None:
+                        o = st.forward(job, m.tile_rows(value[j0:j1], k) * keep + rep * mask, samples)
+                    else:
+                        job.tap.replace = _replacer(job, rep, mask, keep)
+                        o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
+                    s = target_scores(be, o, expand_target(job.target, samples), len(samples))
             if len(be.shape(s)) != 1:
                 raise InvalidArgument(
                     f"{entry_name()}(): {job.method} needs one score per sample; the target gave shape {list(be.shape(s))}"
@@ -187,14 +192,17 @@ def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
     """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
     inputs or the layer's value, ``baselines`` shaped like it."""
     be = job.be
-    if job.layer is not None or be.dtype_kind(job.x) == "float":
+    if (job.layer is not None and job.neuron is None) or be.dtype_kind(job.x) == "float":
         y, saved = st.probe(job, job.x, "input", measure=True)
     else:  # token ids take no gradient: what the forward keeps for the parameters' backward
         with job.ops.saved_bytes(job.model) as counter:
             y, _ = st.probe(job, job.x, "input")
         saved = counter.bytes
-    value = job.x if job.layer is None else y
-    what = "inputs" if job.layer is None else f"layer {job.name!r}'s value"
+    to_inputs = job.layer is None or job.neuron is not None
+    if job.neuron is not None:  # the neuron variants explain the neuron's value (NeuronFeatureAblation and kin)
+        job.scores["input"] = st.neuron_of(job, y)
+    value = job.x if to_inputs else y
+    what = "inputs" if to_inputs else f"layer {job.name!r}'s value"
     base = baselines_like(be, job.opts.baselines, value, what=what)
     feats = _features(job, tuple(be.shape(value))[1:])
     f0 = be.to_numpy(job.scores["input"]).astype(np.float64).reshape(-1)

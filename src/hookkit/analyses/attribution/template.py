@@ -74,7 +74,8 @@ def attribute(
     "feature_ablation", "feature_permutation" (values permuted across the batch; ``permutation`` to fix
     it), "shapley" (exact, up to 12 features), "shapley_sampling", "kernel_shap", "lime" (captum's
     kernel and Lasso). ``feature_mask``: ints shaped like one sample, one feature per id (default:
-    every element). ``n_samples``: orders / coalitions of the random ones, drawn with ``seed``. The
+    every element). ``n_samples``: orders / coalitions of the random ones, drawn with ``seed``. With
+    ``neuron=``, the neuron's value is explained by perturbing the inputs. The
     perturbed copies run many per forward, as many as ``internal_batch_size`` / ``max_memory`` allow.
 
     >>> attr = hookkit.attribute(model, "features.3", x, target=7)                       # doctest: +SKIP
