@@ -15,7 +15,7 @@ a 0/1 mask ``m``), coalition-major (rows ``c * b + j``: coalition ``c`` of sampl
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from math import factorial
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.baselines import baselines_like
-from hookkit.analyses.attribution.budget import spans
+from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_int, fail
@@ -54,7 +54,7 @@ class Features:
         """Element masks ``[k, *shape]`` (1: replaced) of coalitions ``z [k, F]``."""
         if self.ids is not None:
             return z[:, self.ids].reshape((len(z), *self.shape))
-        out = np.zeros((len(z), *self.shape), dtype=np.float64)
+        out = np.zeros((len(z), *self.shape), dtype=np.uint8)
         assert self.windows is not None
         for k, row in enumerate(z):
             for f in np.flatnonzero(row):
@@ -138,32 +138,61 @@ def _product_last_fastest(axes: list[range]) -> list[tuple[int, ...]]:
 
 
 # -- running the perturbed copies -----------------------------------------------------------------------
-def _scores(job: Job, value: Any, base: Any, feats: Features, z: np.ndarray, saved: int, bases: Callable | None = None) -> np.ndarray:
+@dataclass
+class Coalitions:
+    """``count`` coalitions made a chunk at a time (``make(c0, c1)`` -> uint8 ``[c1 - c0, F]``): with
+    every element a feature (captum's default mask) the whole table would not fit in memory."""
+
+    count: int
+    make: Callable[[int, int], np.ndarray]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        return self.make(span.start, span.stop)
+
+
+def _one_each(f: int) -> Coalitions:
+    """Coalition ``c`` replaces feature ``c`` alone."""
+
+    def make(c0: int, c1: int) -> np.ndarray:
+        z = np.zeros((c1 - c0, f), dtype=np.uint8)
+        z[np.arange(c1 - c0), np.arange(c0, c1)] = 1
+        return z
+
+    return Coalitions(f, make)
+
+
+def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int, bases: Callable | None = None) -> np.ndarray:
     """The target's score for every coalition of ``z`` and every sample: float64 ``[K, N]``. ``bases(c, j0, j1)``:
     the replacement rows of coalition ``c`` (feature permutation), else ``base``."""
     be, m, n, k_all = job.be, job.m, job.n, len(z)
-    if job.opts.max_memory is None and job.opts.internal_batch_size == "auto" and job.ops.on_host(value):
-        job.opts = replace(job.opts, max_memory=float(min(HOST_BUDGET, job.ops.free_bytes(value) // 2)))
-    plan = st.plan(job, k_all, saved, None if job.layer is None else value)
+    plan = _plan(job, value, k_all, saved)
     out = []
     for j0, j1 in spans(n, plan.samples):
         b = j1 - j0
         for c0, c1 in spans(k_all, plan.points):
             k = c1 - c0
-            mask = m.repeat_rows(_like(job, feats.masks(z[c0:c1]), value), b)
+            # [k, 1, *shape] masks against [1, b, *shape] samples: broadcast, never tiled; rows c * b + j
+            mask = m.reshape(_like(job, feats.masks(z[c0:c1]), value), [k, 1, *feats.shape])
             keep = 1 - mask
-            rep = m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0) if bases else m.tile_rows(base[j0:j1], k)
+            if bases:
+                rep = m.reshape(m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0), [k, b, *feats.shape])
+            else:
+                rep = m.reshape(base[j0:j1], [1, b, *feats.shape])
+            perturb = _perturber(job, rep, mask, keep, [k, b, *feats.shape])
             samples = st.rows(j0, j1, k)
             with be.no_grad():
                 if job.neuron is not None:  # the neuron's value for perturbed inputs: the forward stops at the layer
                     job.tap.replace, job.tap.stop = None, True
-                    st.forward(job, m.tile_rows(value[j0:j1], k) * keep + rep * mask, samples)
+                    st.forward(job, perturb(value[j0:j1]), samples)
                     s = st.neuron_of(job, job.tap.value)
                 else:
                     if job.layer is None:
-                        o = st.forward(job, m.tile_rows(value[j0:j1], k) * keep + rep * mask, samples)
+                        o = st.forward(job, perturb(value[j0:j1]), samples)
                     else:
-                        job.tap.replace = _replacer(job, rep, mask, keep)
+                        job.tap.replace = perturb
                         o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
                     s = target_scores(be, o, expand_target(job.target, samples), len(samples))
             if len(be.shape(s)) != 1:
@@ -177,15 +206,37 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: np.ndarray, sav
     return full
 
 
-def _replacer(job: Job, rep: Any, mask: Any, keep: Any) -> Callable[[Any], Any]:
-    def replace(value: Any) -> Any:
-        if tuple(job.be.shape(value)) != tuple(job.be.shape(mask)):
-            raise InvalidArgument(
-                f"{entry_name()}(): layer {job.name!r} gave a value of shape {list(job.be.shape(value))} for the perturbed copies; expected {list(job.be.shape(mask))}"
-            )
-        return value * keep + rep * mask
+def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
+    """The chunks of the perturbed rows: a row costs its share of what a forward keeps (``saved``, an
+    upper bound: these forwards record no graph) and the perturbation's own tensors (the mask, its
+    complement, the tiled values, the replacement rows, the two products and their sum; at a layer,
+    the tiled inputs too). On a CPU the default budget is ``HOST_BUDGET``."""
+    be, opts = job.be, job.opts
+    budget = 0
+    if opts.internal_batch_size == "auto":
+        free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
+        budget = int(opts.max_memory) if opts.max_memory is not None else min(HOST_BUDGET, free) if job.ops.on_host(value) else free
+    per_row = 8 * be.numel(value) // job.n * be.itemsize(value)
+    if value is not job.x:
+        per_row += be.numel(job.x) // job.n * be.itemsize(job.x)
+    return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_cost(saved, job.n, per_row))
 
-    return replace
+
+def _perturber(job: Job, rep: Any, mask: Any, keep: Any, shape: list[int]) -> Callable[[Any], Any]:
+    """``value -> value * keep + rep * mask`` as ``[k * b, ...]`` rows: ``value`` holds the ``b`` samples
+    once (the inputs) or the ``k * b`` rows (a layer's value in the perturbed forward)."""
+    m, k, b = job.m, shape[0], shape[1]
+
+    def perturb(value: Any) -> Any:
+        got = list(job.be.shape(value))
+        if got[1:] != shape[2:] or got[0] not in (b, k * b):
+            raise InvalidArgument(
+                f"{entry_name()}(): layer {job.name!r} gave a value of shape {got} for the perturbed copies; expected {[k * b, *shape[2:]]}"
+            )
+        v = m.reshape(value, [1 if got[0] == b and k > 1 else k, b, *shape[2:]])
+        return m.reshape(v * keep + rep * mask, [k * b, *shape[2:]])
+
+    return perturb
 
 
 def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
@@ -230,7 +281,7 @@ def ablation(job: Job) -> Any:
     """occlusion and feature_ablation: ``f(x) - f(x with one feature (window) at its baseline)``;
     feature_permutation: the same with the feature's values taken from other samples of the batch."""
     value, base, feats, saved, f0 = _setup(job)
-    z, bases = np.eye(feats.count), None
+    z, bases = _one_each(feats.count), None
     if job.method == "feature_permutation":
         perms = _permutations(job, feats.count)
 
@@ -294,14 +345,15 @@ def shapley_sampling(job: Job) -> Any:
     value, base, feats, saved, f0 = _setup(job)
     f, n_perm, rng = feats.count, _samples(job), _rng(job)
     orders = [rng.permutation(f) for _ in range(n_perm)]
-    z = [np.ones(f)]  # the baseline, once
-    for order in orders:
-        state = np.ones(f)
-        for i in order[:-1]:
-            state = state.copy()
-            state[i] = 0.0
-            z.append(state)
-    v = _scores(job, value, base, feats, np.asarray(z), saved)
+
+    def make(c0: int, c1: int) -> np.ndarray:  # row 0: the baseline; then f - 1 states per order
+        z = np.ones((c1 - c0, f), dtype=np.uint8)
+        for r in range(max(c0, 1), c1):
+            p, t = divmod(r - 1, f - 1)
+            z[r - c0, orders[p][: t + 1]] = 0
+        return z
+
+    v = _scores(job, value, base, feats, Coalitions(1 + n_perm * (f - 1), make), saved)
     phi, row = np.zeros((f, job.n)), 1
     for order in orders:
         prev = v[0]
