@@ -24,6 +24,11 @@ echo "torch==2.13.0" > "$CONSTRAINTS"
     fastai torchlens torchinfo grad-cam captum transformers "paddlepaddle==3.3.1" numpy
 # optional peers of the third wave: each may fail to resolve beside torch 2.13.0; the benchmarks skip what is missing
 for peer in nnsight transformer-lens "wandb"; do "$PIP" install -q -c "$CONSTRAINTS" "$peer" || echo "could not install $peer (skipped)"; done
+# fourth-wave peers: SAELens, zennit (LRP), torchview (graphs), accelerate (big models), torchao and
+# optimum-quanto (CPU quantization); zennit imports torchvision at import time: the benchmarks stub it
+for peer in sae-lens zennit torchview accelerate torchao optimum-quanto; do "$PIP" install -q -c "$CONSTRAINTS" "$peer" || echo "could not install $peer (skipped)"; done
+# a peer may drag in a torchvision built for another torch: it does not work here, and nothing needs it
+"$PIP" uninstall -y -q torchvision 2>/dev/null || true
 "$PIP" install -q -c "$CONSTRAINTS" -e "$REPO"
 rm -f "$CONSTRAINTS"
 

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 import hookkit
+from hookkit.core.errors import InvalidArgument
+from hookkit.observers.capture import TopK
 
 
 @pytest.fixture(scope="module")
@@ -253,3 +255,64 @@ def test_capture_detaches_model_outputs_and_caches(gpt2):
     kept = tensors(cap["0"], set())
     assert isinstance(cap["0"], Box) and isinstance(cap["0"].extra["pair"], Pair)
     assert len(kept) == 4 and not any(t.requires_grad for t in kept)
+
+
+def _top_by_hand(dense: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    order = np.argsort(-dense, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(dense, order, -1), order
+
+
+def test_capture_top_k_keeps_the_largest_values_and_their_indices(fw):
+    model = fw.mlp((5, 10, 3))
+    x = fw.randn(4, 5)
+    with hookkit.capture(model, ["0", "2"]) as dense, hookkit.capture(model, ["0", "2"], top_k=3) as top:
+        model(x)
+        model(x * 2)
+    for name in ("0", "2"):
+        rec = top[name]
+        assert isinstance(rec, TopK) and not fw.requires_grad(rec.values)
+        values, indices = (fw.numpy(t) for t in rec)  # tensors of the framework, [4, 3] each
+        assert values.shape == indices.shape == (4, 3)
+        want_v, want_i = _top_by_hand(fw.numpy(dense[name]), 3)
+        np.testing.assert_array_equal(values, want_v)  # topk copies the values: equal, not close
+        np.testing.assert_array_equal(indices, want_i)
+    first = top.calls("0")[0].output  # every call has its own record
+    np.testing.assert_array_equal(fw.numpy(first.values), _top_by_hand(fw.numpy(dense.calls("0")[0].output), 3)[0])
+
+
+def test_capture_top_k_reads_the_tensor_at_index_and_works_with_keep_and_to(fw):
+    fwk = fw
+
+    class Pair(fwk.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a = fwk.linear(3, 2)
+            self.b = fwk.linear(3, 6)
+
+        def forward(self, x):
+            return self.a(x), self.b(x)
+
+    model = Pair()
+    x = fw.randn(2, 5, 3)
+    with hookkit.capture(model, "", top_k=4, index=1, keep="last", to="cpu") as cap:
+        model(x)
+        _, b = model(x + 1)
+    assert len(cap.calls("")) == 1
+    values, indices = cap[""]
+    want_v, want_i = _top_by_hand(fw.numpy(b), 4)
+    np.testing.assert_array_equal(fw.numpy(values), want_v)
+    np.testing.assert_array_equal(fw.numpy(indices), want_i)
+    with pytest.raises(InvalidArgument, match="sequence"):
+        cap.sequence("")
+
+
+def test_capture_top_k_errors_name_the_argument_and_the_layer(fw):
+    model = fw.mlp((5, 10, 3))
+    for bad in (0, -1, True, 2.0, "3"):
+        with pytest.raises(InvalidArgument, match=r"capture\(\).*top_k"):
+            hookkit.capture(model, "0", top_k=bad)
+    with pytest.raises(InvalidArgument, match="outputs=False"):
+        hookkit.capture(model, "0", top_k=2, outputs=False, inputs=True)
+    with hookkit.capture(model, "2", top_k=4) as cap, pytest.raises(InvalidArgument, match=r"top_k=4.*'2'.*\[2, 3\].*1\.\.3"):
+        model(fw.randn(2, 5))
+    assert not cap.calls("2")

@@ -21,13 +21,21 @@ MAX_LINES = 80
 PENDING: set[str] = set()
 
 
+def _docstring_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines of the function's docstring: a parameter described is documentation, not length of code."""
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        return (first.end_lineno or first.lineno) - first.lineno + 1
+    return 0
+
+
 def _functions(path: Path) -> list[tuple[str, int, int]]:
     """``(qualified name, complexity, lines)`` of every function and method in ``path``."""
     code = path.read_text()
     lines: dict[tuple[str, int], int] = {}
     for node in ast.walk(ast.parse(code)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines[node.name, node.lineno] = (node.end_lineno or node.lineno) - node.lineno + 1
+            lines[node.name, node.lineno] = (node.end_lineno or node.lineno) - node.lineno + 1 - _docstring_lines(node)
     found = []
     todo = [b for b in radon_complexity.cc_visit(code) if not hasattr(b, "methods")]  # classes: their methods come too
     while todo:
@@ -60,6 +68,9 @@ def test_the_measure_sees_complexity_and_length(tmp_path):
     got = {name: (c, n) for name, c, n in _functions(path)}
     assert got["f"][0] == MAX_COMPLEXITY + 1
     assert got["A.g"][1] == 86
+    documented = tmp_path / "d.py"
+    documented.write_text('def h(x):\n    """One.\n\n    Two.\n    """\n' + "    x += 1\n" * 3 + "    return x\n")
+    assert {name: n for name, _, n in _functions(documented)}["h"] == 5  # the def and its 4 lines of code, not its docstring
 
 
 # Temporary: dead code not removed yet, as (path under src/hookkit, name).

@@ -298,6 +298,23 @@ def test_two_threads_inside_forwards_at_once_keep_their_call_indices(torch_fw):
     assert by_forward == {("MainThread", 0): [0, 1, 2], ("A", 1): [0, 1, 2], ("MainThread", 2): [0, 1, 2], ("MainThread", 3): [0, 1, 2]}
 
 
+def test_a_root_taken_up_again_forgets_what_another_thread_ran(torch_fw):
+    """A context closed after forwards in another (still living) thread, then a new one: a direct
+    call of a layer in that thread is numbered in the new context's last forward, not in the
+    forward that thread ran under the old context."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fw = torch_fw
+    model = fw.shared_block_model()
+    with ThreadPoolExecutor(max_workers=1) as other:  # one thread, kept for both contexts
+        with hookkit.capture(model, "block"):
+            other.submit(lambda: [model(fw.randn(2, 4)) for _ in range(3)]).result(10)  # steps 0, 1, 2 there
+        with hookkit.capture(model, "block") as cap:
+            model(fw.randn(2, 4))  # step 0 of the new context, in this thread
+            other.submit(lambda: model.block(fw.randn(2, 6))).result(10)  # no root forward in that thread
+    assert [r.step for r in cap.calls("block")] == [0, 0, 0, 0]  # 3 calls in the forward, then the direct one
+
+
 def test_exception_in_user_hook_keeps_type_and_names_layer(fw):
     model = fw.shared_block_model()
 

@@ -94,8 +94,11 @@ def test_select_shows_names_and_globs_leave_out_the_root(fw, monkeypatch):
     sel = hookkit.select(model, "[02]")
     assert repr(sel) == "Selection(['0', '2'])" and sel.names == ["0", "2"] and sel.layers[0] is model[0]
     assert [n for n, _ in sel] == ["0", "2"]  # still (name, layer) pairs
-    with pytest.warns(HookkitDeprecationWarning, match=r"select\('\*'\) including the model itself"):
+    with pytest.warns(
+        HookkitDeprecationWarning, match=r"select\('\*'\) matching the model itself \(it now selects only the layers below"
+    ) as seen:
         stars = hookkit.select(model, "*")
+    assert seen[0].filename == __file__  # the user's line, not hookkit's
     assert stars.names == ["0", "1", "2"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -59,6 +59,26 @@ def flat(tables: dict) -> dict[str, np.ndarray]:
     return {f"{name}|{key}": np.asarray(v) for name, t in tables.items() for key, v in t.items()}
 
 
+def close_group() -> None:
+    """Destroy the default process group while the interpreter is whole, after nothing holds it.
+
+    A DDP reducer, FSDP state or a pending gloo work keeps the C++ group alive; a DDP module sits in
+    reference cycles, so it outlives its last name until the next collection, or interpreter shutdown.
+    A group destroyed there joins gloo's worker threads after Python has finalized; a worker that
+    then frees a tensor needs the GIL, the finalizing interpreter ends the thread with pthread_exit,
+    whose unwinding through a noexcept frame calls std::terminate: "terminate called without an active
+    exception" (the abort seen once in CI, under load, when a worker still ran). So: collect first
+    (callers let their models go out of scope before), meet, destroy, collect what the group freed."""
+    import gc
+
+    import torch.distributed as dist
+
+    gc.collect()
+    dist.barrier()  # no rank destroys the group while another still finishes a collective
+    dist.destroy_process_group()
+    gc.collect()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -190,16 +210,19 @@ def _torch_rank(rank: int, world: int, port: int, out: str) -> None:
 
     import hookkit
 
-    model = torch_model()
-    early = hookkit.GradientStats(model, ["4"])  # before the process group exists
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
+    def run() -> None:  # the models go out of scope with it, before close_group
+        model = torch_model()
+        early = hookkit.GradientStats(model, ["4"])  # before the process group exists
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        dist.init_process_group("gloo", rank=rank, world_size=world)
         _ddp_part(rank, world, os.path.join(out, "ddp"), model, early)
         _fsdp_part(rank, world, os.path.join(out, "fsdp"))
-        dist.barrier()  # no rank closes the group while another still finishes a collective
+
+    try:
+        run()
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():
+            close_group()
 
 
 def scenario_torch(out: str) -> None:

@@ -76,3 +76,130 @@ def test_every_public_method_of_every_documented_class_is_rendered(tmp_path):
             if f"{anchor}.{name}" not in ids:
                 missing.append(f"{path}.{name}")
     assert not missing, f"public members not rendered in the API reference: {missing}"
+
+
+# -- the parameter tables read (what mkdocstrings renders from griffe, with the project's extensions) --
+_EXT = ROOT / "docs" / "_ext"
+_FILLER = "See the description above."
+_PRIVATE = re.compile(r"(^|[\[\s,|.(])_[A-Za-z]\w*")
+
+
+def _griffe_extensions():
+    griffe = pytest.importorskip("griffe")
+    sys.path.insert(0, str(_EXT))
+    try:
+        from griffe_params import ParameterTables
+    finally:
+        sys.path.remove(str(_EXT))
+    return griffe, griffe.load_extensions(f"{_EXT / 'griffe_doctest.py'}:DoctestFences", ParameterTables)
+
+
+def _row_problem(text: str) -> str:
+    d = text.strip()
+    if not d or d == _FILLER:
+        return "no description"
+    if d[-1] not in ".!?":
+        return "a cut sentence (no final punctuation)"
+    if len(re.findall(r"`+", d)) % 2:
+        return "an unclosed code span"
+    if d.count("(") != d.count(")") or d.count("[") != d.count("]"):
+        return "an unclosed parenthesis"
+    return ""
+
+
+def reference_problems(griffe, obj, where: str, made_by_hookkit: set[str]) -> list[str]:
+    """What reads wrong in one rendered object: a parameter without a real description, a cut
+    sentence, or a private name in a public signature or attribute type."""
+    if isinstance(obj, griffe.Alias):
+        try:
+            obj = obj.final_target
+        except Exception:  # an alias to something outside hookkit
+            return []
+    out = []
+    if isinstance(obj, griffe.Attribute):
+        anns = [obj.annotation]
+    elif isinstance(obj, griffe.Function):
+        anns = [p.annotation for p in obj.parameters if not p.name.startswith("_")] + [obj.returns]
+    else:
+        anns = []
+    out += [f"{where}: private type {a}" for a in anns if a is not None and _PRIVATE.search(str(a))]
+    if obj.docstring is None:
+        return out
+    rows = {}
+    for section in obj.docstring.parsed:
+        if section.kind.value == "parameters":
+            for p in section.value:
+                rows[p.name.lstrip("*")] = p.description
+    out += [f"{where}({n}): {why}: {d[:120]!r}" for n, d in rows.items() if (why := _row_problem(d))]
+    fn = obj if isinstance(obj, griffe.Function) else obj.members.get("__init__") if isinstance(obj, griffe.Class) else None
+    if isinstance(obj, griffe.Class) and ("dataclass" in obj.labels or obj.name in made_by_hookkit):
+        fn = None  # results users receive, not build
+    if isinstance(fn, griffe.Function):
+        params = [p.name for p in fn.parameters if p.name not in ("self", "cls") and not p.name.startswith("_")]
+        out += [f"{where}({n}): no row in the parameters table" for n in params if n not in rows]
+    return out
+
+
+def test_every_parameter_row_reads_and_no_private_type_shows():
+    griffe, extensions = _griffe_extensions()
+    sys.path.insert(0, str(_EXT))
+    try:
+        from griffe_params import MADE_BY_HOOKKIT
+    finally:
+        sys.path.remove(str(_EXT))
+    pkg = griffe.load("hookkit", search_paths=[str(ROOT / "src")], extensions=extensions, docstring_parser="google")
+    problems = []
+    for entry in documented():
+        obj = pkg.get_member(entry.split(".", 1)[1])
+        problems += reference_problems(griffe, obj, entry, MADE_BY_HOOKKIT)
+        target = obj.final_target if isinstance(obj, griffe.Alias) else obj
+        if isinstance(target, griffe.Class):
+            for name, member in target.all_members.items():
+                if not name.startswith("_"):
+                    problems += reference_problems(griffe, member, f"{entry}.{name}", MADE_BY_HOOKKIT)
+    assert not problems, "the API reference reads wrong:\n" + "\n".join(problems)
+
+
+def test_the_checks_catch_filler_cut_rows_and_private_types():
+    griffe, extensions = _griffe_extensions()
+    code = '''
+class _Hidden: ...
+
+def f(model, layers, depth, *, grads=False) -> _Hidden:
+    """Do it. ``depth``: how deep (see ``other``"""
+
+def g(model, grads: "_Hidden" = None):
+    """Fine: ``grads=True`` keeps gradients."""
+'''
+    with griffe.temporary_visited_module(code, extensions=extensions, docstring_parser="google") as module:
+        f_problems = reference_problems(griffe, module["f"], "f", set())
+        g_problems = reference_problems(griffe, module["g"], "g", set())
+    text = "\n".join(f_problems)
+    assert "private type _Hidden" in text
+    assert "f(depth): an unclosed code span" in text or "f(depth): an unclosed parenthesis" in text
+    assert "f(grads): no row" in text  # never named in the prose, not in the glossary
+    assert "model" not in text and "layers" not in text  # the shared parameters: from the glossary
+    assert g_problems == ["g: private type _Hidden"]
+
+
+def test_sentences_stay_whole_around_code_and_parentheses():
+    sys.path.insert(0, str(_EXT))
+    try:
+        from griffe_params import describe
+    finally:
+        sys.path.remove(str(_EXT))
+    doc = (
+        'Generation. ``positions=`` records only some positions (ints, ``"last"``; see ``hookkit.steer``) of the\n'
+        "output's tensor at ``index``; ``steps=`` only some generation steps (0 = the prompt forward);\n"
+        "``token_dim=`` overrides the model's token axis:\n\n"
+        ">>> with capture(model) as cap:\n...     model(x)\n\n"
+        "``pos``: where it sat (``offset``, ``gen_step``: see ``Event``); ``heads``: which heads."
+    )
+    assert describe("steps", doc) == "``steps=`` only some generation steps (0 = the prompt forward)."
+    assert describe("token_dim", doc) == "``token_dim=`` overrides the model's token axis."
+    assert describe("positions", doc).endswith("of the output's tensor at ``index``.")
+    assert describe("pos", doc) == "Where it sat (``offset``, ``gen_step``: see ``Event``)."
+    assert describe("heads", doc) == "Which heads."
+    shared = "``rtol`` / ``atol``: the tolerances. ``grads=True`` keeps the gradient w.r.t. each output."
+    assert describe("rtol", shared) == describe("atol", shared) == "The tolerances."
+    assert describe("grads", shared) == "``grads=True`` keeps the gradient w.r.t. each output."

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import hookkit
+from tolerance import assert_close, sum_ops
 
 
 def _sgd(fw, model, lr=0.1):
@@ -41,7 +42,7 @@ def test_update_ratio_is_the_hand_value_after_sgd_steps(fw, monkeypatch, host_ro
             hand = np.linalg.norm(now - prev) / np.linalg.norm(prev)
             np.testing.assert_allclose(s["update_ratio"][k], hand, rtol=1e-5)
         now = snaps[3][name]
-        np.testing.assert_allclose(s["mean"][2], now.mean(), rtol=1e-5, atol=1e-7)
+        assert_close(s["mean"][2], now.mean(), dtype="float32", n_ops=sum_ops(now.size), scale=np.abs(now).max())
         np.testing.assert_allclose(s["std"][2], now.std(ddof=1), rtol=1e-5)
         np.testing.assert_allclose(s["norm"][2], np.linalg.norm(now), rtol=1e-5)
         np.testing.assert_allclose(s["max_abs"][2], np.abs(now).max(), rtol=1e-6)
@@ -244,7 +245,7 @@ def _weight_rank(rank: int, world: int, port: int, out: str) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from test_distributed import flat, torch_batches, torch_model, torch_train
+    from test_distributed import close_group, flat, torch_batches, torch_model, torch_train
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -267,12 +268,8 @@ def _weight_rank(rank: int, world: int, port: int, out: str) -> None:
 
     try:
         run()
-        import gc
-
-        gc.collect()
-        dist.barrier()  # a DDP reducer or FSDP state torn down after the group aborts the process under load
     finally:
-        dist.destroy_process_group()
+        close_group()  # the models went with run(): nothing holds the group into interpreter shutdown
 
 
 @pytest.mark.slow

@@ -32,3 +32,5 @@ _.register_stack
 protocol
 _.__signature__
 _.decorator_list
+# argparse reads a parser's formatter_class when it prints --help (apps/cli.py sets it after building the parser)
+_.formatter_class

@@ -66,6 +66,20 @@ from hookkit.observers.hooks import on_backward, on_forward, on_forward_pre, on_
 from hookkit.observers.nonfinite import GradientWarning, watch_nonfinite
 from hookkit.observers.stats import ActivationStats, GradientStats, WeightStats, load_stats
 from hookkit.observers.summary import Summary, summary
+from hookkit.observers.summary.plan import MemoryPlan
+from hookkit.sae import (  # sparse autoencoders (issue 42)
+    SAE,
+    FeatureStats,
+    FeatureViews,
+    SAEFileError,
+    Splice,
+    TopFeatures,
+    Trained,
+    feature_views,
+    read_sae_metrics,
+    splice,
+    train_sae,
+)
 from hookkit.sites.operations import Operation, Operations, SourceUnavailable, ops
 
 if TYPE_CHECKING:  # loaded on first use at run time (__getattr__); typed for checkers
@@ -160,10 +174,29 @@ __all__ = [
     "graph",
     "Graph",
     "GraphWarning",
+    # sparse autoencoders (issue 42)
+    "SAE",
+    "SAEFileError",
+    "FeatureStats",
+    "Splice",
+    "TopFeatures",
+    "splice",
+    "Trained",
+    "read_sae_metrics",
+    "train_sae",
+    "FeatureViews",
+    "feature_views",
+    "MemoryPlan",
     # attribution of generated text (issue 44)
     "attribute_generation",
     "GenerationAttribution",
 ]
+
+# an unknown keyword argument of a public function or class gets "did you mean" (core/keywords.py)
+from hookkit.core.keywords import suggest_keywords_of  # noqa: E402
+
+globals().update(suggest_keywords_of({n: globals()[n] for n in __all__ if n in globals()}))
+del suggest_keywords_of
 
 
 def __getattr__(name: str) -> object:

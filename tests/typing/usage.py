@@ -34,6 +34,7 @@ def run() -> None:
     s = hookkit.summary(model, (2, 5))
     assert_type(s, hookkit.Summary)
     assert_type(s.total_params, int)
+    assert_type(s.memory_plan(ranks=2, sharding="fsdp"), hookkit.MemoryPlan)  # issue 43
 
     with hookkit.ActivationStats(model) as acts:
         model(x)

@@ -72,6 +72,12 @@ def run_cli(args: argparse.Namespace) -> int:
         print(json.dumps(d.to_dict(), indent=2))
     else:
         d.print()
+    if d.first is not None and not args.port and d.rows and d.first is d.rows[0]:
+        print(
+            "hookkit diff: hint: the models differ from their first layer on; built separately, their weights "
+            "differ from the start: pass --port to copy a's weights into b first",
+            file=sys.stderr,
+        )
     return 1 if d.first is not None else 0
 
 

@@ -104,7 +104,15 @@ def seed_frameworks(seed: int) -> None:
             pass
 
 
-def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weights: str | None = None) -> Any:
+def load_model(
+    target: str,
+    kw: dict[str, Any],
+    *,
+    seed: int | None = None,
+    weights: str | None = None,
+    meta: bool = False,
+    config: dict[str, Any] | None = None,
+) -> Any:
     """Import ``package.module:callable`` and call it with ``kw`` (a transformers model class is
     built from its config class); unknown keywords are refused with the closest valid ones.
 
@@ -112,20 +120,33 @@ def load_model(target: str, kw: dict[str, Any], *, seed: int | None = None, weig
     are the same on every run). ``weights``: a ``from_pretrained`` folder (a transformers class;
     read locally, nothing downloaded) or a weights file loaded strictly into the built model
     (``.safetensors``; PyTorch ``.pt``/``.pth``/``.bin``/``.ckpt`` read with ``weights_only``; Paddle
-    ``.pdparams``, a pickle: only files you trust)."""
+    ``.pdparams``, a pickle: only files you trust). ``meta``: build the model without allocating its
+    weights (PyTorch's meta device), for ``hookkit summary --meta``. ``config``: settings of a
+    transformers model class's config (a ``config.json``'s), under ``kw``."""
     obj = _resolve(target)
     folder = weights is not None and os.path.isdir(weights)
     if weights is not None and not folder and not os.path.isfile(weights):
         raise TargetError(f"--weights {weights!r}: no such file or folder")
-    build = _builder(obj, target, kw, weights if folder else None)
+    build = _builder(obj, target, kw, weights if folder else None, config)
     if seed is not None:
         seed_frameworks(seed)
     try:
-        model = build()
+        if meta:
+            with _empty_init(target, weights):
+                model = build()
+        else:
+            model = build()
+    except TargetError:
+        raise
     except Exception as e:  # noqa: BLE001
         raise TargetError(f"calling {target} failed: {type(e).__name__}: {e}"[:500]) from None
     if not is_model(model):
         raise TargetError(f"{target} returned {type(model).__name__}, not a model (torch.nn.Module or paddle.nn.Layer)")
+    if meta:
+        try:
+            backend_for(model).family("meta").empty_init()
+        except NotImplementedError:
+            raise TargetError(f"--meta: {target} built a {backend_for(model).name} model, and only PyTorch has a meta device") from None
     if weights is not None and not folder:
         _load_file(model, weights)
     return model
@@ -151,8 +172,9 @@ def _resolve(target: str) -> Any:
     return obj
 
 
-def _builder(obj: Any, target: str, kw: dict[str, Any], folder: str | None) -> Callable[[], Any]:
-    """What builds the model from ``obj`` and ``kw`` (checked first); ``folder``: a from_pretrained folder."""
+def _builder(obj: Any, target: str, kw: dict[str, Any], folder: str | None, config: dict[str, Any] | None = None) -> Callable[[], Any]:
+    """What builds the model from ``obj`` and ``kw`` (checked first); ``folder``: a from_pretrained folder;
+    ``config``: a transformers config's settings (``--config``), under ``kw``."""
     config_class = getattr(obj, "config_class", None) if isinstance(obj, type) else None
     if folder is not None:  # a transformers model class from a local from_pretrained folder; --kw overrides its config
         if config_class is None:
@@ -164,7 +186,10 @@ def _builder(obj: Any, target: str, kw: dict[str, Any], folder: str | None) -> C
         return lambda: obj.from_pretrained(folder, local_files_only=True, **kw)
     if config_class is not None:  # a transformers model class: build it from a config
         _check_keys(kw, _config_keys(config_class), config_class.__name__)
-        return lambda: obj(config_class(**kw))
+        settings = {**(config or {}), **kw}
+        return lambda: obj(config_class(**settings))
+    if config is not None:
+        raise TargetError(f"--config: {target} is not a transformers model class (one with a config_class): give its settings with --kw")
     if callable(obj) and not is_model(obj):
         valid = _signature_keys(obj)
         if valid is not None:
@@ -173,6 +198,20 @@ def _builder(obj: Any, target: str, kw: dict[str, Any], folder: str | None) -> C
     if kw:
         raise TargetError(f"{target} is a model object, not a callable: --kw has nothing to configure")
     return lambda: obj
+
+
+def _empty_init(target: str, weights: str | None) -> Any:
+    """The first loaded framework's context for building without weights (PyTorch's meta device)."""
+    from hookkit.backends import loaded_backends
+
+    if weights is not None:
+        raise TargetError("--meta builds the model without weights: it takes no --weights")
+    for backend in loaded_backends():
+        try:
+            return backend.family("meta").empty_init()
+        except NotImplementedError:
+            continue
+    raise TargetError(f"--meta: {target} is not a PyTorch model, and only PyTorch has a meta device (Paddle has none)")
 
 
 def _load_file(model: Any, path: str) -> None:

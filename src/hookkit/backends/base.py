@@ -155,6 +155,19 @@ class Core:
     def device_of(self, t: Any) -> str:
         """The name of ``t``'s device ("cpu", "cuda:0", "gpu:0")."""
 
+    def input_device(self, model: Any) -> str | None:
+        """Where inputs of ``model`` go: the device of its first parameter that holds data, or None
+        (no parameter, or none holds data here: a model dispatched by accelerate keeps offloaded
+        layers' weights on the meta device between calls, and its hooks move the inputs)."""
+        try:
+            ops = getattr(self, "family")("meta")  # noqa: B009 - Backend's op-family lookup (Core declares none)
+        except NotImplementedError:
+            ops = None
+        for p in self.parameters(model):
+            if ops is None or ops.has_data(p):
+                return self.device_of(p)
+        return None
+
     def shape(self, t: Any) -> tuple[int, ...]:
         """``t``'s shape as a tuple of ints."""
         return tuple(int(s) for s in t.shape)

@@ -20,6 +20,9 @@ from typing import Any
 from hookkit.core.positions import OUTSIDE, Sequences, TokenPos
 from hookkit.core.weakmap import IdentityWeakMap
 
+_NOBODY: frozenset[int] = frozenset()
+_UNREAD = object()  # ``Clock.tick``'s ``prev`` when its caller has not read the thread's forward
+
 
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
@@ -35,7 +38,7 @@ class Forward:
         # inside it finds it among its callers; no reference to the frame and its locals
         self.frame: tuple | None = None
         self.outer: Forward | None = None
-        self.hidden: frozenset[int] = frozenset()  # consumers (ids) this forward is hidden from: a private pass
+        self.hidden: frozenset[int] = _NOBODY  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
         # path. Cleared when the root's forward returns: a later call is a checkpoint recompute or
@@ -54,13 +57,16 @@ class Clock:
     of the thread-local slot; None between forwards, and for good once two threads ran forwards
     of the root at the same time."""
 
-    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "live", "__weakref__")
+    __slots__ = ("count", "local", "last", "users", "seqs", "private", "solo", "threads", "scopes", "live", "home", "away", "__weakref__")
 
     def __init__(self) -> None:
         self.live = True  # False once its last consumer went: the next one restarts it
         self.count = 0  # forwards started, all threads
         self.seqs = Sequences()  # token positions and generation steps of the root's forwards
         self.local = threading.local()
+        # the thread that set the clock up, and whether another thread has had a forward here: if
+        # not, a restart clears one slot instead of making a new thread-local (a microsecond)
+        self.home, self.away = get_ident(), False
         self.last: Forward | None = None
         self.users: set[int] = set()  # ids of the consumers attached through this root
         self.private: frozenset[int] | None = None  # during a private pass: the consumers it is hidden from
@@ -73,7 +79,11 @@ class Clock:
         one (cheaper than a new clock: its scopes stay, their last forward forgotten)."""
         self.count = 0
         self.seqs.count = 0
-        self.local = threading.local()
+        if self.away or get_ident() != self.home:
+            self.local = threading.local()
+            self.home, self.away = get_ident(), False
+        else:
+            self.local.fw = None
         self.last = self.solo = self.private = None
         self.threads = False
         if len(self.scopes) > 64:  # a sweep over a few layers after a wide capture: start small again
@@ -81,7 +91,7 @@ class Clock:
         for scope in self.scopes.values():
             scope.fw, scope.n = None, 0
 
-    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None) -> Forward:
+    def tick(self, transformed: bool = False, frame: Any = None, root: Any = None, prev: Any = _UNREAD) -> Forward:
         """Start the next forward in the calling thread. ``frame``: the framework's frame running
         the call of ``root``. A forward started inside a running one (a reference pass run from a
         hook) is numbered on its own, and the outer one continues with its step and calls when it
@@ -91,7 +101,8 @@ class Clock:
             fw.hidden, fw.hot = self.private, False
         else:
             self.count += 1
-        prev = getattr(self.local, "fw", None)
+        if prev is _UNREAD:  # not given: the thread's forward (``begin`` has read it)
+            prev = getattr(self.local, "fw", None)
         if prev is not None and prev.frame is not None:
             if frame is not None and _running(prev.frame, frame.f_back, root):
                 fw.outer = prev
@@ -100,6 +111,8 @@ class Clock:
         last = self.last
         if last is not None and last.hot and last.thread != fw.thread:
             self.threads = True
+        if fw.thread != self.home:
+            self.away = True
         if frame is not None:
             fw.frame = (id(frame), frame.f_code)
         self.local.fw = self.last = fw
@@ -109,6 +122,7 @@ class Clock:
     def current(self) -> Forward:
         fw = getattr(self.local, "fw", None)
         if fw is None:
+            self.away = True  # maybe another thread's slot (autograd's device threads): a restart makes a new local
             fw = self.last
             if fw is None:
                 fw = self.last = Forward(0)
@@ -121,7 +135,7 @@ class Clock:
         sequence (KV-cache offset, generation step: ``hookkit.core.positions``). ``frame``: the
         framework's frame running the call (see ``tick``)."""
         prev = getattr(self.local, "fw", None)
-        fw = self.tick(transformed, frame, root)
+        fw = self.tick(transformed, frame, root, prev)
         fw.pos = self.seqs.begin(backend, root, args, kwargs, None if prev is None else prev.pos)
         return fw
 

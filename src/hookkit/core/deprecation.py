@@ -22,6 +22,7 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from hookkit.core.errors import ArgumentTypeError, fail
+from hookkit.core.user_frame import user_stacklevel
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,12 +33,15 @@ class HookkitDeprecationWarning(FutureWarning):
     """A public name or argument of hookkit that changed; the message says what to use instead."""
 
 
-def warn_deprecated(what: str, replacement: str, *, since: str, removed_in: str | None = None, stacklevel: int = 3) -> None:
-    """Warn once per process that ``what`` is deprecated since ``since`` and ``replacement`` replaces it."""
+def warn_deprecated(what: str, replacement: str, *, since: str, removed_in: str | None = None, stacklevel: int | None = None) -> None:
+    """Warn once per process that ``what`` is deprecated since ``since`` and ``replacement`` replaces it;
+    the warning names the user's line (the first frame outside hookkit), unless ``stacklevel`` is given."""
     if what in _warned:
         return
     _warned.add(what)
     until = f" and will be removed in {removed_in}" if removed_in else ""
+    if stacklevel is None:
+        stacklevel = user_stacklevel()
     warnings.warn(f"{what} is deprecated since hookkit {since}{until}; use {replacement}", HookkitDeprecationWarning, stacklevel=stacklevel)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookkit.core.errors import annotate
 from hookkit.core.positions import OUTSIDE, TokenPos
+from hookkit.core.user_frame import user_stacklevel
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument
 
 if TYPE_CHECKING:
@@ -226,5 +227,5 @@ def warn_transformed(name: str) -> None:
             "statistics, non-finite checks) skip such calls and gradient hooks are not placed; interventions still run. "
             "Run the model outside the transform to observe it.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),  # the user's line, not the framework's call machinery
         )

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.core.entry import entry_name
+from hookkit.core.user_frame import user_stacklevel
 
 
 class SkippedOutputWarning(UserWarning):
@@ -25,7 +26,8 @@ def warn_skip(fn: str, layer: str, dtype: str, why: str) -> None:
         return
     _warned.add(key)
     where = f"layer {layer!r}" if layer else "the model (root)"
-    warnings.warn(f"{fn}(): left the {dtype} output of {where} unchanged: {why} (warned once)", SkippedOutputWarning, stacklevel=2)
+    msg = f"{fn}(): left the {dtype} output of {where} unchanged: {why} (warned once)"
+    warnings.warn(msg, SkippedOutputWarning, stacklevel=user_stacklevel())  # the user's line
 
 
 def output_guard(backend: Any, op: Callable[..., Any], *, fn: str | None = None, kinds: Sequence[str] = ("float",)) -> Callable[..., Any]:

@@ -6,8 +6,12 @@ from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import TypeVar
 
+from hookkit.core.entry import entry_name
+from hookkit.core.errors import HookkitError
+from hookkit.core.failures import explain
+
 # ``with`` gives back the object itself, typed as its own class (``typing.Self`` needs Python 3.11)
-_H = TypeVar("_H", bound="Handle")
+HandleT = TypeVar("HandleT", bound="Handle")
 
 
 class Handle:
@@ -33,10 +37,17 @@ class Handle:
         if fn is not None:
             fn()
 
-    def __enter__(self: _H) -> _H:
+    def __enter__(self: HandleT) -> HandleT:
+        if self._remove is None and isinstance(self, HandleGroup):
+            raise HookkitError(
+                f"this {_verb(self) or type(self).__name__} was removed (remove() or the end of its `with` block): "
+                "it records and changes nothing any more; make a new one"
+            )
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if exc is not None:  # a framework error in a hooked forward: name the layer (core/failures)
+            explain(exc, _verb(self))
         self.remove()
 
     def __repr__(self) -> str:
@@ -61,7 +72,7 @@ class HandleGroup(Handle):
             self._remove = None
             self._remove_all()
 
-    def add(self, handle: _H) -> _H:
+    def add(self, handle: HandleT) -> HandleT:
         """Adopt ``handle``; returns it."""
         self.handles.append(handle)
         return handle
@@ -89,3 +100,16 @@ class HandleGroup(Handle):
 def held() -> None:
     """What a handle that overrides ``remove`` holds until removed (``HandleGroup``, ``placing.Placed``):
     not a bound method of its own, which would make it a cycle only the GC frees."""
+
+
+def _verb(handle: Handle) -> str:
+    """The hookkit call a handle came from, for messages: the public function running now, else the
+    handle's own class when it is a verb's (``capture``), else ''."""
+    name = entry_name("")
+    if name:
+        return name
+    import sys
+
+    cls = type(handle).__name__
+    public = sys.modules.get("hookkit")
+    return cls if cls not in ("Handle", "HandleGroup") and getattr(public, cls, None) is type(handle) else ""

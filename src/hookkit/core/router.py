@@ -20,6 +20,7 @@ from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from hookkit.core import clock as clocks
+from hookkit.core import failures
 from hookkit.core.clock import Clock, Scope, advance, forward_count, number, private_pass  # noqa: F401 (re-exported)
 from hookkit.core.errors import annotate
 from hookkit.core.events import (  # noqa: F401
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from hookkit.backends.base import Backend
 
 _seq = count(1)  # arrival order of consumers
+_PRE_EVENTS = ("forward_pre", "backward")  # the events a layer's native pre-hook serves (and a root's)
 _new = object.__new__
 
 
@@ -92,13 +94,16 @@ class LayerHooks(GradPlumbing):
         cs = self.consumers[event]
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
         self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
-        if event == "forward" and self._native_post is not None:  # only what the dispatchers read changes
-            self._invalidate()
-        else:
-            self._sync_native(layer)
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()  # derived again at the next call
+        # a consumer only adds needs: the native hook its event needs, if not there yet
+        if event != "forward_pre" and self._native_post is None:
+            self._native_post = self.backend.hook_forward(layer, self._on_post)
+        if event in _PRE_EVENTS and self._native_pre is None:
+            self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre)
 
     def discard(self, layer: Any, event: str, consumer: Consumer) -> None:
-        self.consumers[event] = tuple([c for c in self.consumers[event] if c is not consumer])
+        cs = self.consumers[event]
+        self.consumers[event] = () if cs == (consumer,) else tuple([c for c in cs if c is not consumer])
         self._sync_native(layer)
 
     def clear(self, layer: Any) -> None:
@@ -118,17 +123,14 @@ class LayerHooks(GradPlumbing):
         at the layer's next call: a context opened and closed before it pays nothing for that."""
         c = self.consumers
         root = self.root_clock is not None
-        self._invalidate()
+        # the dispatch state is derived again at the next call; until then nothing derived keeps a
+        # removed consumer (and what it holds) alive
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
         if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
         # a root's post-hook marks its forward finished (see Forward.hot)
         if (root or bool(c["forward"] or c["grad"] or c["backward"])) is (self._native_post is None):
             self._native_post = self.backend.hook_forward(layer, self._on_post) if self._native_post is None else self._native_post.remove()
-
-    def _invalidate(self) -> None:
-        """Derive the dispatch state again at the next call; until then nothing derived keeps a
-        removed consumer (and what it holds) alive."""
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
 
     def _derive(self) -> None:
         c = self.consumers
@@ -255,6 +257,7 @@ class LayerHooks(GradPlumbing):
 
 
 _registry: IdentityWeakMap[LayerHooks] = IdentityWeakMap()
+failures.hooks_of = _registry.get  # core/failures reads which layers are hooked (it cannot import the router)
 
 
 def _hooks_for(layer: Any, backend: Backend) -> LayerHooks:
@@ -311,10 +314,15 @@ def attach(
 
 
 def attach_each(
-    model: Layer, entries: Iterable[tuple[str, Any, Callable | None, Callable | None]], event: str, priority: int = INTERVENTION
+    model: Layer,
+    entries: Iterable[tuple[str, Any, Callable | None, Callable | None]],
+    event: str,
+    priority: int = INTERVENTION,
+    group: HandleGroup | None = None,
 ) -> HandleGroup:
     """``attach`` with a function per layer, all placed at once: ``entries`` are ``(name, layer, fn,
-    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once).
+    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once). The
+    handles join ``group`` when given (a capture's own), else a new one.
 
     >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
     """
@@ -325,7 +333,7 @@ def attach_each(
     named = [(name, layer) for name, layer, _, _ in entries]
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, entries, priority, None, event)
+    return _attach_each(model, backend, entries, priority, None, event, group)
 
 
 def attach_params(
@@ -343,15 +351,17 @@ def attach_params(
     return _attach_each(model, backend, targets, priority, partial(param_consumer, backend))
 
 
-def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "") -> HandleGroup:
+def _attach_each(
+    model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "", group: HandleGroup | None = None
+) -> HandleGroup:
     """One consumer per ``(name, target, fn, plain)``: on ``event`` of each layer (``place`` None),
     or where ``place(target, consumer)`` says, ``(hooks, object, add args, discard args)``. The
     root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
     root_hooks = _hooks_for(model, backend)
     root = (weakref.ref(model), root_hooks)
-    group = HandleGroup()
-    placed, users, scope_of, ref, hooks_of = group.handles.append, clock.users.add, clock.scope, weakref.ref, _registry.get
+    done: list[Placed] = []
+    placed, users, scope_of, ref, hooks_of = done.append, clock.users.add, clock.scope, weakref.ref, _registry.get
     try:
         for name, target, fn, plain in entries:
             consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
@@ -367,8 +377,11 @@ def _attach_each(model: Any, backend: Backend, entries: list, priority: int, pla
                 root_hooks._sync_native(model)
             hooks.add(obj, *add_args)
     except BaseException:
-        group.remove()
+        HandleGroup(done).remove()
         raise
+    if group is None:
+        return HandleGroup(done)
+    group.handles += done
     return group
 
 

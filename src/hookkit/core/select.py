@@ -133,7 +133,11 @@ def _match_name(spec: str, named: list[tuple[str, Any]], backend: Any) -> list[i
     rx = _glob_regex(spec)
     hits = [i for i, (n, _) in enumerate(named) if n and rx.fullmatch(n)]  # the root only by "" or ALL
     if rx.fullmatch(""):
-        warn_deprecated(f"select({spec!r}) including the model itself", "hookkit.ALL (or the name '') to select the model too", since="0.2")
+        warn_deprecated(  # what the glob selects is right; the warning says what changed
+            f"select({spec!r}) matching the model itself (it now selects only the layers below the model, as it does here)",
+            "hookkit.ALL (or add the name '') to select the model too",
+            since="0.2",
+        )
     if not hits:
         raise LayerNotFound(spec, _suggest(spec, [n for n, _ in named]))
     return hits
@@ -224,9 +228,10 @@ _SPEC_KINDS: list[tuple[Callable[[Any], bool], Callable[..., Selection]]] = []
 def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Selection]) -> None:
     """Teach ``select`` a new kind of spec: where ``claims(spec)`` is true, ``select(model, spec)``
     returns ``resolve(model, spec, select, Selection)``. The sites layer adds operation sites
-    (``"h.0::add_0"``) this way, so core never imports it."""
-    if (claims, resolve) not in _SPEC_KINDS:
-        _SPEC_KINDS.append((claims, resolve))
+    (``"h.0::add_0"``) this way, so core never imports it. The kind registered last is asked first
+    (an SAE's features at an operation site, ``"h.0::add_0.sae"``, before the operation sites)."""
+    if (claims, resolve) not in _SPEC_KINDS:  # the latest first: a kind built on an earlier one claims its specs before it
+        _SPEC_KINDS.insert(0, (claims, resolve))
 
 
 def _spec_key(layers: Any) -> Any:
@@ -317,6 +322,23 @@ class Selection(list[tuple[str, Layer]]):
         if len(shown) > 20:
             return f"Selection({shown[:10]!r} ... {shown[-5:]!r}, {len(shown)} layers)"
         return f"Selection({shown!r})"
+
+    def _repr_html_(self) -> str:
+        """The selected layers and their types, a table in Jupyter."""
+        import html
+
+        cell = "padding:2px 8px;border-bottom:1px solid #ddd;white-space:nowrap;text-align:left"
+        rows = "".join(
+            f'<tr><td style="{cell}">{html.escape(n or "(root)")}</td><td style="{cell}">{html.escape(type(m).__name__)}</td></tr>'
+            for n, m in list(self)[:200]
+        )
+        k = len(self)
+        caption = f"Selection: {k} layer{'' if k == 1 else 's'}" + (" (first 200 shown)" if k > 200 else "")
+        return (
+            '<table style="border-collapse:collapse;font-family:ui-monospace,monospace;font-size:12px">'
+            f'<caption style="text-align:left;font-weight:bold">{html.escape(caption)}</caption>'
+            f'<thead><tr><th style="{cell}">layer</th><th style="{cell}">type</th></tr></thead><tbody>{rows}</tbody></table>'
+        )
 
 
 def _wrapper_name(model: Any, inner: Any, backend: Any) -> str:

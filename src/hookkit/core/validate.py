@@ -248,3 +248,28 @@ def check_tensor_like(
         if have not in ranks:
             fail(fn, arg, f"a tensor with {' or '.join(map(str, ranks))} dims", value)
     return value
+
+
+def check_runnable(be: Any, model: Any, *, fn: str | None = None, arg: str = "model") -> None:
+    """Refuse a model whose weights hold no data (PyTorch's meta device: built under
+    ``accelerate.init_empty_weights()``) for a verb that runs it and reads real values; the message
+    names the first layer without data and what to do. Layers accelerate loads at call time
+    (offloaded to the CPU or disk) are fine."""
+    try:
+        ops = be.family("meta")
+    except NotImplementedError:
+        return
+    missing = ops.dataless(model)
+    if not missing:
+        return
+    layer, _, tensor = missing[0].rpartition(".")
+    where = f"layer {layer!r}" if layer else "the model"
+    fail(
+        fn,
+        arg,
+        f"a model whose weights hold values: {where} has {tensor!r} without data (meta device; {len(missing)} such tensors), "
+        "so no real value can be computed; load its weights (from_pretrained, load_state_dict(..., assign=True), "
+        "accelerate's load_checkpoint_and_dispatch) or dispatch it with offloading; hookkit.summary runs such a model "
+        "as a dry run",
+        be.type_name(model),
+    )

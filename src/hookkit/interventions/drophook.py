@@ -70,7 +70,7 @@ class DropHookModel:
 
     ``hook_funcs[i]`` is ``f(layer, inputs, output) -> new output | None`` for
     ``"forward_post_hook"`` or ``f(layer, inputs) -> new inputs | None`` for ``"forward_pre_hook"``,
-    placed on ``hook_layers[i]`` (a layer object or a name spec). The result is a
+    placed on ``hook_layers[i]`` (a layer object or a name spec), ``hook_types[i]`` saying which. The result is a
     ``torch.nn.Module`` / ``paddle.nn.Layer`` whose ``forward``, ``train()``, ``eval()``,
     ``parameters()``, ``named_parameters()``, ``state_dict()`` and loading are the model's own.
     A copy (``copy.deepcopy``, ``pickle``, ``torch.save`` of the whole wrapper) places the same hook

@@ -100,7 +100,7 @@ class Edits(HandleGroup):
         return {} if self.reach is None else self.reach.missing()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.remove()
+        super().__exit__(exc_type, exc, tb)  # removes; a framework error gets the failing layer's note
         if exc_type is None and self.reach is not None:
             self.reach.check()
 

@@ -101,7 +101,8 @@ def channel_dropout(model: Layer, layers: LayerSpec, p: float = 0.5) -> HandleGr
 def drop_path(model: Layer, layers: LayerSpec, p: float, scale_by_keep: bool = True) -> HandleGroup:
     """Stochastic depth (timm's ``drop_path``) on the output of a residual BRANCH: zero whole samples
     with probability ``p`` and scale the kept ones by 1/(1-p). Select the branch, not the block that
-    adds the shortcut, or whole samples of the trunk are dropped.
+    adds the shortcut, or whole samples of the trunk are dropped. ``scale_by_keep=False`` leaves the
+    kept samples unscaled (timm's option).
 
     >>> h = hookkit.drop_path(model, "blocks.*.mlp", p=0.1)   # doctest: +SKIP
     """
@@ -123,7 +124,8 @@ def drop_path(model: Layer, layers: LayerSpec, p: float, scale_by_keep: bool = T
 
 @public_entry()
 def gaussian_noise(model: Layer, layers: LayerSpec, std: float) -> HandleGroup:
-    """Add N(0, std^2) noise to the selected layers' outputs, in training only.
+    """Add N(0, std^2) noise to the selected layers' outputs, in training only (``std``: the noise's
+    standard deviation, >= 0).
 
     >>> h = hookkit.gaussian_noise(model, "fc1", std=0.1)   # doctest: +SKIP
     """
@@ -139,7 +141,8 @@ def drop_block(
 ) -> HandleGroup:
     """DropBlock (timm's ``drop_block_2d``) on (N, C, H, W) outputs, in training only: zero square
     (or ``(bh, bw)``) blocks per sample and channel, then rescale by numel / kept. Any block size,
-    odd or even; H != W; blocks larger than the feature map are clipped to it.
+    odd or even; H != W; blocks larger than the feature map are clipped to it. ``block_size``: the
+    blocks' side, or ``(bh, bw)``; ``gamma_scale``: scales the rate of block centres (timm's).
 
     >>> h = hookkit.drop_block(model, "layer3", p=0.1, block_size=5)   # doctest: +SKIP
     """

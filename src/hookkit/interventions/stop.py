@@ -108,8 +108,11 @@ class Stop(HandleGroup):
     def __exit__(  # type: ignore[override]
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
-        self.remove()
-        return isinstance(exc, StopForward) and exc.owner is self
+        if isinstance(exc, StopForward) and exc.owner is self:
+            self.remove()
+            return True
+        super().__exit__(exc_type, exc, tb)  # removes; a framework error gets the failing layer's note
+        return False
 
     def __repr__(self) -> str:
         return f"<hookkit.Stop after {self.name!r} call {self.call}, {'removed' if self.removed else 'active'}>"
@@ -129,7 +132,8 @@ def stop_after(model: Layer, layer: LayerSpec, *, call: int = 0) -> Stop:
 @public_entry()
 def run_until(model: Layer, layer: LayerSpec, *, call: int = 0, capture: LayerSpec | None = None, **capture_kwargs: Any) -> Stop:
     """A runner that stops the forward after ``layer`` and returns its output; ``capture=[layers]``
-    also records those layers (``capture``'s keyword arguments pass through).
+    also records those layers; ``capture_kwargs``: more keyword arguments of ``hookkit.capture`` for
+    them (``grads=True``, ``keep="last"``...).
 
     >>> with hookkit.run_until(model, "layer3", capture=["conv1", "layer1"]) as run:   # doctest: +SKIP
     ...     feats = run(x)

@@ -11,18 +11,18 @@ from enum import Enum
 from functools import partial
 from itertools import count
 from types import FunctionType, MethodType, ModuleType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from hookkit.core.entry import entered
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
-from hookkit.core.sequences import select_output, stitch
+from hookkit.core.sequences import select_output, stitch, tensor_at
 from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_model, fail
+from hookkit.core.validate import InvalidArgument, check_bool, check_model, fail
 from hookkit.sites import RecordSource, Site, attach_sites, names_of, resolve
 
 _SLOT = object()
@@ -108,6 +108,14 @@ def _map_object(obj: Any, inner: Callable[[Any], Any]) -> Any:
     return new
 
 
+class TopK(NamedTuple):
+    """What ``capture(..., top_k=k)`` records per call: the ``k`` largest ``values`` along the last
+    axis (largest first) and their ``indices`` there, two tensors on the output's device."""
+
+    values: Any
+    indices: Any
+
+
 class Record:
     """One call of one layer: ``name``, ``call`` (index within the forward), ``step`` (forward count),
     ``inputs``, ``kwargs``, ``output``, and ``grad`` (mirrors ``output``'s structure after backward);
@@ -140,7 +148,7 @@ class Record:
         return f"Record(name={self.name!r}, call={self.call}, step={self.step})"
 
 
-class _Grads:
+class CapturedGrads:
     """``cap.grads[name]``: the most recent gradient w.r.t. that layer's output (per call: ``cap.calls(name)[i].grad``)."""
 
     def __init__(self, cap: capture):
@@ -162,6 +170,16 @@ class _Grads:
         return [n for n in self._cap._records if n in self]
 
 
+def _check_top_k(top_k: Any, outputs: bool) -> int | None:
+    if top_k is None:
+        return None
+    if type(top_k) is not int or top_k < 1:
+        fail("capture", "top_k", "None or an int >= 1 (how many of the last axis's largest values to keep)", top_k)
+    if not outputs:
+        fail("capture", "top_k", "None with outputs=False (top_k= keeps the largest values of the outputs)", top_k)
+    return top_k
+
+
 def _keep_limit(keep: Any) -> int | None:
     """``keep`` -> how many forwards to hold (None: all)."""
     if keep == "all" and isinstance(keep, str):
@@ -181,6 +199,10 @@ class capture(HandleGroup, RecordSource):
     >>> cap["h.0.attn"]          # last output of that layer
     >>> cap.calls("h.0.attn")    # every call's Record, in order
     >>> cap.grads["h.0.attn"]    # gradient w.r.t. that output
+
+    ``grads=True`` also keeps the gradient w.r.t. each recorded output (``cap.grads[name]``);
+    ``inputs=True`` also keeps each call's inputs (``Record.inputs``, ``Record.kwargs``);
+    ``outputs=False`` keeps no outputs (with ``inputs=True``: the inputs only).
 
     ``detach`` keeps outputs out of the graph (default), whatever holds them (tuples, dicts,
     dataclasses, Hugging Face ``ModelOutput`` and cache objects); ``clone`` copies them (needed when
@@ -209,6 +231,18 @@ class capture(HandleGroup, RecordSource):
 
     ``heads=True`` (or a list of head indices) on attention layers of a known family records each
     call's per-head input of the output projection, ``[B, H, T, d_head]`` (see ``hookkit.ablate``).
+
+    ``top_k=k`` keeps, of each output (its tensor at ``index``), only the ``k`` largest values along
+    the last axis and their indices: ``cap[name]`` is a ``TopK(values, indices)``, two ``[..., k]``
+    tensors on the output's device (no host copy), instead of the dense output. For SAE features,
+    ``[..., d_sae]`` becomes ``[..., k]``:
+
+    >>> with hookkit.capture(model, sp.features, top_k=8) as cap:   # doctest: +SKIP
+    ...     model(ids)
+    >>> values, indices = cap[sp.features]      # [B, T, 8] each
+
+    ``top_k``: None (default: the dense output), or an int >= 1: the number of largest values along
+    the last axis kept per output, with their indices.
     """
 
     def __init__(
@@ -229,19 +263,22 @@ class capture(HandleGroup, RecordSource):
         steps: Any = None,
         token_dim: int | None = None,
         index: int = 0,
+        top_k: int | None = None,
     ):
         super().__init__()
         self._backend = self._options(model, keep, positions, steps, token_dim, index)
         self._check_flags(inputs, outputs, grads, detach, clone, to)
+        self._top_k = _check_top_k(top_k, outputs)
         self._model = weakref.ref(model)
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
         # outputs only, detached, kept where they are: each layer's consumer is a closure without lookups
         self._plain_records = (
             outputs and not (inputs or grads or clone) and detach and to is None and self._limit is None
-            and self._positions is None and self._gen_steps is None
+            and self._positions is None and self._gen_steps is None and self._top_k is None
         )  # fmt: skip
         self._records: dict[str, list[Record]] = {}
+        self._shared: tuple | None = None  # what every layer's consumer binds (``_forward_consumer``)
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
             with entered("capture"):
@@ -273,13 +310,10 @@ class capture(HandleGroup, RecordSource):
         self._records = {name: [] for name in self.names}
         try:
             # the placements join this capture's own handles (one level to remove, not two)
-            self.handles += attach_each(
-                model, [(name, layer, self._forward_consumer(name), None) for name, layer in named], "forward", OBSERVER
-            )
+            consumer = self._forward_consumer
+            attach_each(model, [(name, layer, consumer(name), None) for name, layer in named], "forward", OBSERVER, self)
             if grads:
-                self.handles += attach_each(
-                    model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER
-                )
+                attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER, self)
         except BaseException:
             self.remove()
             raise
@@ -295,9 +329,9 @@ class capture(HandleGroup, RecordSource):
                 fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
 
     @property
-    def grads(self) -> _Grads:
+    def grads(self) -> CapturedGrads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
-        return _Grads(self)  # made per access: a capture holds no reference to itself
+        return CapturedGrads(self)  # made per access: a capture holds no reference to itself
 
     def _attach_views(self, model: Any, found: list[Site], kind: str, given: Any) -> None:
         """Sites whose value is a view of a tensor (``heads=``: ``[B, H, T, d_head]``): each call's
@@ -327,7 +361,8 @@ class capture(HandleGroup, RecordSource):
         """Record ``value`` as layer ``name``'s output at ``ev``'s call (consumers computing what they record)."""
         if self._limit is not None and (not self._steps or self._steps[-1] != ev.step):
             self._new_step(ev.step, self._limit)
-        self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, self._keep(value), ev.pos))
+        kept = self._keep(value if self._top_k is None else self._top(name, value, 0 if self._backend.is_tensor(value) else self._index))
+        self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, kept, ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
     def _forward_consumer(self, name: str) -> Any:
@@ -335,9 +370,13 @@ class capture(HandleGroup, RecordSource):
         kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
         if not self._plain_records:
             return partial(self._on_forward, name)
-        # bound once: the layer's list is never replaced (clear() empties it in place)
-        append, is_tensor, detach, keep = self._records[name].append, self._backend.is_tensor, self._backend.detach, self._keep
-        seq = self._seq
+        # bound once per capture: the backend's functions; per layer: its list, never replaced
+        # (clear() empties it in place)
+        shared = self._shared
+        if shared is None:
+            shared = self._shared = (self._backend.is_tensor, self._backend.detach, self._keep, self._seq)
+        is_tensor, detach, keep, seq = shared
+        append = self._records[name].append
 
         def on_forward(ev: Event) -> None:
             out = ev.output
@@ -361,6 +400,19 @@ class capture(HandleGroup, RecordSource):
             return t
 
         return _map_deep(value, keep, be, {})
+
+    def _top(self, name: str, output: Any, index: int) -> TopK:
+        """``top_k=``: the ``k`` largest values along the last axis of the output's tensor at
+        ``index``, and their indices (on its device: no host sync)."""
+        be, k = self._backend, self._top_k
+        t = tensor_at(be, output, index, "capture()", name)
+        width = t.shape[-1] if len(t.shape) else 0
+        if k > width:  # type: ignore[operator]  # set: top_k= given
+            raise InvalidArgument(
+                f"capture(): top_k={k} is larger than the last axis of {name!r}'s output (shape {list(t.shape)}); give top_k in 1..{width}"
+            )
+        values, indices = be.family("tensor_math").topk(be.detach(t) if self._detach else t, k)
+        return TopK(values, indices)
 
     def _new_step(self, step: int, limit: int) -> None:
         """A record of a forward not seen yet: forget the forwards beyond ``keep`` (``limit``)."""
@@ -391,7 +443,8 @@ class capture(HandleGroup, RecordSource):
         rec = Record(name, ev.call, ev.step, None, ev.pos, next(self._seq))
         rec.positions = selected
         if self._outputs:
-            rec.output = self._keep(output)
+            top = None if self._top_k is None else self._top(name, output, self._index if selected is None else 0)
+            rec.output = self._keep(output if top is None else top)
         if self._inputs:
             rec.inputs = self._keep(ev.args)
             rec.kwargs = self._keep(ev.kwargs) if ev.kwargs else {}
@@ -483,6 +536,8 @@ class capture(HandleGroup, RecordSource):
         """
         if name not in self._records:
             self._last(name)
+        if self._top_k is not None:
+            fail("capture.sequence", "name", "a layer of a capture made without top_k= (top-k records are not joined)", name)
         dim = self._token_dim
         if dim is None:
             model = self._model()
@@ -509,5 +564,10 @@ class capture(HandleGroup, RecordSource):
         self._steps.clear()
 
     def __repr__(self) -> str:
-        n = sum(len(v) for v in self._records.values())
-        return f"<hookkit.capture {len(self.names)} layers, {n} records, {'removed' if self.removed else 'active'}>"
+        n, k = sum(len(v) for v in self._records.values()), len(self.names)
+        return f"<hookkit.capture {k} layer{'' if k == 1 else 's'}, {n} record{'' if n == 1 else 's'}, {'removed' if self.removed else 'active'}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import capture_html  # lazy: HTML for notebooks, loaded when displayed
+
+        return capture_html(self)

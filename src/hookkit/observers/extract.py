@@ -21,16 +21,19 @@ import numpy as np
 from hookkit.backends import Backend, backend_for
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import add_note
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import OBSERVER, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
+from hookkit.core.validate import check_runnable
 from hookkit.observers import extract_ranks as ranks
 from hookkit.observers import features as fmt
 from hookkit.observers.extract_ranks import RankPlan
 from hookkit.observers.features import ExtractError, Features, load_features
 from hookkit.observers.folder import FolderWriter, count_samples, forget, open_folder, parse_size
 from hookkit.observers.reductions import ReduceSpec, Reduction, reductions_for
+from hookkit.observers.summary.dryrun import has_data
 
 DEFAULT_SHARD_SIZE = 16 * 2**20  # 16 MB: peak memory flat from 1,000 samples on (BENCHMARKS.md)
 STORABLE = tuple(fmt.CODES)  # dtype names extract can store
@@ -39,9 +42,8 @@ STORABLE = tuple(fmt.CODES)  # dtype names extract can store
 def _default_forward(model: Any, be: Backend) -> Callable[[Any], Any]:
     """model(x) for a tensor, model(x) for (x, y, ...), model(**batch) for a dict; numpy arrays
     become tensors and tensors move to the model's device."""
-    params = be.parameters(model)
-    like = params[0] if params else None
-    device = be.device_of(like) if like is not None else None
+    device = be.input_device(model)  # a dispatched model's first parameters may be offloaded (meta)
+    like = next((p for p in be.parameters(model) if be.device_of(p) == device), None) if device is not None else None
 
     def prepare(x: Any) -> Any:
         if isinstance(x, np.ndarray):  # a writable copy when read-only (memory-mapped data)
@@ -84,7 +86,7 @@ def _fingerprint(
 
 
 def _weights(model: Any, be: Backend) -> dict[str, str]:
-    """``{name: digest}`` of the values of every parameter and buffer (sha256 of its bytes, 16 hex
+    """Tensors without data here (layers accelerate offloads to disk or the CPU) give their shape only. ``{name: digest}`` of the values of every parameter and buffer (sha256 of its bytes, 16 hex
     digits): a resumed run with other weights (another checkpoint, another random init) is refused,
     naming the tensors that differ. One pass over the weights (about 0.6 s per GB on a CPU)."""
     tensors = dict(be.named_parameters(model))
@@ -93,6 +95,9 @@ def _weights(model: Any, be: Backend) -> dict[str, str]:
             tensors.setdefault(f"{lname}.{bname}" if lname else bname, t)
     out = {}
     for name, t in tensors.items():
+        if not has_data(be, t):  # offloaded by accelerate (meta until its hook loads it): its shape and dtype
+            out[name] = f"no data here: {list(be.shape(t))} {be.dtype_name(t)}"
+            continue
         a = np.ascontiguousarray(be.to_numpy(t))
         out[name] = hashlib.sha256(a.data.cast("B") if a.size else b"").hexdigest()[:16]
     return out
@@ -138,6 +143,7 @@ def _check_args(data: Any, forward: Any, dtype: Any, progress: Any, shard_size: 
 
 def _open_run(model: Any, data: Any, layers: LayerSpec, out: str, inputs: bool, reduce: Any, dtype: str | None, sampler: Any) -> _Run:
     be = backend_for(model)
+    check_runnable(be, model, fn="extract")
     named = select(model, layers)  # LayerNotFound here, before any forward
     names = [n for n, _ in named]
     if not names:
@@ -302,6 +308,7 @@ def _run_batches(
 
 # -- extract --------------------------------------------------------------------------------------
 @public_entry("extract")
+@explains_failures("extract")
 def extract(
     model: Layer,
     data: Iterable[Any],

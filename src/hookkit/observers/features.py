@@ -379,7 +379,12 @@ class Features(Mapping):
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k!r}: {list(a.shape)} {a.dtype}" for k, a in self._arrays.items())
-        return f"<hookkit.Features {self.path!r} {self.count} samples {{{inner}}}>"
+        return f"<hookkit.Features {self.path!r} {self.count} sample{'' if self.count == 1 else 's'} {{{inner}}}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import features_html
+
+        return features_html(self)
 
 
 def read_index(out: str, name: str = INDEX, rank: int | None = None) -> dict[str, Any]:

@@ -237,7 +237,7 @@ class watch_nonfinite(HandleGroup):
         finally:
             self._reset()
             self._error = None
-            self.remove()
+            super().__exit__(exc_type, exc, tb)  # removes; a framework error gets the failing layer's note
 
     def __repr__(self) -> str:
-        return f"<hookkit.watch_nonfinite {len(self.names)} layers, {'removed' if self.removed else 'active'}>"
+        return f"<hookkit.watch_nonfinite {len(self.names)} layer{'' if len(self.names) == 1 else 's'}, {'removed' if self.removed else 'active'}>"

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.core.entry import public_entry
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_length, fail
 from hookkit.viz.figures import new_figure
 
@@ -58,7 +58,8 @@ def feature_maps(
 
     ``capture_or_tensor``: a ``hookkit.capture`` (then ``layer`` names the layer), a tensor or a
     numpy array ``[N, C, H, W]`` or ``[C, H, W]``. ``scale="channel"`` stretches each channel to its
-    own range; ``scale="shared"`` puts all channels on one color scale (with one colorbar).
+    own range; ``scale="shared"`` puts all channels on one color scale (with one colorbar;
+    ``colorbar=False`` leaves it out).
 
     >>> with hookkit.capture(model, "conv1") as cap:   # doctest: +SKIP
     ...     model(x)
@@ -120,7 +121,8 @@ def feature_maps_by_layer(
     tile: float = 0.55,
 ) -> Any:
     """One sample through several layers, side by side in one Figure: its input (``image``, optional)
-    then each layer's channel grid (``feature_maps``, each channel on its own scale).
+    then each layer's channel grid (``feature_maps``, each channel on its own scale). ``capture``: the
+    ``hookkit.capture`` that recorded the layers; ``image_title``: the title over the input.
 
     >>> with hookkit.capture(model, ["conv1", "conv2"]) as cap:   # doctest: +SKIP
     ...     model(x)
@@ -174,10 +176,28 @@ def feature_maps_by_layer(
 
 
 def _images(images: Any) -> np.ndarray:
-    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]`` / ``[N, 1 or 3, H, W]`` arrays or tensors."""
+    """``[N, H, W]`` grayscale or ``[N, H, W, 3]`` images from ``[N, H, W]``, channels-first
+    ``[N, 1 or 3, H, W]`` or channels-last ``[N, H, W, 1 or 3]`` arrays or tensors."""
     imgs, _ = _as_array(images, None, "images") if not isinstance(images, np.ndarray) else (np.asarray(images, np.float32), "")
     if imgs.ndim == 4:
-        imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+        if imgs.shape[1] in (1, 3):  # channels first (the frameworks' layout)
+            imgs = imgs[:, 0] if imgs.shape[1] == 1 else imgs.transpose(0, 2, 3, 1)
+        elif imgs.shape[3] in (1, 3):  # channels last (numpy, PIL, matplotlib)
+            imgs = imgs[..., 0] if imgs.shape[3] == 1 else imgs
+        else:
+            fail(
+                entry_name(),
+                "images",
+                "[N, H, W], [N, 1 or 3, H, W] (channels first) or [N, H, W, 1 or 3] (channels last) images",
+                f"shape {tuple(imgs.shape)}",
+            )
+    elif imgs.ndim != 3:
+        fail(
+            entry_name(),
+            "images",
+            "[N, H, W], [N, 1 or 3, H, W] (channels first) or [N, H, W, 1 or 3] (channels last) images",
+            f"shape {tuple(imgs.shape)}",
+        )
     return imgs
 
 

@@ -2,7 +2,7 @@
 
 Needs the ``graphviz`` Python package (``pip install hookkit[graph]``) and Graphviz's ``dot``
 program (Debian/Ubuntu: ``apt-get install graphviz``; macOS: ``brew install graphviz``); the dot
-source alone needs neither. Layer names are data: every string reaches the picture through dot,
+source needs only the Python package. Layer names are data: every string reaches the picture through dot,
 which escapes it for SVG, and the HTML page escapes what it adds.
 
 Overlays (``overlay=``): ``ActivationStats`` / ``GradientStats`` or their loaded data (each node

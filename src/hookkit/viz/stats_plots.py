@@ -192,6 +192,8 @@ def plot_layer_stats(
         if len(set(map(id, axes))) == 3:
             panel_ax.set_title(title)
             panel_ax.set_xlabel("step")
+            if key == "near_zero":  # a share of the values: read against 0 and 1, not a zoomed range
+                panel_ax.set_ylim(0, 1)
     if len(set(map(id, axes))) == 1:
         axes[0].set_title(label or name)
         axes[0].set_xlabel("step")
@@ -240,6 +242,8 @@ def stats_overlay(
         drawn += 1
     if log:
         ax.set_yscale("log")
+    elif key == "near_zero":  # a share of the values: read against 0 and 1
+        ax.set_ylim(0, 1)
     ax.set_xlabel("step")
     ax.set_ylabel(key)
     ax.set_title(f"{key} of each layer's {'output gradient' if hasattr(stats, 'param_stats') else 'output'} over training")
@@ -267,6 +271,8 @@ def color_dim(
     around 0 when the data lie on both sides of it, round limits; see ``data_extent``),
     ``"recorded"`` (the whole ``range=`` the histograms were recorded with) or ``(low, high)``.
     When the recorded mean and std show values outside the recorded range, the title says so.
+    ``colorbar``: draw the colour scale of the counts; ``label``: the y axis' label (default: the
+    statistic's name).
     """
     name = _layer_name(stats, name_or_index)
     hist = _hist_array(stats, name)  # [steps, bins]
@@ -340,6 +346,7 @@ def gradient_flow(
 
     >>> fig = hookkit.viz.gradient_flow(grads, "norm", style="heatmap")   # doctest: +SKIP
 
+    ``grad_stats``: a ``GradientStats`` (or its data loaded back); ``style``: "lines" or "heatmap".
     ``kind``: norm, mean, std or max_abs. ``source``: "output" (gradient w.r.t. each layer's
     output) or "params" (its parameters' gradients). ``log``: log scale (default: all but mean).
     ``smooth``: lines are a centered moving average over this many steps (on the log scale when

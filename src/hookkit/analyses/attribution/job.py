@@ -25,10 +25,14 @@ from hookkit.core.validate import (
     check_int,
     check_model,
     check_number,
+    check_runnable,
     check_tensor_like,
     fail,
     shown,
 )
+
+#: the methods that take ``n_samples`` (the perturbation ones default to captum's, in perturbation.py)
+SAMPLED_METHODS = ("gradient_shap", *perturbation.DEFAULT_SAMPLES)
 
 
 @dataclass(frozen=True)
@@ -44,13 +48,16 @@ class AttributeOptions:
     internal_batch_size: int | str | None = "auto"
     max_memory: float | None = None
     neuron: int | Sequence[int] | None = None
-    stdevs: float = 1.0
+    stdevs: float | None = None
     nt_samples: int = 5
     seed: int | None = None
     forward_kwargs: dict[str, Any] | None = None
     return_delta: bool = False
     eval: bool = True
-    # the perturbation methods' options (perturbation.py)
+    # the propagation methods: LRP's composite and per-layer rules
+    composite: Any = None
+    rules: dict[str, Any] | None = None
+    # the perturbation methods' options (perturbation.py); n_samples also GradientShap's samples per input
     feature_mask: Any = None
     sliding_window_shapes: int | Sequence[int] | None = None
     strides: int | Sequence[int] | None = None
@@ -88,13 +95,14 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     """The ``Job`` of a call of ``hookkit.attribute``, every argument checked; errors name the public function."""
     fn = entry_name()
     be = check_model(model, fn=fn)
+    check_runnable(be, model, fn=fn)
     opts = _checked_options(opts, method)
     name, found, neuron = _checked_layer(model, layer, method, opts)
     x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
-    to_inputs = layer is None or neuron is not None or method == "conductance"
+    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
     if to_inputs and method not in PERTURBATION_METHODS and be.dtype_kind(x) != "float":
         what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
         fail(
@@ -128,11 +136,21 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
     checked = replace(
         opts,
         n_steps=check_int(opts.n_steps, fn=fn, arg="n_steps", low=min_steps(opts.rule)),
-        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0),
+        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0, optional=True),
         nt_samples=check_int(opts.nt_samples, fn=fn, arg="nt_samples", low=1),
         seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
         max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
     )
+    checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1, optional=True))
+    if checked.n_samples is not None and method not in SAMPLED_METHODS:
+        fail(fn, "n_samples", f"None for method={method!r} (an option of {', '.join(SAMPLED_METHODS)})", checked.n_samples)
+    if checked.n_samples is None and method == "gradient_shap":  # captum's GradientShap default
+        checked = replace(checked, n_samples=5)
+    if checked.stdevs is None:  # captum's defaults: NoiseTunnel (smoothgrad) 1.0, GradientShap 0.0
+        checked = replace(checked, stdevs=0.0 if method == "gradient_shap" else 1.0)
+    for arg in ("composite", "rules"):
+        if getattr(opts, arg) is not None and method != "lrp":
+            fail(fn, arg, f"None for method={method!r} (LRP's {arg}: method='lrp')", getattr(opts, arg))
     if not (batch is None or batch == "auto" or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1)):
         fail(fn, "internal_batch_size", '"auto", None (all scaled inputs at once) or an int >= 1', batch, kind=ArgumentTypeError)
     perturbation.check_options(checked, method)
@@ -178,7 +196,7 @@ def _checked_layer(model: Any, layer: Any, method: str, opts: AttributeOptions) 
         fail(
             fn,
             "return_delta",
-            "False for this method: the delta is defined for integrated_gradients and conductance (without neuron=)",
+            "False for this method: the delta is defined for integrated_gradients, conductance and deeplift (without neuron=)",
             opts.return_delta,
         )
     return name, found, neuron

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hookkit.analyses.attribution import lrp
 from hookkit.analyses.attribution import perturbation as pt
+from hookkit.analyses.attribution import propagation as pr
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.budget import spans
 from hookkit.analyses.attribution.rules import quadrature
@@ -181,6 +183,17 @@ RUNNERS = {
     "input:gradient": _input_point,
     "input:saliency": _input_point,
     "input:smoothgrad": _smoothgrad,
+    "input:deeplift": pr.deeplift,
+    "input:guided_backprop": pr.guided,
+    "input:deconvolution": pr.guided,
+    "input:lrp": lrp.lrp,
+    "input:deeplift_shap": pr.deeplift_shap,
+    "input:gradient_shap": pr.gradient_shap,
+    "layer:guided_gradcam": pr.guided_gradcam,
+    "layer:deeplift": pr.deeplift,
+    "layer:deeplift_shap": pr.deeplift_shap,
+    "layer:lrp": lrp.lrp,
+    "layer:gradient_shap": pr.gradient_shap,
     # perturbation methods (perturbation.py): forwards only, at the inputs or at a layer's value
     "layer:occlusion": pt.ablation,
     "layer:feature_ablation": pt.ablation,
@@ -205,7 +218,7 @@ RUNNERS = {
     "input:lime": pt.lime,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
-PATH_METHODS = ("integrated_gradients", "conductance")
+PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")
 #: methods that perturb and run forwards only (their options: feature_mask, sliding_window_shapes, ...)
 PERTURBATION_METHODS = pt.PERTURBATION_METHODS
 

@@ -26,7 +26,7 @@ from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
-from hookkit.core.validate import ArgumentTypeError, InvalidArgument, check_int, fail
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
 
 if TYPE_CHECKING:
     from hookkit.analyses.attribution.job import AttributeOptions, Job
@@ -448,9 +448,8 @@ def _samples(job: Job) -> int:
 def check_options(opts: AttributeOptions, method: str) -> None:
     """The perturbation options that can be checked before the forward."""
     fn = entry_name()
-    check_int(opts.n_samples, fn=fn, arg="n_samples", low=1, optional=True)
     if method not in PERTURBATION_METHODS:
-        for arg in ("feature_mask", "sliding_window_shapes", "strides", "n_samples", "permutation"):
+        for arg in ("feature_mask", "sliding_window_shapes", "strides", "permutation"):
             if getattr(opts, arg) is not None:
                 fail(fn, arg, f"None for method={method!r} (it is an option of {', '.join(PERTURBATION_METHODS)})", getattr(opts, arg))
     if method == "occlusion" and opts.feature_mask is not None:
@@ -461,8 +460,6 @@ def check_options(opts: AttributeOptions, method: str) -> None:
                 fail(fn, arg, f"None for method={method!r} (an option of occlusion)", getattr(opts, arg))
     if opts.permutation is not None and method != "feature_permutation":
         fail(fn, "permutation", f"None for method={method!r} (an option of feature_permutation)", opts.permutation)
-    if opts.n_samples is not None and method not in DEFAULT_SAMPLES:
-        fail(fn, "n_samples", f"None for method={method!r} (an option of {', '.join(DEFAULT_SAMPLES)})", opts.n_samples)
 
 
 #: the methods of this module (``methods.RUNNERS`` holds their runners)

@@ -20,10 +20,12 @@ from hookkit.analyses.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
 from hookkit.core.entry import public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
 
 
 @public_entry("attribute")
+@explains_failures("attribute")
 def attribute(
     model: Layer,
     layer: Any,
@@ -38,12 +40,14 @@ def attribute(
     internal_batch_size: int | str | None = "auto",
     max_memory: float | None = None,
     neuron: int | Sequence[int] | None = None,
-    stdevs: float = 1.0,
+    stdevs: float | None = None,
     nt_samples: int = 5,
     seed: int | None = None,
     forward_kwargs: dict[str, Any] | None = None,
     return_delta: bool = False,
     eval: bool = True,
+    composite: Any = None,
+    rules: dict[str, Any] | None = None,
     feature_mask: Any = None,
     sliding_window_shapes: int | Sequence[int] | None = None,
     strides: int | Sequence[int] | None = None,
@@ -57,7 +61,7 @@ def attribute(
     ``method``: "integrated_gradients" (``rule`` and ``n_steps`` as captum's), "conductance",
     "gradient_x_activation", "activation", "gradient"; at the inputs also "saliency" (the
     gradient's absolute value) and "smoothgrad" (the mean gradient over ``nt_samples`` copies with
-    N(0, ``stdevs``²) noise, ``seed`` to repeat it). ``neuron``: an index into the layer's output
+    N(0, ``stdevs``²) noise, 1.0 by default, ``seed`` to repeat it). ``neuron``: an index into the layer's output
     (without the batch axis): the neuron variants, attributing that neuron's value to the inputs.
     ``target``: None (each sample's predicted class), an int, one per sample, or a callable
     ``f(output) -> scores [N]``. ``baselines``: the path's start, zeros by default; a number, or a
@@ -68,6 +72,14 @@ def attribute(
     ``attention_mask``): tensors with one row per sample follow their samples into the scaled
     batches (captum's ``additional_forward_args``). ``return_delta``: also the completeness delta per sample
     (integrated gradients and conductance): sum of attributions - (F(input) - F(baseline)).
+
+    Propagation methods (the gradient modified at layers through router consumers; docs/attribution.md):
+    "deeplift" (captum's Rescale rule; at the inputs or a layer; ``return_delta``), "deeplift_shap" and
+    "gradient_shap" (at the inputs or a layer; ``baselines``: a distribution ``[B, ...]``; ``n_samples`` draws per input for
+    gradient_shap, ``stdevs`` its input noise (0.0 by default, captum's), ``seed``), "guided_backprop", "deconvolution" (at the
+    inputs), "guided_gradcam" (at a convolutional layer), "lrp" (at the inputs or a layer): captum's
+    defaults, or ``composite="EpsilonPlusFlat"`` / ``("EpsilonGammaBox", {"low": l, "high": h})``, and
+    ``rules={"Linear": "epsilon", "features.0": ("gamma", {"gamma": 0.5})}`` by layer type or layer.
 
     Perturbation methods (forwards only; at the inputs, also token ids, or at a layer's value, where
     ``baselines`` is the layer's replacement value): "occlusion" (``sliding_window_shapes``, ``strides``),
@@ -81,14 +93,15 @@ def attribute(
     >>> attr = hookkit.attribute(model, "features.3", x, target=7)                       # doctest: +SKIP
     >>> attr, delta = hookkit.attribute(model, None, x, n_steps=64, return_delta=True)     # doctest: +SKIP
     >>> attr = hookkit.attribute(bert, "bert.embeddings", ids, baselines=pad_ids)          # doctest: +SKIP
+    >>> rel = hookkit.attribute(cnn, None, x, method="lrp", composite="EpsilonPlusFlat")    # doctest: +SKIP
     >>> attr = hookkit.attribute(cnn, None, x, "occlusion", target=3, sliding_window_shapes=(3, 8, 8), strides=4)  # doctest: +SKIP
     """
     opts = AttributeOptions(
         baselines=baselines, n_steps=n_steps, rule=rule, attribute_to=attribute_to, internal_batch_size=internal_batch_size,
         max_memory=max_memory, neuron=neuron, stdevs=stdevs, nt_samples=nt_samples, seed=seed, forward_kwargs=forward_kwargs,
         return_delta=return_delta, eval=eval,
-        feature_mask=feature_mask, sliding_window_shapes=sliding_window_shapes, strides=strides, n_samples=n_samples,
-        permutation=permutation,
+        composite=composite, rules=rules, feature_mask=feature_mask, sliding_window_shapes=sliding_window_shapes,
+        strides=strides, n_samples=n_samples, permutation=permutation,
     )  # fmt: skip
     job = check_call(model, layer, inputs, method, target, opts)
     with analysis_pass(model, job.be, eval=eval):

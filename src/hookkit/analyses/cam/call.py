@@ -75,9 +75,9 @@ def prepare_inputs(be: Any, model: Layer, inputs: Any) -> Any:
         fail(fn, "inputs", "inputs [N, C, *spatial] with 1, 2 or 3 spatial axes (signals, images, volumes)", x)
     if be.dtype_kind(x) != "float":
         fail(fn, "inputs", "floating-point inputs (integer pixels cast to float32 and / 255)", x, kind=ArgumentTypeError)
-    params = be.parameters(model)
-    if params and be.device_of(x) != be.device_of(params[0]):
-        x = be.to(x, be.device_of(params[0]))
+    device = be.input_device(model)  # a dispatched model's first parameters may be offloaded (meta)
+    if device is not None and be.device_of(x) != device:
+        x = be.to(x, device)
     return x
 
 

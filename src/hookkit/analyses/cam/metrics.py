@@ -24,8 +24,9 @@ from hookkit.analyses.cam.call import prepare_inputs, tensor_target
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, predicted_classes, target_scores
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, fail
+from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_model, check_number, check_runnable, fail
 
 METRICS = ("road-most-relevant-first", "road-least-relevant-first", "road-combined", "confidence-drop")
 PERCENTILES = (10, 20, 30, 40, 50, 60, 70, 80, 90)
@@ -126,6 +127,7 @@ def _maps(be: Any, x: Any, maps: Any, metric: str) -> np.ndarray:
 
 
 @public_entry("cam_metric")
+@explains_failures("cam_metric")
 def cam_metric(
     model: Layer,
     inputs: Any,
@@ -151,6 +153,8 @@ def cam_metric(
     """
     fn = entry_name()
     be = check_model(model, fn=fn)
+    check_runnable(be, model, fn=fn)
+    check_runnable(be, model, fn=fn)
     check_choice(metric, METRICS, fn=fn, arg="metric")
     check_bool(eval, fn=fn, arg="eval")
     check_number(noise, fn=fn, arg="noise", low=0.0)

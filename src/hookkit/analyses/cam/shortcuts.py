@@ -11,12 +11,14 @@ from hookkit.analyses.cam.call import CamOptions
 from hookkit.analyses.cam.template import run_cam
 from hookkit.analyses.targets import Target
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.select import select
 from hookkit.core.types import Layer
 from hookkit.core.validate import InvalidArgument, check_model, shown
 
 
 @public_entry("gradcam")
+@explains_failures("gradcam")
 def gradcam(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
     """Grad-CAM heatmaps ``[N, H, W]`` (float32 in [0, 1]) at the input's size.
 
@@ -32,6 +34,7 @@ def gradcam(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eva
 
 
 @public_entry("gradcam_plus_plus")
+@explains_failures("gradcam_plus_plus")
 def gradcam_plus_plus(model: Layer, layer: Any, inputs: Any, target: Target = None, *, eval: bool = True) -> np.ndarray:
     """Grad-CAM++ heatmaps ``[N, H, W]``; same arguments as :func:`gradcam`.
 

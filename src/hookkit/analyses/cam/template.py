@@ -25,11 +25,12 @@ from hookkit.analyses.cam.stream import stream
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target, check_target, logits_of, predicted_classes, target_scores
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import INTERVENTION, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import InvalidArgument, check_model, fail
+from hookkit.core.validate import InvalidArgument, check_model, check_runnable, fail
 
 if TYPE_CHECKING:
     import os
@@ -335,6 +336,7 @@ def cam(
     as_tensor: bool = ..., out: str | os.PathLike[str], **options: Unpack[CamKeywords],
 ) -> Features: ...  # fmt: skip
 @public_entry("cam")
+@explains_failures("cam")
 def cam(
     model: Layer,
     layers: LayerSpec,
@@ -371,9 +373,9 @@ def cam(
     files (key ``"cam"``, resumable) and ``load_features(FOLDER)`` is returned.
     The model's training flags, its parameters' ``.grad`` and its hooks are left as they were.
     Returns numpy float32 maps, a tensor (``as_tensor=True``) or ``Features`` (``out=``).
-    The other keywords and their defaults: ``reshape=None``, ``prefix_tokens=None``, ``aug_smooth=False``,
-    ``eigen_smooth=False``, ``batch_size=None``, ``eval=True``, ``shard_size=16 * 2**20`` (``out=``'s
-    shards, bytes or "64MB"), ``progress=None`` (a progress line on a terminal).
+    ``options``: the other keywords, described above, with their defaults: ``reshape=None``,
+    ``prefix_tokens=None``, ``aug_smooth=False``, ``eigen_smooth=False``, ``batch_size=None``, ``eval=True``,
+    ``shard_size=16 * 2**20`` (``out=``'s shards, bytes or "64MB"), ``progress=None`` (a progress line on a terminal).
     """
     return run_cam(model, layers, inputs, method, target, CamOptions.of(as_tensor=as_tensor, out=out, **options))
 
@@ -381,6 +383,7 @@ def cam(
 def run_cam(model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, opts: CamOptions) -> Any:
     """``cam`` with its options made (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
     be = check_model(model, fn=entry_name())
+    check_runnable(be, model, fn=entry_name())
     opts.check(method)
     named = select(model, layers) if method != "fullgrad" else []
     target = tensor_target(be, target)

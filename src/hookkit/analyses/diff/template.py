@@ -20,12 +20,14 @@ from hookkit.analyses.diff.result import Diff
 from hookkit.analyses.diff.sides import SideA, SideB
 from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import HookkitError
+from hookkit.core.failures import explains_failures
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_callable, check_model, check_number, fail
+from hookkit.core.validate import check_bool, check_callable, check_model, check_number, check_runnable, fail
 
 
 @public_entry("diff")
+@explains_failures("diff", models=2)
 def diff(
     a: Layer,
     b: Layer,
@@ -63,6 +65,8 @@ def diff(
     fn = entry_name()
     be_a = check_model(a, fn=fn, arg="a")
     be_b = check_model(b, fn=fn, arg="b")
+    check_runnable(be_a, a, fn=fn, arg="a")
+    check_runnable(be_b, b, fn=fn, arg="b")
     if a is b:
         fail(fn, "b", "a model other than a (to compare a model with itself changed, compare it with a copy: copy.deepcopy(a))", b)
     backward = check_bool(backward, fn=fn, arg="backward")

@@ -18,14 +18,16 @@ from hookkit.analyses.inputs import call_model
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.transformer.patching import Metric, capture_clean, check_pair, metric_rows, sites
 from hookkit.core.entry import public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_model
+from hookkit.core.validate import check_bool, check_model, check_runnable
 from hookkit.sites import Heads, Site, attach_sites
 
 
+@explains_failures("attribution_patching")
 @public_entry()
 def attribution_patching(
     model: Layer,
@@ -43,6 +45,7 @@ def attribution_patching(
     >>> est = hookkit.attribution_patching(model, clean_ids, corrupt_ids, "transformer.h.*", metric)   # doctest: +SKIP
     """
     be = check_model(model)
+    check_runnable(be, model)
     check_bool(heads, arg="heads")
     check_bool(per_row, arg="per_row")
     setup = check_pair(be, model, clean, corrupted, metric, positions)

@@ -19,11 +19,12 @@ from hookkit.analyses.passes import analysis_pass
 from hookkit.core.architectures import _MISSING, known_stacks, read_path, stack_family
 from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import UnsupportedModel
+from hookkit.core.failures import explains_failures
 from hookkit.core.router import OBSERVER, Event
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
-from hookkit.core.validate import ArgumentTypeError, check_int, check_model, fail
+from hookkit.core.validate import ArgumentTypeError, check_int, check_model, check_runnable, fail
 from hookkit.sites import FIRST, Site, attach_sites
 
 EMBEDDINGS = "embeddings"
@@ -64,7 +65,13 @@ class LensResult:
         return plot_lens(self, row=row, tokens=tokens, ax=ax)
 
     def __repr__(self) -> str:
-        return f"<LensResult {len(self.names)} points x {len(self.positions)} positions>"
+        n, p = len(self.names), len(self.positions)
+        return f"<LensResult {n} point{'' if n == 1 else 's'} x {p} position{'' if p == 1 else 's'}>"
+
+    def _repr_html_(self) -> str:
+        from hookkit.viz.display import lens_html  # lazy: plots and HTML load only when displayed
+
+        return lens_html(self)
 
 
 def m_float(be: Any, t: Any) -> Any:
@@ -132,6 +139,7 @@ def _points(model: Any, be: Any, layers: LayerSpec, blocks_path: str | None) -> 
     return named, embeddings
 
 
+@explains_failures("logit_lens")
 @public_entry()
 def logit_lens(
     model: Layer,
@@ -156,6 +164,7 @@ def logit_lens(
     >>> ids, probs = lens.top(5)
     """
     be = check_model(model)
+    check_runnable(be, model)
     check_inputs(be, inputs)
     if top_k is not None:
         top_k = check_int(top_k, arg="top_k", low=1)

@@ -20,12 +20,13 @@ from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.transformer.lens import check_positions
 from hookkit.core.architectures import token_dim
 from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event
 from hookkit.core.select import LayerSpec
 from hookkit.core.tree import first_tensor, map_tensors
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_bool, check_callable, check_int, check_model, fail
+from hookkit.core.validate import check_bool, check_callable, check_int, check_model, check_runnable, fail
 from hookkit.sites import WHOLE, Heads, Site, attach_sites, resolve
 
 Metric = Callable[[Any], Any]
@@ -98,6 +99,7 @@ def capture_clean(model: Layer, be: Any, found: list[Site], clean: Any) -> dict[
     return stored
 
 
+@explains_failures("patching_sweep")
 @public_entry()
 def patching_sweep(
     model: Layer,
@@ -126,6 +128,7 @@ def patching_sweep(
     ...     lambda out: out.logits[:, -1, good] - out.logits[:, -1, bad])
     """
     be = check_model(model)
+    check_runnable(be, model)
     check_bool(heads, arg="heads")
     check_bool(per_row, arg="per_row")
     batch_size = check_int(batch_size, arg="batch_size", low=1)

@@ -19,11 +19,12 @@ from hookkit.backends import backend_for
 from hookkit.core.architectures import INTERFACE, HeadLayout, Projections, attention_family, head_layout, known_attention, submodule
 from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import UnsupportedModel
+from hookkit.core.failures import explains_failures
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.types import Layer
-from hookkit.core.validate import check_model
+from hookkit.core.validate import check_model, check_runnable
 from hookkit.sites import Site, attach_sites, check_heads
 
 
@@ -39,6 +40,7 @@ def attention_layers(model: Layer, layers: LayerSpec) -> list[tuple[str, Any, He
     return [(n, layer, head_layout(layer, n)) for n, layer in named]
 
 
+@explains_failures("attention_patterns")
 @public_entry()
 def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, heads: Any = None) -> dict[str, Any]:
     """Run ``model`` on ``inputs`` once and return ``{layer name: probabilities [B, H_selected, T_q, T_k]}``
@@ -50,6 +52,7 @@ def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, head
     >>> pats["model.layers.0.self_attn"].shape     # [B, 2, T, T]
     """
     be = check_model(model)
+    check_runnable(be, model)
     check_inputs(be, inputs)
     targets = attention_layers(model, layers)
     sel = {}

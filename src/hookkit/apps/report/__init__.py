@@ -54,6 +54,7 @@ def report(
     meta: dict[str, Any] | None = None,
     scalars: dict[str, Any] | None = None,
     graph: Any = None,
+    features: Any = None,
 ) -> pathlib.Path:
     """Write the HTML report and return its path.
 
@@ -65,6 +66,12 @@ def report(
     per step) or ``{name: {"step": [...], "value": [...]}}``; a folder's ``scalars.json`` is read the same way.
     ``graph``: a ``hookkit.graph(...)`` result, drawn as a section (coloured by the activation
     statistics given, when it has no overlay of its own); ``report([], path, graph=g)``: the graph alone.
+    ``features``: a ``hookkit.feature_views(...)`` result (or a list of them), shown as an "SAE features"
+    section (tokens shown as its ``tokens=`` gave them); ``report([], path, features=views)``: the features alone.
+    ``dropout``: what plug-in dropout hooks did, ``{layer: {"kind", "p", "fraction", "calls"}}`` (the
+    demo's table). ``figures``: ready PNGs to show, ``[{"section": ..., "caption": ..., "png": bytes}]``
+    (as a folder's ``figures.json`` lists them). ``meta``: the header's facts, ``{"framework": ...,
+    "model": ...}``, shown as "key: value".
 
     >>> stats.save("run1"); grads.save("run1")           # doctest: +SKIP
     >>> hookkit.report("run1")                          # doctest: +SKIP
@@ -76,7 +83,15 @@ def report(
     check_str(title, fn="report", arg="title")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
-    m = _Material(summary=summary, dropout=dropout, figures=list(figures or []), meta=dict(meta or {}), scalars=scalars, graph=graph)
+    m = _Material(
+        summary=summary,
+        dropout=dropout,
+        figures=list(figures or []),
+        meta=dict(meta or {}),
+        scalars=scalars,
+        graph=graph,
+        features=features,
+    )
     if isinstance(source, (str, os.PathLike)):
         m.add_folder(pathlib.Path(source))
     else:
@@ -119,6 +134,7 @@ class _Material:
     weights: Any = None
     diffs: list[Any] = field(default_factory=list)
     graph: Any = None
+    features: Any = None
     folder: pathlib.Path | None = None
 
     def add_folder(self, folder: pathlib.Path) -> None:
@@ -162,6 +178,20 @@ class _Material:
             from hookkit.core.validate import ArgumentTypeError, fail
 
             fail("report", "graph", "None or a hookkit.graph(...) result", self.graph, kind=ArgumentTypeError)
+        if self.features is not None:
+            from hookkit.core.validate import ArgumentTypeError, fail
+            from hookkit.sae.views import FeatureViews
+
+            given = self.features if isinstance(self.features, (list, tuple)) else [self.features]
+            if not all(isinstance(v, FeatureViews) for v in given):
+                fail(
+                    "report",
+                    "features",
+                    "None or a hookkit.feature_views(...) result (or a list of them)",
+                    self.features,
+                    kind=ArgumentTypeError,
+                )
+            self.features = list(given)
 
     def sections(self) -> list[Section]:
         """The sections the material supports, in the page's order."""
@@ -189,6 +219,10 @@ class _Material:
             from hookkit.apps.report.diff_section import diff_section
 
             sections += [diff_section(d) for d in self.diffs]
+        if self.features:
+            from hookkit.apps.report.sae_section import features_section
+
+            sections.append(features_section(self.features))
         return sections
 
 

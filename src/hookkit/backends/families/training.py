@@ -67,7 +67,8 @@ class Training:
         raise _missing("update_norms")
 
     def local(self, t: Any) -> Any:
-        """This rank's shard of a sharded parameter (FSDP2's DTensor), else ``t`` itself."""
+        """This rank's shard of a sharded parameter (FSDP2's DTensor), a quantized parameter's
+        dequantized values, else ``t`` itself."""
         return t
 
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ class PaddleAttributionOps(AttributionOps):
             key = t.data_ptr()
             if key not in seen:
                 seen.add(key)
-                total.bytes += int(t.numel()) * t.element_size()
+                total.bytes += math.prod(t.shape) * t.element_size()  # shape, not numel(): a tensor, read on the host
             return t
 
         with paddle.autograd.saved_tensors_hooks(pack, lambda t: t):

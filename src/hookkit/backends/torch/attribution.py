@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from hookkit.backends.families.attribution import AttributionOps, SavedBytes, host_free_bytes
+from hookkit.backends.torch.quantized import storage_keys
 
 
 class TorchAttributionOps(AttributionOps):
@@ -17,7 +18,7 @@ class TorchAttributionOps(AttributionOps):
 
     @contextlib.contextmanager
     def saved_bytes(self, model: Any) -> Iterator[SavedBytes]:
-        seen = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen = {k for p in model.parameters() for k in storage_keys(p)}  # quantized parameters: their inner tensors
         total = SavedBytes()
 
         def pack(t: torch.Tensor) -> torch.Tensor:

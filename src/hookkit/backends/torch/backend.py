@@ -70,11 +70,10 @@ class TorchBackend(TorchOps, Backend):
     def named_parameters(self, layer: Any, recurse: bool = True) -> list[tuple[str, Any]]:
         return list(layer.named_parameters(recurse=recurse))
 
-    def hook_forward_pre(self, layer: Any, fn: Callable) -> Any:
-        return native_hooks.place(layer._forward_pre_hooks, layer._forward_pre_hooks_with_kwargs, fn)
-
-    def hook_forward(self, layer: Any, fn: Callable) -> Any:
-        return native_hooks.place(layer._forward_hooks, layer._forward_hooks_with_kwargs, fn)
+    # hook_forward_pre(layer, fn), hook_forward(layer, fn): straight to the placing functions (a
+    # context places and removes them each time it opens)
+    hook_forward_pre = staticmethod(native_hooks.place_pre)
+    hook_forward = staticmethod(native_hooks.place_post)
 
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         return drop_hook_entries(
@@ -87,10 +86,11 @@ class TorchBackend(TorchOps, Backend):
         )
 
     # Checkpoint recomputes run inside autograd's graph task; a forward does not.
-    in_backward = staticmethod(lambda: torch._C._current_graph_task_id() != -1)
+    # (both read at each forward of a hooked root: the C functions are bound once)
+    in_backward = staticmethod(lambda _task=torch._C._current_graph_task_id: _task() != -1)
 
-    def in_transform(self) -> bool:
-        return torch._C._functorch.peek_interpreter_stack() is not None
+    def in_transform(self, _peek: Callable = torch._C._functorch.peek_interpreter_stack) -> bool:
+        return _peek() is not None
 
     def check_not_compiled(self, model: Any, layers: Sequence[Any]) -> None:
         compiled.forget_stale_code()

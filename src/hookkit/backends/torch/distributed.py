@@ -45,6 +45,11 @@ def _rank_entry(rank: int, fn: Callable[..., int], args: tuple, world: int, port
     try:
         codes[rank] = int(fn(*args) or 0)
     finally:
+        import gc
+
+        # a DDP module left in reference cycles by fn would hold the group into interpreter shutdown,
+        # where gloo's threads are joined after Python finalized (an abort): free it while all is alive
+        gc.collect()
         dist.destroy_process_group()
 
 

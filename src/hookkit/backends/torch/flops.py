@@ -109,7 +109,20 @@ def _sdpa_flops(query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, 
     return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
 
 
+def _int_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    return 2 * int(a_shape[0]) * int(a_shape[1]) * int(b_shape[1])  # int8 x int8 -> int32 (torchao's dynamic int8)
+
+
+def _int8pack_mm_flops(x_shape: Any, w_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    rows = 1
+    for d in x_shape[:-1]:
+        rows *= int(d)
+    return 2 * rows * int(w_shape[0]) * int(w_shape[1])  # int8 weights [N, K], float input [..., K]
+
+
 _EXTRA = {
+    "_int_mm": _int_mm_flops,
+    "_weight_int8pack_mm": _int8pack_mm_flops,
     "mkldnn_rnn_layer": _rnn_layer_flops,
     "_cudnn_rnn": _fused_rnn_flops,
     "miopen_rnn": _fused_rnn_flops,
@@ -124,9 +137,27 @@ _EXTRA = {
 }
 
 
+#: kernels of quantization libraries, counted once the library has registered them
+#: (optimum-quanto's int8 matmul: activations [..., K] x int8 weights [N, K])
+_LIBRARY = {("quanto", "qbytes_mm"): _int8pack_mm_flops}
+
+
+def _library_ops() -> dict:
+    found = {}
+    for (namespace, name), fn in _LIBRARY.items():
+        try:
+            op = getattr(getattr(torch.ops, namespace), name)
+        except (AttributeError, RuntimeError):
+            continue  # the library is not loaded
+        found[op] = fn
+        for overload in op.overloads():
+            found[getattr(op, overload)] = fn
+    return found
+
+
 def extra_formulas() -> dict:
     """Formulas for the kernels the registry misses, keyed by op packet (only ops this build has)."""
-    formulas = {}
+    formulas = _library_ops()
     for name, fn in _EXTRA.items():
         op = getattr(aten, name, None)
         if op is not None and op not in flop_counter.flop_registry:

@@ -1,10 +1,10 @@
 """Forward hooks placed the way ``register_forward_(pre_)hook(fn, with_kwargs=True)`` places them (an
 id from ``RemovableHandle``'s counter, the hook in the module's dict, its "with kwargs" flag in the
-other), with a handle of two weak references instead of a ``RemovableHandle``: hookkit places and
+other), with a handle of one weak reference instead of a ``RemovableHandle``: hookkit places and
 removes these at each context's start and end, so their cost is what a short context costs.
 
->>> h = place(layer._forward_hooks, layer._forward_hooks_with_kwargs, fn)   # doctest: +SKIP
->>> h.remove()                                                             # doctest: +SKIP
+>>> h = place_post(layer, fn)   # doctest: +SKIP
+>>> h.remove()                 # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -17,24 +17,38 @@ from torch.utils.hooks import RemovableHandle
 
 
 class NativeHook:
-    """Removes one hook placed by ``place`` (the module's dicts held weakly, like ``RemovableHandle``)."""
+    """Removes one hook placed by ``place_pre`` or ``place_post``; holds the layer weakly, like ``RemovableHandle`` its dicts
+    (one weak reference, usually one the layer has already: ``weakref.ref`` gives it back)."""
 
-    __slots__ = ("_hooks", "_kwargs", "id")
+    __slots__ = ("_layer", "id", "_pre")
 
-    def __init__(self, hooks: Any, kwargs: Any, hook_id: int):
-        self._hooks, self._kwargs, self.id = weakref.ref(hooks), weakref.ref(kwargs), hook_id
+    def __init__(self, layer: Any, hook_id: int, pre: bool):
+        self._layer, self.id, self._pre = weakref.ref(layer), hook_id, pre
 
     def remove(self) -> None:
-        for ref in (self._hooks, self._kwargs):
-            d = ref()
-            if d is not None:
-                d.pop(self.id, None)
+        layer = self._layer()
+        if layer is not None:
+            if self._pre:
+                layer._forward_pre_hooks.pop(self.id, None)
+                layer._forward_pre_hooks_with_kwargs.pop(self.id, None)
+            else:
+                layer._forward_hooks.pop(self.id, None)
+                layer._forward_hooks_with_kwargs.pop(self.id, None)
 
 
-def place(hooks: Any, kwargs: Any, fn: Callable) -> NativeHook:
-    """Put ``fn`` last in ``hooks`` (a module's ``_forward_hooks`` or ``_forward_pre_hooks``), called with kwargs."""
+def place_pre(layer: Any, fn: Callable) -> NativeHook:
+    """Put ``fn`` last in ``layer``'s forward pre-hooks, called with kwargs."""
     hook_id = RemovableHandle.next_id
     RemovableHandle.next_id = hook_id + 1
-    hooks[hook_id] = fn
-    kwargs[hook_id] = True
-    return NativeHook(hooks, kwargs, hook_id)
+    layer._forward_pre_hooks[hook_id] = fn
+    layer._forward_pre_hooks_with_kwargs[hook_id] = True
+    return NativeHook(layer, hook_id, True)
+
+
+def place_post(layer: Any, fn: Callable) -> NativeHook:
+    """Put ``fn`` last in ``layer``'s forward hooks, called with kwargs."""
+    hook_id = RemovableHandle.next_id
+    RemovableHandle.next_id = hook_id + 1
+    layer._forward_hooks[hook_id] = fn
+    layer._forward_hooks_with_kwargs[hook_id] = True
+    return NativeHook(layer, hook_id, False)

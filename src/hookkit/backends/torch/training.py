@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 
 from hookkit.backends.families.training import Training
+from hookkit.backends.torch import quantized
 from hookkit.core.validate import ArgumentTypeError, fail
 
 
@@ -93,8 +97,10 @@ class TorchTraining(Training):
     def storage(self, t: Any) -> tuple[int, int] | None:
         try:
             s = t.untyped_storage()
+            if t.is_meta or isinstance(t, FakeTensor):  # no data pointer: the storage object itself
+                return s._cdata, s.nbytes()
             return s.data_ptr(), s.nbytes()
-        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested, fake tensors
+        except (RuntimeError, NotImplementedError, TypeError):  # sparse, nested tensors
             return None
 
     def on_step(self, optimizer: Any, fn: Callable[[], None]) -> Any:
@@ -139,8 +145,14 @@ class TorchTraining(Training):
         # memory; the running sum of those events peaks where the step held the most
         from torch.autograd import profiler
 
-        with profiler.profile(profile_memory=True, use_kineto=True) as prof:
+        prof: Any = profiler.profile(profile_memory=True, use_kineto=True)
+        with _quiet_fd2():  # Kineto writes "USDT: ... profiler_start" / "profiler_stop" to fd 2
+            prof.__enter__()
+        try:
             fn()
+        finally:
+            with _quiet_fd2():
+                prof.__exit__(None, None, None)
         events = [e for e in prof.kineto_results.events() if e.name() == "[memory]"]
         events.sort(key=lambda e: e.start_ns())
         live = peak = 0
@@ -178,7 +190,8 @@ class TorchTraining(Training):
 
     def local(self, t: Any) -> Any:
         to_local = getattr(t, "to_local", None)  # a DTensor (FSDP2): this rank's shard
-        return t if to_local is None else to_local()
+        t = t if to_local is None else to_local()
+        return quantized.OPS.dequantize(t)  # a quantized parameter (torchao, optimum-quanto): its values
 
     def copy_all(self, dsts: Sequence[Any], srcs: Sequence[Any]) -> None:
         with torch.no_grad():
@@ -211,3 +224,23 @@ class TorchTraining(Training):
 
 
 OPS = TorchTraining()
+
+
+@contextlib.contextmanager
+def _quiet_fd2() -> Iterator[None]:
+    """Send the process's C-level standard error to the null device for the block: the profiler's
+    start and stop lines are written there by C++, below ``sys.stderr``. Only around the profiler's
+    own start and stop, never around the user's code."""
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no fd 2 (an embedded interpreter): nothing to quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -36,31 +36,37 @@ def _install() -> None:
 def tree_watch(root: Any, named: Sequence[tuple[str, Any]]) -> Callable[[], list[Any] | None]:
     """A function giving the layers at ``named``'s paths under ``root`` while nothing moved, else None.
     It checks each link from ``root`` down to the selected layers once (the child under its key, the
-    parent's number of children) and each selected layer's own number of children; it holds the
-    model weakly."""
+    parent's number of children, once per parent) and each selected layer's own number of children;
+    it holds the model weakly."""
     _install()
     version = _version[0]
-    links: dict[tuple[int, str], tuple[Any, str, Any, int]] = {}
+    parents: dict[int, tuple[Any, int, dict[str, Any]]] = {}  # id -> (ref, children, {key: child ref})
     own = []
     for name, layer in named:
         parent = root
         for part in name.split(".") if name else ():
             child = parent._modules[part]
-            links.setdefault((id(parent), part), (weakref.ref(parent), part, weakref.ref(child), len(parent._modules)))
+            entry = parents.get(id(parent))
+            if entry is None:
+                entry = parents[id(parent)] = (weakref.ref(parent), len(parent._modules), {})
+            entry[2][part] = weakref.ref(child)
             parent = child
         own.append((weakref.ref(layer), len(layer._modules)))
-    checks = list(links.values())
+    checks = [(ref, n, tuple(links.items())) for ref, n, links in parents.values()]
 
     def layers() -> list[Any] | None:
         if _version[0] != version:
             return None
-        for parent_ref, key, child_ref, siblings in checks:
+        for parent_ref, siblings, links in checks:
             parent = parent_ref()
             if parent is None:
                 return None
             children = parent._modules
-            if len(children) != siblings or children.get(key) is not child_ref():
+            if len(children) != siblings:
                 return None
+            for key, child_ref in links:
+                if children.get(key) is not child_ref():
+                    return None
         found = []
         for ref, n in own:
             layer = ref()

@@ -90,7 +90,10 @@ class Graph:
 
     # -- data -----------------------------------------------------------------------------------
     def at_depth(self, depth: int) -> Graph:
-        """The same recorded graph folded at another depth (no forward runs)."""
+        """The same recorded graph folded at another depth (no forward runs).
+
+        ``depth``: the depth to fold at, an int >= 1 (1: the calls the model's forward makes itself;
+        deeper calls are drawn inside their ancestor at this depth)."""
 
         check_int(depth, fn="Graph.at_depth", arg="depth", low=1)
         return Graph(
@@ -104,7 +107,10 @@ class Graph:
         )
 
     def node(self, id: str) -> Node:
-        """The node with this id (in the full tree)."""
+        """The node with this id (in the full tree).
+
+        ``id``: the node's id, such as ``"fc:0"`` or ``"input:x"`` (an unknown id raises ``KeyError``
+        naming close ones)."""
         for n in self.all_nodes:
             if n.id == id:
                 return n
@@ -131,7 +137,10 @@ class Graph:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Graph:
-        """A graph back from ``to_dict()`` (or its JSON)."""
+        """A graph back from ``to_dict()`` (or its JSON).
+
+        ``data``: the dict ``to_dict()`` returned, or ``json.loads`` of ``to_json()``: its full tree
+        (``all_nodes``, ``all_edges``) is read and folded at its ``depth``."""
         nodes = [Node(**n) for n in data["all_nodes"]]
         edges = [Edge(**e) for e in data["all_edges"]]
         return cls(
@@ -148,26 +157,38 @@ class Graph:
 
     # -- pictures (Graphviz; hookkit.viz.graph_render) --------------------------------------------
     def with_overlay(self, overlay: Any) -> Graph:
-        """The same graph drawn with an overlay: ``ActivationStats`` / ``GradientStats`` (or their
-        loaded data), a ``NonFiniteError``, a layer name or a list of names (highlighted)."""
+        """The same graph, drawn with ``overlay`` (by ``source``, ``svg``, ``save`` and in notebooks).
+
+        ``overlay``: ``ActivationStats`` / ``GradientStats`` or their loaded data (each node coloured by
+        the mean over records of ``std`` for activations, ``norm`` for gradients, or of the statistic
+        named in ``(stats, "near_zero")``), a ``NonFiniteError`` from ``watch_nonfinite`` (its layer in
+        red), or a layer name or list of names (highlighted)."""
         g = self.at_depth(self.depth)
         g.overlay = overlay
         return g
 
     def source(self, overlay: Any = None) -> str:
-        """The Graphviz ``dot`` source."""
+        """The Graphviz ``dot`` source (needs the ``graphviz`` package, not Graphviz's ``dot`` program).
+
+        ``overlay``: an overlay for this drawing only, as in ``with_overlay`` (default: the graph's own)."""
         from hookkit.viz.graph_render import dot_source  # lazy: drawing is optional (Graphviz); recording needs none of it
 
         return dot_source(self, self.overlay if overlay is None else overlay)
 
     def svg(self, overlay: Any = None) -> str:
-        """The picture as SVG text (needs the ``graphviz`` package and Graphviz's ``dot`` program)."""
+        """The picture as SVG text (needs the ``graphviz`` package and Graphviz's ``dot`` program).
+
+        ``overlay``: an overlay for this drawing only, as in ``with_overlay`` (default: the graph's own)."""
         from hookkit.viz.graph_render import render_svg  # lazy: drawing is optional (Graphviz); recording needs none of it
 
         return render_svg(self, self.overlay if overlay is None else overlay)
 
     def save(self, path: str | os.PathLike, overlay: Any = None) -> str:
         """Write ``.svg``, ``.html`` (the SVG in a self-contained page), ``.dot`` or ``.json``; returns the path.
+
+        ``path``: the file to write, whose extension picks the format: ``.svg``, ``.html``, ``.dot`` /
+        ``.gv`` or ``.json`` (its folder is created when missing).
+        ``overlay``: an overlay for this drawing only, as in ``with_overlay`` (default: the graph's own).
 
         >>> hookkit.graph(model, x).save("model.svg")   # doctest: +SKIP
         """

@@ -49,7 +49,7 @@ def _state(stats: Any) -> str:
 def headline(stats: Any, tables: dict[str, dict[str, np.ndarray]]) -> str:
     n, first, last = _steps(tables)
     span = "no records yet" if n == 0 else (f"step {first}" if n == 1 else f"{n} steps ({first}-{last})")
-    return f"{type(stats).__name__}: {len(stats.names)} layers, {span}{_state(stats)}"
+    return f"{type(stats).__name__}: {len(stats.names)} layer{'' if len(stats.names) == 1 else 's'}, {span}{_state(stats)}"
 
 
 def text(stats: Any) -> str:

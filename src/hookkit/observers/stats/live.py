@@ -33,6 +33,7 @@ from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import WITH_PARAMS, LayerSpec, select
 from hookkit.core.tree import first_tensor
 from hookkit.core.types import Layer
+from hookkit.core.user_frame import user_stacklevel
 from hookkit.core.validate import check_bool, check_int, check_model, check_number, check_range_pair
 from hookkit.observers.stats.backwards import BackwardCounter
 from hookkit.observers.stats.loaded import ActivationData, GradientData, read_files
@@ -410,7 +411,7 @@ class GradientStats(_Recorder, GradientData):
                 "GradientStats was created before the process group was initialized: its parameter rows are each "
                 "rank's local gradient (before the all-reduce); create it after init_process_group / init_parallel_env",
                 RuntimeWarning,
-                stacklevel=4,
+                stacklevel=user_stacklevel(),
             )
         local: list[Block] = []
         contributions: list[Block] = []

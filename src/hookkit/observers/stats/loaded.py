@@ -26,6 +26,11 @@ __all__ = ["ActivationData", "GradientData", "StatsData", "load_stats", "read_fi
 _TYPES = {"activation_stats": "ActivationStats", "gradient_stats": "GradientStats"}
 
 
+class EmptyLayerWarning(UserWarning):
+    """A layer selected for statistics has no record when read: it never ran (or never got a
+    gradient) while the statistics recorded, so its series are empty."""
+
+
 class StatsData:
     """Per-layer statistics tables: ``names``, ``steps``, ``layer_stats(name)``, ``to_numpy()``,
     ``to_dict()``, ``save(dir)``.
@@ -77,7 +82,13 @@ class StatsData:
         """Per-record series of one layer: ``{"mean": [n], ..., "step": [n], "call": [n], "records": [n]}``
         (``records``: how many records a row holds; more than 1 for old rows of a long run, merged)."""
         self._check_name(name)
-        return {k: v for k, v in self._tables()[name].items() if not k.startswith("param_")}
+        out = {k: v for k, v in self._tables()[name].items() if not k.startswith("param_")}
+        if "step" in out and len(out["step"]) == 0:  # selected, but never ran (or never got a gradient)
+            from hookkit.core.user_frame import warn_user
+
+            what = "got no gradient" if self.kind == "gradient_stats" else "never ran"
+            warn_user(f"layer {name!r} was selected but {what} while the statistics recorded: its series are empty", EmptyLayerWarning)
+        return out
 
     def to_numpy(self) -> dict[str, dict[str, np.ndarray]]:
         """``{layer name: {key: array}}`` for every layer (gradient statistics: parameter keys prefixed ``param_``)."""

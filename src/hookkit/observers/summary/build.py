@@ -12,8 +12,10 @@ from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, check_model, fail
+from hookkit.observers.summary import dryrun
 from hookkit.observers.summary.inputs import build_inputs, is_float
 from hookkit.observers.summary.memory import SavedCounter, default_loss, training_estimate
+from hookkit.observers.summary.params import dtype_counts, param_bytes, quantized_notes
 from hookkit.observers.summary.recording import Recorder, kernel_size, run_forward, shapes_and_bytes, tensors
 from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summary
 
@@ -38,6 +40,10 @@ def summary(
     ``input_size``: a shape, a list of shapes or a dict of keyword shapes; ``dtypes``: one per input
     or one for all (``"long"`` for token ids). ``input_data``: a tensor, a list/tuple of tensors or a
     dict of keyword tensors. Neither: the layer tree with parameter counts, no forward.
+    ``depth``: how deep the layer tree is shown (deeper layers are summed into their parent);
+    ``columns``: which columns, among "input_size", "output_size", "num_params", "trainable",
+    "mult_adds", "saved" (torchinfo's names); ``device``: where the made inputs go (default: the
+    model's device).
     ``mode``: "eval" (default), "train" or "same"; the model's modes and buffers are restored
     afterwards. When the forward raises, the rows that ran are printed and the error is re-raised
     with the failing layer named (its ``hookkit_summary`` attribute holds the rows).
@@ -98,19 +104,24 @@ def summarize(
     if not be.has_forward(model):
         note = f"{be.type_name(model)} is a container without forward(): parameters only, no forward"
         return _static_summary(model, be, named, opaque, depth, columns, notes + [note]), None
+    missing = dryrun.dataless(be, model)
     args, kwargs, made_dtypes = build_inputs(model, be, input_size, input_data, dtypes, device)
+    dry = dryrun.prepare(be, model, args, kwargs, device, missing)  # weights without data: a fake forward
+    if dry is not None:
+        args, kwargs, notes = dry.args, dry.kwargs, notes + dry.notes
 
     hooked = [] if "" in opaque else [(n, m) for n, m in select(model, ALL) if _opaque_root(n, opaque) is None]
     leaf_ids = {id(m) for _, m in named if not be.children(m)}
-    saved = _saved_counter(be, model, optimizer, loss_fn) if mode == "train" else None
-    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved)
+    saved = _saved_counter(be, model, optimizer, loss_fn, dry) if mode == "train" else None
+    rec, counter, exc = run_forward(model, be, hooked, leaf_ids, args, kwargs, mode, [m for _, m in named], saved, call=dryrun.call_of(dry))
     rows = _with_opaque_rows(rec.rows, be, named, opaque)
     result = _assemble(model, be, named, rows, depth, columns, notes)
     if saved is not None:
-        _training(be, model, named, result, saved, exc, optimizer, loss_fn, args, kwargs)
+        _training(be, model, named, result, saved, exc, optimizer, loss_fn, args, kwargs, dry)
     result.total_mult_adds = rec.rows[0].mult_adds if rec.rows and rec.rows[0].finished else counter.total()
     result.mult_adds_method = counter.label
     result.input_bytes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[1]
+    result.dry_run = dry is not None
     if exc is not None:
         _attribute(exc, rec, result, made_dtypes)
     return result, exc
@@ -135,19 +146,31 @@ def _checked(be: Any, depth: int, columns: Sequence[str], mode: str, optimizer: 
     return columns
 
 
-def _saved_counter(be: Any, model: Any, optimizer: Any, loss_fn: Any) -> SavedCounter:
-    """Train mode: counts the bytes saved for backward (and, with an optimizer, runs the loss's backward)."""
-    params = [p for p in be.parameters(model) if _initialized(be, p)]
+def _saved_counter(be: Any, model: Any, optimizer: Any, loss_fn: Any, dry: Any = None) -> SavedCounter:
+    """Train mode: counts the bytes saved for backward (and, with an optimizer, runs the loss's backward);
+    a dry run's parameters are its fake ones."""
+    params = dry.params if dry is not None else [p for p in be.parameters(model) if _initialized(be, p)]
     return SavedCounter(be, params, (loss_fn or default_loss(be)) if optimizer is not None else None)
 
 
 def _training(
-    be: Any, model: Any, named: list, result: Summary, saved: Any, exc: Any, optimizer: Any, loss_fn: Any, args: Any, kwargs: Any
+    be: Any,
+    model: Any,
+    named: list,
+    result: Summary,
+    saved: Any,
+    exc: Any,
+    optimizer: Any,
+    loss_fn: Any,
+    args: Any,
+    kwargs: Any,
+    dry: Any = None,
 ) -> None:
     """Train mode: the bytes saved for backward, and with an optimizer the training-memory estimate."""
     result.saved_bytes = saved.total
     if exc is None and optimizer is not None:
-        result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss_fn or default_loss(be))
+        loss = loss_fn or default_loss(be)
+        result.training = training_estimate(be, model, named, result, saved, optimizer, args, kwargs, loss, dry=dry)
     saved.release()
 
 
@@ -278,6 +301,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
     params = [p for p in unique.values() if _initialized(be, p)]
     if len(params) < len(unique):
         notes = [*notes, f"{len(unique) - len(params)} parameters of lazy layers are not initialized yet: not counted (give an input)"]
+    notes = notes + quantized_notes(be, unique)
     return Summary(
         model_type=be.type_name(model),
         framework=be.name,
@@ -285,7 +309,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         all_rows=rows,
         total_params=sum(be.numel(p) for p in params),
         trainable_params=sum(be.numel(p) for p in params if be.requires_grad(p)),
-        param_bytes=sum(be.numel(p) * be.itemsize(p) for p in params),
+        param_bytes=sum(param_bytes(be, p) for p in params),
         input_bytes=0,
         activation_bytes=sum(r.output_bytes for r in rows if r.leaf),
         total_mult_adds=0,
@@ -294,6 +318,7 @@ def _assemble(model: Any, be: Backend, named: list, rows: list[Row], depth: int,
         columns=columns,
         masked_params=_masked(be, named, unique),
         notes=notes,
+        param_dtypes=dtype_counts(be, params),
     )
 
 

@@ -104,9 +104,8 @@ def build_inputs(model: Any, be: Backend, input_size: Any, input_data: Any, dtyp
             kind=ArgumentTypeError,
         )
     names = input_dtypes(shapes, dtypes)
-    if device is None:
-        params = be.parameters(model)
-        device = be.device_of(params[0]) if params else None
+    if device is None:  # the first parameter holding data (a dispatched model's first may be offloaded)
+        device = be.input_device(model)
     tensors = [_make_tensor(be, s, d, device, i) for i, (s, d) in enumerate(zip(shapes, names))]
     if keys is not None:
         return (), dict(zip(keys, tensors)), names

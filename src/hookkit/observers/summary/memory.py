@@ -239,8 +239,13 @@ def training_estimate(
     args: tuple,
     kwargs: dict,
     loss_fn: Callable[[Any], Any],
+    dry: Any = None,
 ) -> dict[str, Any]:
-    """The training-memory estimate and the measured peak of one real step (bytes), as ``Summary.training``."""
+    """The training-memory estimate and the measured peak of one real step (bytes), as ``Summary.training``.
+
+    ``dry``: the ``DryRun`` of a model whose weights hold no data (``dryrun``): the optimizer's state
+    comes from one step on gradients without data, given to the parameters the loss's backward
+    reaches, and nothing is measured (``measured`` is None)."""
     from hookkit.observers.summary.recording import tensors
 
     ops = be.family("training")
@@ -258,6 +263,15 @@ def training_estimate(
         "saved": sum(n for key, n in saved.sizes.items() if key not in input_keys),
     }
     parts["transient"] = largest_transient(be, named, result.all_rows, parts["gradients"])
+    if dry is not None:
+        reached = dry.backward(saved.loss)
+        parts["optimizer_state"] = optimizer_state_bytes(be, model, [m for _, m in named], optimizer, reached)
+        return {
+            **parts,
+            "estimate": sum(parts.values()),
+            "measured": None,
+            "measured_how": "not measured: a dry run (weights without data)",
+        }
     measured = measure_step(be, model, [m for _, m in named], optimizer, args, kwargs, loss_fn)
     parts["optimizer_state"] = measured["optimizer_state_bytes"]
     estimate = sum(parts.values())
@@ -268,3 +282,22 @@ def training_estimate(
         "measured": at_start + measured["peak_delta"],
         "measured_how": measured["how"],
     }
+
+
+def optimizer_state_bytes(be: Backend, model: Any, layers: list[Any], optimizer: Any, reached: set[int]) -> int:
+    """Bytes of the state ``optimizer`` creates in its steady state, from one step on gradients
+    without data (meta tensors: nothing allocated) given to the parameters whose ids are in
+    ``reached`` (those the loss's backward reaches: an optimizer skips the others, as in the real
+    step); its state and the parameters' ``.grad`` are put back afterwards."""
+    ops, meta = be.family("training"), be.family("meta")
+    snap = StateSnapshot(be, model, layers, optimizer)
+    try:
+        for p in snap.params:
+            if be.requires_grad(p) and id(p) in reached:
+                ops.put_grad(p, meta.empty_like(p))
+        optimizer.step()
+        skip = {id(p) for p in snap.params}
+        param_keys = {k[0] for k in map(ops.storage, snap.params) if k is not None}
+        return distinct_bytes(be, tensors_under(be, ops.optimizer_state(optimizer), skip), param_keys)
+    finally:
+        snap.restore()

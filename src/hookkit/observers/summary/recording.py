@@ -15,6 +15,7 @@ import numpy as np
 
 from hookkit.backends import Backend
 from hookkit.core import router
+from hookkit.observers.summary.dryrun import has_data
 from hookkit.observers.summary.table import Row
 
 
@@ -105,7 +106,8 @@ class ModelState:
     def __init__(self, be: Backend, model: Any, layers: list[Any]):
         self.be, self.model = be, model
         self.modes = [(m, be.is_training(m)) for m in layers]
-        self.buffers = [(m, n, b, be.clone(b)) for m in layers for n, b in be.forward_state(m) if b is not None]
+        # buffers without data (meta device) hold no values to change or put back
+        self.buffers = [(m, n, b, be.clone(b)) for m in layers for n, b in be.forward_state(m) if b is not None and has_data(be, b)]
 
     def restore(self) -> None:
         be = self.be
@@ -131,12 +133,14 @@ def run_forward(
     mode: str,
     layers: list[Any],
     saved: Any = None,
+    call: Any = None,
 ) -> tuple[Recorder, Any, BaseException | None]:
     """One forward without gradients, observed on ``hooked``; the model is restored afterwards.
 
     ``saved``: a ``memory.SavedCounter``: the forward then runs with gradients, as in training, and
     every tensor autograd saves is counted on the rows of the calls running (``saved.after(output)``
-    runs last, inside the same hooks: the loss)."""
+    runs last, inside the same hooks: the loss). ``call``: what runs the forward instead of
+    ``model(*args, **kwargs)`` (the dry run's fake forward)."""
     counter = be.mult_add_counter()
     rec = Recorder(be, counter, leaf_ids)
     if saved is not None:
@@ -159,7 +163,7 @@ def run_forward(
                     root.input_shapes = shapes_and_bytes(be, tensors((args, kwargs), be.is_tensor))[0]
                     rec.rows.append(root)
                     rec.stack.append((root, 0))
-                output = model(*args, **kwargs)
+                output = (call or model)(*args, **kwargs)
                 if root is not None:
                     rec.stack.clear()
                     rec.finish(root, output, counter.total())

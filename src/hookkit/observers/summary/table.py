@@ -9,7 +9,10 @@ import shutil
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: plan.py imports this module's types the same way
+    from hookkit.observers.summary.plan import MemoryPlan
 
 COLUMNS = ("input_size", "output_size", "num_params", "params_percent", "kernel_size", "trainable", "mult_adds", "saved")
 DEFAULT_COLUMNS = ("input_size", "output_size", "num_params", "trainable", "mult_adds")
@@ -88,6 +91,48 @@ class Summary:
     #: the training-memory estimate and the measured peak, in bytes (``mode="train", optimizer=...``):
     #: params, buffers, inputs, gradients, optimizer_state, saved, transient, estimate, measured, measured_how
     training: dict[str, Any] | None = None
+    #: the forward ran on fake tensors: the model's weights hold no data (meta device; ``dryrun``)
+    dry_run: bool = False
+    #: parameters per dtype name (``{"bfloat16": 70_553_706_496}``), tied ones once
+    param_dtypes: dict[str, int] = field(default_factory=dict)
+
+    def memory_plan(
+        self,
+        ranks: int = 1,
+        sharding: str = "ddp",
+        *,
+        checkpointing: bool | str = False,
+        param_dtype: Any = None,
+        grad_dtype: Any = None,
+        master_weights: bool = False,
+        optimizer: str = "adam",
+    ) -> MemoryPlan:
+        """Per-rank training memory of this model and input under a parallel plan: parameters,
+        gradients, master weights, optimizer state and activations, as data and a table.
+
+        ``ranks``: the data-parallel ranks. ``sharding``: "ddp" (all replicated), "zero1" (optimizer
+        state and master weights divided among the ranks), "zero2" (gradients too), "zero3" or "fsdp"
+        (parameters too, one unit gathered at a time). ``checkpointing``: False, True or "blocks"
+        (activation checkpointing of every repeated block). ``param_dtype``, ``grad_dtype``: the dtypes
+        trained in (default: the model's; gradients as parameters). ``master_weights``: an fp32 copy of
+        the parameters. ``optimizer``: "adam", "adamw", "sgd-momentum", "rmsprop", "adagrad", "lion" or
+        "sgd" (its states per parameter). The formulas: ``hookkit.observers.summary.plan``.
+
+        >>> s = hookkit.summary(meta_llama, {"input_ids": (1, 4096)}, dtypes="long", mode="train")   # doctest: +SKIP
+        >>> print(s.memory_plan(ranks=8, sharding="fsdp", checkpointing="blocks", param_dtype="bfloat16"))   # doctest: +SKIP
+        """
+        from hookkit.observers.summary.plan import memory_plan  # lazy: plan imports this module's types
+
+        return memory_plan(
+            self,
+            ranks=ranks,
+            sharding=sharding,
+            checkpointing=checkpointing,
+            param_dtype=param_dtype,
+            grad_dtype=grad_dtype,
+            master_weights=master_weights,
+            optimizer=optimizer,
+        )
 
     @property
     def non_trainable_params(self) -> int:
@@ -121,11 +166,14 @@ class Summary:
             "columns": list(self.columns),
             "saved_bytes": self.saved_bytes,
             "training": None if self.training is None else dict(self.training),
+            "dry_run": self.dry_run,
+            "param_dtypes": dict(self.param_dtypes),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Summary:
         """The summary a ``to_dict()`` describes (``summary.json``, ``--json``): the same table again.
+        ``data``: that dict (read with ``json.load``; checked as data, nothing is executed).
 
         >>> hookkit.observers.summary.Summary.from_dict(json.load(open("summary.json")))   # doctest: +SKIP
         """
@@ -153,6 +201,8 @@ class Summary:
             notes=list(data.get("notes", [])),
             saved_bytes=data.get("saved_bytes", 0),
             training=data.get("training"),
+            dry_run=data.get("dry_run", False),
+            param_dtypes=dict(data.get("param_dtypes", {})),
         )
 
     def table(self) -> tuple[list[str], list[list[str]], list[str]]:
@@ -308,11 +358,15 @@ def training_lines(t: dict[str, Any]) -> list[str]:
     """The footer's training-memory lines: the estimate's parts, the measured peak, why they differ."""
     est, measured = t.get("estimate", 0), t.get("measured", 0)
     diff = f"{100.0 * (est - measured) / measured:+.1f}%" if measured else "n/a"
+    if measured is None:  # a dry run: nothing real ran
+        peak = f"Measured peak of one training step: {t.get('measured_how', 'not measured')}"
+    else:
+        peak = f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})"
     return [
         f"Training memory estimate: {mb(est)} = params {mb(t.get('params', 0))} + buffers {mb(t.get('buffers', 0))} "
         f"+ inputs {mb(t.get('inputs', 0))} + gradients {mb(t.get('gradients', 0))} + optimizer state {mb(t.get('optimizer_state', 0))} "
         f"+ saved activations {mb(t.get('saved', 0))} + largest transient {mb(t.get('transient', 0))}",
-        f"Measured peak of one training step: {mb(measured)} ({diff} estimate vs measured; {t.get('measured_how', '')})",
+        peak,
         "  (largest transient: what one layer call holds at once beyond those, the gradients of its input and output, or "
         "for recurrent layers what the kernel the framework runs for them allocates; the estimate adds every part as "
         "if all were alive at once, while in the step saved activations are freed as the backward reaches them and "
