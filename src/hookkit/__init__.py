@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
+from hookkit.analyses.attribution.generation import GenerationAttribution, attribute_generation  # issue 44
 from hookkit.analyses.attribution_patching import attribution_patching
 from hookkit.analyses.cam import cam, gradcam, gradcam_plus_plus
 from hookkit.analyses.cam.metrics import cam_metric
@@ -194,6 +195,9 @@ __all__ = [
     "ActivationCache",
     "logit_attribution",
     "LogitAttribution",
+    # attribution of generated text (issue 44)
+    "attribute_generation",
+    "GenerationAttribution",
 ]
 
 # an unknown keyword argument of a public function or class gets "did you mean" (core/keywords.py)

@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, METHODS, NEURON_METHODS, PATH_METHODS
+from hookkit.analyses.attribution import perturbation
+from hookkit.analyses.attribution.baselines import baselines_like
+from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, METHODS, NEURON_METHODS, PATH_METHODS, PERTURBATION_METHODS
 from hookkit.analyses.attribution.rules import RULES, min_steps
 from hookkit.analyses.targets import Target, check_target
 from hookkit.core.entry import entry_name
@@ -28,6 +30,9 @@ from hookkit.core.validate import (
     fail,
     shown,
 )
+
+#: the methods that take ``n_samples`` (the perturbation ones default to captum's, in perturbation.py)
+SAMPLED_METHODS = ("gradient_shap", *perturbation.DEFAULT_SAMPLES)
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,15 @@ class AttributeOptions:
     forward_kwargs: dict[str, Any] | None = None
     return_delta: bool = False
     eval: bool = True
-    # the propagation methods: LRP's composite and per-layer rules, GradientShap's samples per input
+    # the propagation methods: LRP's composite and per-layer rules
     composite: Any = None
     rules: dict[str, Any] | None = None
-    n_samples: int = 5
+    # the perturbation methods' options (perturbation.py); n_samples also GradientShap's samples per input
+    feature_mask: Any = None
+    sliding_window_shapes: int | Sequence[int] | None = None
+    strides: int | Sequence[int] | None = None
+    n_samples: int | None = None
+    permutation: Sequence[int] | None = None
 
 
 @dataclass
@@ -93,7 +103,7 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
     to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
-    if to_inputs and be.dtype_kind(x) != "float":
+    if to_inputs and method not in PERTURBATION_METHODS and be.dtype_kind(x) != "float":
         what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
         fail(
             fn,
@@ -131,7 +141,11 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
         seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
         max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
     )
-    checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1))
+    checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1, optional=True))
+    if checked.n_samples is not None and method not in SAMPLED_METHODS:
+        fail(fn, "n_samples", f"None for method={method!r} (an option of {', '.join(SAMPLED_METHODS)})", checked.n_samples)
+    if checked.n_samples is None and method == "gradient_shap":  # captum's GradientShap default
+        checked = replace(checked, n_samples=5)
     if checked.stdevs is None:  # captum's defaults: NoiseTunnel (smoothgrad) 1.0, GradientShap 0.0
         checked = replace(checked, stdevs=0.0 if method == "gradient_shap" else 1.0)
     for arg in ("composite", "rules"):
@@ -139,6 +153,7 @@ def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
             fail(fn, arg, f"None for method={method!r} (LRP's {arg}: method='lrp')", getattr(opts, arg))
     if not (batch is None or batch == "auto" or (isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1)):
         fail(fn, "internal_batch_size", '"auto", None (all scaled inputs at once) or an int >= 1', batch, kind=ArgumentTypeError)
+    perturbation.check_options(checked, method)
     return checked
 
 
@@ -205,24 +220,4 @@ def _check_neuron(neuron: Any) -> tuple[int, ...]:
 
 
 def _baselines(be: Any, baselines: Any, x: Any) -> Any:
-    m, shape = be.family("tensor_math"), tuple(be.shape(x))
-    if baselines is None:
-        return be.zeros_like(x)
-    if isinstance(baselines, (int, float, np.integer, np.floating)) and not isinstance(baselines, bool):
-        return m.full(shape, float(baselines), x)
-    b = check_tensor_like(baselines, be, fn=entry_name(), arg="baselines")
-    got = tuple(be.shape(b))
-    if got == shape[1:]:
-        got, b = (1, *got), m.reshape(b, (1, *got))
-    if got not in (shape, (1, *shape[1:])):
-        fail(
-            entry_name(),
-            "baselines",
-            f"None, a number, or a tensor shaped like inputs {list(shape)} (or one sample {list(shape[1:])})",
-            f"a tensor of shape {list(got)}",
-        )
-    if be.device_of(b) != be.device_of(x):
-        b = be.to(b, be.device_of(x))
-    if be.dtype_name(b) != be.dtype_name(x):
-        b = be.cast(b, be.dtype_name(x))
-    return b if got == shape else m.tile_rows(b, shape[0])
+    return baselines_like(be, baselines, x)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hookkit.analyses.attribution import lrp
+from hookkit.analyses.attribution import perturbation as pt
 from hookkit.analyses.attribution import propagation as pr
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.budget import spans
@@ -193,9 +194,33 @@ RUNNERS = {
     "layer:deeplift_shap": pr.deeplift_shap,
     "layer:lrp": lrp.lrp,
     "layer:gradient_shap": pr.gradient_shap,
+    # perturbation methods (perturbation.py): forwards only, at the inputs or at a layer's value
+    "layer:occlusion": pt.ablation,
+    "layer:feature_ablation": pt.ablation,
+    "layer:feature_permutation": pt.ablation,
+    "layer:shapley": pt.shapley,
+    "layer:shapley_sampling": pt.shapley_sampling,
+    "layer:kernel_shap": pt.kernel_shap,
+    "layer:lime": pt.lime,
+    "neuron:occlusion": pt.ablation,
+    "neuron:feature_ablation": pt.ablation,
+    "neuron:feature_permutation": pt.ablation,
+    "neuron:shapley": pt.shapley,
+    "neuron:shapley_sampling": pt.shapley_sampling,
+    "neuron:kernel_shap": pt.kernel_shap,
+    "neuron:lime": pt.lime,
+    "input:occlusion": pt.ablation,
+    "input:feature_ablation": pt.ablation,
+    "input:feature_permutation": pt.ablation,
+    "input:shapley": pt.shapley,
+    "input:shapley_sampling": pt.shapley_sampling,
+    "input:kernel_shap": pt.kernel_shap,
+    "input:lime": pt.lime,
 }
 #: methods along a path from baselines to the inputs: they take ``baselines`` and give a completeness delta
 PATH_METHODS = ("integrated_gradients", "conductance", "deeplift")
+#: methods that perturb and run forwards only (their options: feature_mask, sliding_window_shapes, ...)
+PERTURBATION_METHODS = pt.PERTURBATION_METHODS
 
 
 def _at(where: str) -> tuple[str, ...]:

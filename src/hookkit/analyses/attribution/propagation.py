@@ -136,7 +136,7 @@ def gradient_shap(job: Job) -> Any:
     """captum's GradientShap: for ``n_samples`` draws per input (a baseline sample, N(0, stdevs²) noise
     on the input, a point uniform on the path), the gradient there times ``noisy input - baseline``,
     averaged. ``seed`` makes the draws repeatable; they run in chunks within the memory budget."""
-    be, m, k = job.be, job.m, job.opts.n_samples
+    be, m, k = job.be, job.m, job.opts.n_samples or 5  # check_call filled in the default (5)
     dist = distribution(job)
     y_x, saved = st.probe(job, job.x, "input", measure=True)
     plan = st.plan(job, k, saved, y_x)

@@ -48,7 +48,11 @@ def attribute(
     eval: bool = True,
     composite: Any = None,
     rules: dict[str, Any] | None = None,
-    n_samples: int = 5,
+    feature_mask: Any = None,
+    sliding_window_shapes: int | Sequence[int] | None = None,
+    strides: int | Sequence[int] | None = None,
+    n_samples: int | None = None,
+    permutation: Sequence[int] | None = None,
 ) -> Any:
     """Attributions of the target's score, as framework tensors shaped like what they attribute to.
 
@@ -77,16 +81,27 @@ def attribute(
     defaults, or ``composite="EpsilonPlusFlat"`` / ``("EpsilonGammaBox", {"low": l, "high": h})``, and
     ``rules={"Linear": "epsilon", "features.0": ("gamma", {"gamma": 0.5})}`` by layer type or layer.
 
+    Perturbation methods (forwards only; at the inputs, also token ids, or at a layer's value, where
+    ``baselines`` is the layer's replacement value): "occlusion" (``sliding_window_shapes``, ``strides``),
+    "feature_ablation", "feature_permutation" (values permuted across the batch; ``permutation`` to fix
+    it), "shapley" (exact, up to 12 features), "shapley_sampling", "kernel_shap", "lime" (captum's
+    kernel and Lasso). ``feature_mask``: ints shaped like one sample, one feature per id (default:
+    every element). ``n_samples``: orders / coalitions of the random ones, drawn with ``seed``. With
+    ``neuron=``, the neuron's value is explained by perturbing the inputs. The
+    perturbed copies run many per forward, as many as ``internal_batch_size`` / ``max_memory`` allow.
+
     >>> attr = hookkit.attribute(model, "features.3", x, target=7)                       # doctest: +SKIP
     >>> attr, delta = hookkit.attribute(model, None, x, n_steps=64, return_delta=True)     # doctest: +SKIP
     >>> attr = hookkit.attribute(bert, "bert.embeddings", ids, baselines=pad_ids)          # doctest: +SKIP
     >>> rel = hookkit.attribute(cnn, None, x, method="lrp", composite="EpsilonPlusFlat")    # doctest: +SKIP
+    >>> attr = hookkit.attribute(cnn, None, x, "occlusion", target=3, sliding_window_shapes=(3, 8, 8), strides=4)  # doctest: +SKIP
     """
     opts = AttributeOptions(
         baselines=baselines, n_steps=n_steps, rule=rule, attribute_to=attribute_to, internal_batch_size=internal_batch_size,
         max_memory=max_memory, neuron=neuron, stdevs=stdevs, nt_samples=nt_samples, seed=seed, forward_kwargs=forward_kwargs,
         return_delta=return_delta, eval=eval,
-        composite=composite, rules=rules, n_samples=n_samples,
+        composite=composite, rules=rules, feature_mask=feature_mask, sliding_window_shapes=sliding_window_shapes,
+        strides=strides, n_samples=n_samples, permutation=permutation,
     )  # fmt: skip
     job = check_call(model, layer, inputs, method, target, opts)
     with analysis_pass(model, job.be, eval=eval):

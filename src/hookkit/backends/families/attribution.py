@@ -54,3 +54,7 @@ class AttributionOps:
     def free_bytes(self, like: Any) -> int:
         """Free memory of the device ``like`` lives on (the host's available RAM for a CPU tensor)."""
         return host_free_bytes()
+
+    def on_host(self, like: Any) -> bool:
+        """Whether ``like`` lives in host memory (a CPU tensor)."""
+        return True

@@ -39,5 +39,8 @@ class PaddleAttributionOps(AttributionOps):
             return int(total - paddle.device.cuda.memory_reserved(device))
         return host_free_bytes()
 
+    def on_host(self, like: Any) -> bool:
+        return bool(like.place.is_cpu_place())
+
 
 OPS = PaddleAttributionOps()

@@ -40,5 +40,8 @@ class TorchAttributionOps(AttributionOps):
             return int(torch.cuda.mem_get_info(like.device)[0])
         return host_free_bytes()
 
+    def on_host(self, like: Any) -> bool:
+        return like.device.type == "cpu"
+
 
 OPS = TorchAttributionOps()

@@ -1,0 +1,294 @@
+"""hookkit.attribute's perturbation methods against captum's (the benchmark environment: captum is no
+hookkit dependency).
+
+    cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py [--rounds 2]
+    cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py generation [--rounds 2]
+
+``generation``: ``attribute_generation`` with integrated gradients (64 steps) of 32 given target
+tokens after a 16-token prompt of the GPT-2-style model below, against captum's
+``LLMGradientAttribution(LayerIntegratedGradients(model, wte))`` at its defaults (a stand-in
+tokenizer: text is space-separated ids); CPU time and peak RSS growth of one call per process, and
+the difference of the ``[32, 16]`` attributions (``attribute_prefix=False``: captum's meaning, the
+generated tokens before a target held as they are).
+
+Occlusion, feature ablation and Shapley value sampling on two models, each variant in its own process
+(one math thread), processes interleaved over rounds:
+- a CNN (3 conv layers, 4 images 3 x 32 x 32): occlusion with 4 x 4 windows at stride 4 (64
+  windows), feature ablation and Shapley sampling (4 orders) over the same 64 patches;
+- a GPT-2-style LM (GPT2LMHeadModel from a config, 2 layers, width 128, vocabulary 1000; 2 prompts x
+  16 tokens), explaining the last position's logit of one token, perturbing token ids to the pad id
+  0: occlusion with windows of 2 tokens, feature ablation per token, Shapley sampling (8 orders).
+Variants: captum at its default ``perturbations_per_eval=1`` and at 16 and 256, hookkit at its
+default budget and with ``max_memory=16 MB``. Per variant and method, after one warm-up call: the
+median CPU time of 3 calls, the peak RSS growth over the RSS before them (VmHWM after a ``clear_refs``
+reset), and for the
+deterministic methods the largest difference from captum's attributions relative to their largest.
+Captum's default keeps one perturbation in flight: its peak growth is within the allocator's noise
+(under 1 MB), so peaks are compared with captum at its best ``perturbations_per_eval``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _harness import block_torchvision, set_threads, table  # noqa: E402
+
+REPS = 3
+SMALL = 16 << 20
+VARIANTS = ["captum", "captum-ppe=16", "captum-ppe=256", "hookkit", "hookkit-16MB"]
+METHODS = ["occlusion", "feature_ablation", "shapley_sampling"]
+TOKEN = 7
+GEN_TOKENS = 32
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _cnn():
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10),
+    ).eval()  # fmt: skip
+    x = torch.randn(4, 3, 32, 32)
+    patches = torch.arange(64).reshape(8, 8).repeat_interleave(4, 0).repeat_interleave(4, 1)
+    mask = patches.expand(3, 32, 32).unsqueeze(0).contiguous()
+    spec = {
+        "occlusion": (
+            {"sliding_window_shapes": (3, 4, 4), "strides": (3, 4, 4)},
+            {"sliding_window_shapes": (3, 4, 4), "strides": (3, 4, 4)},
+        ),
+        "feature_ablation": ({"feature_mask": mask}, {"feature_mask": mask}),
+        "shapley_sampling": ({"feature_mask": mask, "n_samples": 4}, {"feature_mask": mask, "n_samples": 4}),
+    }
+    return model, model, x, 3, 3, spec
+
+
+def _gpt2():
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_embd=128, n_head=4, vocab_size=1000, n_positions=64)
+    model = GPT2LMHeadModel(cfg).eval()
+    ids = torch.randint(1, 1000, (2, 16))
+    spec = {
+        "occlusion": ({"sliding_window_shapes": (2,)}, {"sliding_window_shapes": (2,)}),
+        "feature_ablation": ({}, {}),
+        "shapley_sampling": ({"n_samples": 8}, {"n_samples": 8}),
+    }
+    return model, (lambda i: model(input_ids=i).logits[:, -1]), ids, TOKEN, (lambda o: o.logits[:, -1, TOKEN]), spec
+
+
+def child(model_name: str, variant: str, out: str) -> None:
+    import torch
+    from captum import attr as ca
+
+    import hookkit
+
+    model, forward, x, cap_target, hk_target, spec = (_cnn if model_name == "cnn" else _gpt2)()
+    with torch.no_grad():
+        forward(x)  # warm: kernels, allocator
+    res = {}
+    for method in METHODS:
+        hk_kw, cap_kw = spec[method]
+        if variant.startswith("captum"):
+            ppe = int(variant.split("=")[1]) if "=" in variant else 1
+            cls = {"occlusion": ca.Occlusion, "feature_ablation": ca.FeatureAblation, "shapley_sampling": ca.ShapleyValueSampling}[method]
+            algo = cls(forward)
+
+            def run(algo=algo, cap_kw=cap_kw, ppe=ppe):
+                torch.manual_seed(0)
+                return algo.attribute(x, target=cap_target, baselines=0, perturbations_per_eval=ppe, **cap_kw)
+        else:
+            extra = {"max_memory": SMALL} if variant == "hookkit-16MB" else {}
+
+            def run(hk_kw=hk_kw, method=method, extra=extra):
+                return hookkit.attribute(model, None, x, method, target=hk_target, baselines=0, seed=0, **hk_kw, **extra)
+
+        run()  # warm: first-call set-up of either library (imports, caches) is not the method's memory
+        rss0 = _status("VmRSS")
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset the high-water mark to the current RSS
+        cpu = []
+        for _ in range(REPS):
+            t0 = time.process_time()
+            a = run()
+            cpu.append(time.process_time() - t0)
+        res[method] = {"cpu_s": statistics.median(cpu), "peak_mb": (_status("VmHWM") - rss0) / 2**20}
+        np.save(f"{out}.{method}.npy", a.detach().numpy())
+    with open(out + ".json", "w") as f:
+        json.dump(res, f)
+
+
+class _IdTokenizer:
+    """The little of a tokenizer captum's ``TextTokenInput`` reads: text is space-separated ids."""
+
+    def encode(self, text, return_tensors=None):
+        import torch
+
+        return torch.tensor([[int(t) for t in text.split()]])
+
+    def convert_ids_to_tokens(self, ids):
+        return [str(i) for i in ids]
+
+    def decode(self, ids, **kw):
+        return " ".join(str(int(i)) for i in ids)
+
+    def __call__(self, text, **kw):  # the offsets captum's pretty-printing of the targets reads
+        out, offsets, pos = [], [], 0
+        for tok in text.split(" "):
+            out.append(int(tok))
+            offsets.append((pos, pos + len(tok)))
+            pos += len(tok) + 1
+        return {"input_ids": out, "offset_mapping": offsets}
+
+
+def generation_child(variant: str, out: str) -> None:
+    """Integrated gradients (64 steps) of 32 target tokens after a 16-token prompt, GPT-2-style model."""
+    import torch
+
+    import hookkit
+
+    model, _, ids, _, _, _ = _gpt2()
+    prompt, targets = ids[:1], torch.randint(1, 1000, (GEN_TOKENS,))
+    model(prompt)
+    if variant == "captum-llm":
+        from captum.attr import LayerIntegratedGradients, LLMGradientAttribution, TextTokenInput
+
+        llm = LLMGradientAttribution(LayerIntegratedGradients(model, model.transformer.wte), _IdTokenizer())
+        inp = TextTokenInput(" ".join(str(int(t)) for t in prompt[0]), _IdTokenizer(), baselines=0)
+
+        def run():
+            return llm.attribute(inp, target=targets, n_steps=64).token_attr.detach().numpy()
+    else:
+
+        def run():
+            return hookkit.attribute_generation(model, prompt, targets, n_steps=64, max_memory=SMALL, attribute_prefix=False).input_attr
+
+    rss0 = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.process_time()
+    a = run()
+    cpu = time.process_time() - t0
+    np.save(out + ".npy", a)
+    with open(out + ".json", "w") as f:
+        json.dump({"cpu_s": cpu, "peak_mb": (_status("VmHWM") - rss0) / 2**20}, f)
+
+
+def generation(rounds: int) -> int:
+    tmp = tempfile.mkdtemp(prefix="bench_gen_")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    variants = ["captum-llm", "hookkit"]
+    got: dict[str, list[dict]] = {v: [] for v in variants}
+    for r in range(rounds):
+        for v in variants[r % 2 :] + variants[: r % 2]:
+            out = os.path.join(tmp, f"{v}-{r}")
+            subprocess.run([sys.executable, __file__, "_gen", "--variant", v, "--out", out], check=True, env=env)
+            with open(out + ".json") as f:
+                got[v].append(json.load(f))
+    ref = np.load(os.path.join(tmp, "captum-llm-0.npy"))
+    rows = []
+    for v in variants:
+        a = np.load(os.path.join(tmp, f"{v}-0.npy"))
+        rows.append(
+            [
+                v,
+                f"{statistics.median(x['cpu_s'] for x in got[v]):.2f}",
+                f"{statistics.median(x['peak_mb'] for x in got[v]):.1f}",
+                f"{np.abs(a - ref).max() / np.abs(ref).max():.1e}",
+            ]
+        )
+    print(
+        f"\ngeneration: integrated gradients (64 steps), {GEN_TOKENS} targets after 16 prompt tokens; hookkit max_memory={SMALL >> 20} MB"
+    )
+    print(table(rows, ["variant", "CPU s (first call)", "peak RSS growth MB", "rel. diff from captum"]))
+    return 0
+
+
+def bench(rounds: int) -> int:
+    tmp = tempfile.mkdtemp(prefix="bench_pert_")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    for model_name in ("cnn", "gpt2"):
+        got: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+        for r in range(rounds):
+            for v in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
+                out = os.path.join(tmp, f"{model_name}-{v}-{r}")
+                subprocess.run(
+                    [sys.executable, __file__, "_child", "--model", model_name, "--variant", v, "--out", out], check=True, env=env
+                )
+                with open(out + ".json") as f:
+                    got[v].append(json.load(f))
+        rows = []
+        for method in METHODS:
+            ref = np.load(os.path.join(tmp, f"{model_name}-captum-0.{method}.npy"))
+            cap_cpu = [x[method]["cpu_s"] for x in got["captum"]]
+            best = min(("captum-ppe=16", "captum-ppe=256"), key=lambda v: statistics.median(x[method]["cpu_s"] for x in got[v]))
+            best_cpu = [x[method]["cpu_s"] for x in got[best]]
+            best_peak = statistics.median(x[method]["peak_mb"] for x in got[best])
+            for v in VARIANTS:
+                cpu = [x[method]["cpu_s"] for x in got[v]]
+                a = np.load(os.path.join(tmp, f"{model_name}-{v}-0.{method}.npy"))
+                diff = "-" if method == "shapley_sampling" else f"{np.abs(a - ref).max() / max(np.abs(ref).max(), 1e-30):.1e}"
+                peak = statistics.median(x[method]["peak_mb"] for x in got[v])
+                rows.append(
+                    [
+                        method,
+                        v,
+                        f"{statistics.median(cpu):.3f}",
+                        f"{statistics.median(c / b for c, b in zip(cpu, cap_cpu)):.2f}x",
+                        f"{statistics.median(c / b for c, b in zip(cpu, best_cpu)):.2f}x",
+                        f"{peak:.1f}",
+                        f"{peak / best_peak:.2f}x" if best_peak >= 1 else "-",
+                        diff,
+                    ]
+                )
+        print(f"\n{model_name}: (best captum ppe per method: the faster of 16 and 256)")
+        print(table(rows, ["method", "variant", "CPU s", "vs captum", "vs captum best", "peak MB", "peak vs captum best", "rel. diff"]))
+    print(f"\nrounds: {rounds}; {REPS} calls per process, median CPU time; one math thread")
+    return 0
+
+
+def main() -> int:
+    set_threads(1)
+    block_torchvision()
+    p = argparse.ArgumentParser()
+    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "_child", "_gen"])
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--model")
+    p.add_argument("--variant")
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.what == "_child":
+        child(args.model, args.variant, args.out)
+        return 0
+    if args.what == "_gen":
+        generation_child(args.variant, args.out)
+        return 0
+    if args.what == "generation":
+        return generation(args.rounds)
+    return bench(args.rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,466 @@
+"""The perturbation methods of ``hookkit.attribute``: occlusion, feature ablation, feature
+permutation, exact Shapley values, Shapley value sampling, KernelSHAP and LIME, at the inputs or at a
+layer's value (captum's ``LayerFeatureAblation`` and its kin). Forwards only, no gradients.
+
+Every method is one set of *coalitions* over ``F`` features (``Z[k, f] = 1``: feature ``f`` is
+replaced by its baseline in perturbation ``k``) and a host-side combination of the scores the model
+gives them. The perturbed copies of all samples run many per forward, as many as fit the memory
+budget (``budget.py``, the chunk plan the gradient methods use): that is what makes them faster than
+captum's ``perturbations_per_eval=1``. A perturbed row is ``x * (1 - m) + baseline * m`` (exact for
+a 0/1 mask ``m``), coalition-major (rows ``c * b + j``: coalition ``c`` of sample ``j``).
+
+>>> hookkit.attribute(model, None, x, "occlusion", target=3, sliding_window_shapes=(3, 4, 4), strides=2)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from math import factorial
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hookkit.analyses.attribution import steps as st
+from hookkit.analyses.attribution.baselines import baselines_like
+from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
+from hookkit.analyses.targets import expand_target, target_scores
+from hookkit.core.entry import entry_name
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
+
+if TYPE_CHECKING:
+    from hookkit.analyses.attribution.job import AttributeOptions, Job
+
+MAX_EXACT_FEATURES = 12  # exact Shapley values enumerate 2**F coalitions
+DEFAULT_SAMPLES = {"shapley_sampling": 25, "kernel_shap": 25, "lime": 50}  # captum's defaults
+#: the default budget of the perturbed copies on a CPU (max_memory=None): forwards without autograd are
+#: compute-bound there, and chunks past a few tens of MB only cost memory (benchmarks/bench_attribution_perturbation.py)
+HOST_BUDGET = 32 << 20
+LASSO_ALPHA, KERNEL_WIDTH = 0.01, 1.0  # captum's Lime: SkLearnLasso(alpha=0.01), exp kernel on cosine distance, width 1
+
+
+# -- features: which elements of one sample each feature holds ----------------------------------------
+@dataclass
+class Features:
+    """``F`` features over a sample of ``shape``: a partition (``ids[e]``: element ``e``'s feature) or,
+    for occlusion, windows (``windows[f]``: a tuple of slices), which may overlap."""
+
+    shape: tuple[int, ...]
+    count: int
+    ids: np.ndarray | None = None
+    windows: list[tuple[slice, ...]] | None = None
+
+    def masks(self, z: np.ndarray) -> np.ndarray:
+        """Element masks ``[k, *shape]`` (1: replaced) of coalitions ``z [k, F]``."""
+        if self.ids is not None:
+            return z[:, self.ids].reshape((len(z), *self.shape))
+        out = np.zeros((len(z), *self.shape), dtype=np.uint8)
+        assert self.windows is not None
+        for k, row in enumerate(z):
+            for f in np.flatnonzero(row):
+                out[(k,) + self.windows[f]] = 1.0
+        return out
+
+    def spread(self, phi: np.ndarray) -> np.ndarray:
+        """Per-feature attributions ``[N, F]`` onto the elements ``[N, *shape]``: each element gets its
+        feature's value (overlapping windows: the mean over the windows holding it, as captum's occlusion)."""
+        n = len(phi)
+        if self.ids is not None:
+            return phi[:, self.ids].reshape((n, *self.shape))
+        total, times = np.zeros((n, *self.shape)), np.zeros(self.shape)
+        assert self.windows is not None
+        for f, w in enumerate(self.windows):
+            total[(slice(None),) + w] += phi[:, f].reshape((n,) + (1,) * len(self.shape))
+            times[w] += 1
+        return total / np.maximum(times, 1)
+
+
+def _features(job: Job, shape: tuple[int, ...]) -> Features:
+    fn, opts = entry_name(), job.opts
+    where = "the inputs" if job.layer is None or job.neuron is not None else f"layer {job.name!r}'s value"
+    if job.method == "occlusion":
+        return _windows(opts, shape, where)
+    mask = opts.feature_mask
+    if mask is None:  # captum's default: every element its own feature
+        size = int(np.prod(shape))
+        return Features(shape, size, ids=np.arange(size))
+    arr = np.asarray(job.be.to_numpy(mask) if job.be.is_tensor(mask) else mask)
+    if arr.dtype.kind not in "iu":
+        fail(fn, "feature_mask", "integer feature ids (a tensor or array of ints)", f"dtype {arr.dtype}", kind=ArgumentTypeError)
+    if arr.shape[1:] == shape and len(arr) > 0 and (arr == arr[:1]).all():
+        arr = arr[0]  # one mask per sample, all the same: the shared mask
+    if arr.shape != shape:
+        fail(
+            fn,
+            "feature_mask",
+            f"ints shaped like one sample of {where} {list(shape)} (or [1, ...] of it), the same for every sample",
+            f"shape {list(arr.shape)}",
+        )
+    uniq, ids = np.unique(arr.reshape(-1), return_inverse=True)
+    return Features(shape, len(uniq), ids=ids.reshape(-1))
+
+
+def _windows(opts: AttributeOptions, shape: tuple[int, ...], where: str) -> Features:
+    fn = entry_name()
+    win = opts.sliding_window_shapes
+    if win is None:
+        fail(
+            fn,
+            "sliding_window_shapes",
+            f"a tuple of {len(shape)} ints for occlusion (a window over one sample of {where}, {list(shape)})",
+            win,
+        )
+    win = (win,) if isinstance(win, int) else tuple(win)
+    if len(win) != len(shape) or not all(isinstance(w, int) and w >= 1 for w in win):
+        fail(fn, "sliding_window_shapes", f"{len(shape)} ints >= 1 (one sample of {where} is {list(shape)})", opts.sliding_window_shapes)
+    if any(w > s for w, s in zip(win, shape)):
+        fail(fn, "sliding_window_shapes", f"a window no larger than one sample of {where} {list(shape)}", opts.sliding_window_shapes)
+    steps = _strides(opts.strides, win, shape)
+    # captum's windows: ceil((size - w) / stride) + 1 per axis, the last one cut at the edge
+    starts = [range(0, -(-(n - w) // s) * s + 1, s) for n, w, s in zip(shape, win, steps)]
+    windows = [tuple(slice(p, p + w) for p, w in zip(pos, win)) for pos in _product_last_fastest(starts)]
+    return Features(shape, len(windows), windows=windows)
+
+
+def _strides(strides: Any, win: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...]:
+    steps = (strides,) * len(shape) if isinstance(strides, int) else tuple(strides) if strides is not None else (1,) * len(shape)
+    if len(steps) != len(shape) or not all(isinstance(s, int) and s >= 1 for s in steps):
+        fail(entry_name(), "strides", f"an int >= 1 or {len(shape)} of them", strides)
+    if any(s > w and w < n for s, w, n in zip(steps, win, shape)):
+        fail(entry_name(), "strides", f"no larger than the window {list(win)} where it does not span the sample", strides)
+    return steps
+
+
+def _product_last_fastest(axes: list[range]) -> list[tuple[int, ...]]:
+    """Window positions in captum's order: the first axis varies fastest."""
+    grids = np.meshgrid(*[np.asarray(a) for a in axes], indexing="ij")
+    return [tuple(int(g) for g in p) for p in np.stack([g.reshape(-1, order="F") for g in grids], 1)]
+
+
+# -- running the perturbed copies -----------------------------------------------------------------------
+@dataclass
+class Coalitions:
+    """``count`` coalitions made a chunk at a time (``make(c0, c1)`` -> uint8 ``[c1 - c0, F]``): with
+    every element a feature (captum's default mask) the whole table would not fit in memory."""
+
+    count: int
+    make: Callable[[int, int], np.ndarray]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, span: slice) -> np.ndarray:
+        return self.make(span.start, span.stop)
+
+
+def _one_each(f: int) -> Coalitions:
+    """Coalition ``c`` replaces feature ``c`` alone."""
+
+    def make(c0: int, c1: int) -> np.ndarray:
+        z = np.zeros((c1 - c0, f), dtype=np.uint8)
+        z[np.arange(c1 - c0), np.arange(c0, c1)] = 1
+        return z
+
+    return Coalitions(f, make)
+
+
+def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int, bases: Callable | None = None) -> np.ndarray:
+    """The target's score for every coalition of ``z`` and every sample: float64 ``[K, N]``. ``bases(c, j0, j1)``:
+    the replacement rows of coalition ``c`` (feature permutation), else ``base``."""
+    be, m, n, k_all = job.be, job.m, job.n, len(z)
+    plan = _plan(job, value, k_all, saved)
+    out = []
+    for j0, j1 in spans(n, plan.samples):
+        b = j1 - j0
+        for c0, c1 in spans(k_all, plan.points):
+            k = c1 - c0
+            # [k, 1, *shape] masks against [1, b, *shape] samples: broadcast, never tiled; rows c * b + j
+            mask = m.reshape(_like(job, feats.masks(z[c0:c1]), value), [k, 1, *feats.shape])
+            keep = 1 - mask
+            if bases:
+                rep = m.reshape(m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0), [k, b, *feats.shape])
+            else:
+                rep = m.reshape(base[j0:j1], [1, b, *feats.shape])
+            perturb = _perturber(job, rep, mask, keep, [k, b, *feats.shape])
+            samples = st.rows(j0, j1, k)
+            with be.no_grad():
+                if job.neuron is not None:  # the neuron's value for perturbed inputs: the forward stops at the layer
+                    job.tap.replace, job.tap.stop = None, True
+                    st.forward(job, perturb(value[j0:j1]), samples)
+                    s = st.neuron_of(job, job.tap.value)
+                else:
+                    if job.layer is None:
+                        o = st.forward(job, perturb(value[j0:j1]), samples)
+                    else:
+                        job.tap.replace = perturb
+                        o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
+                    s = target_scores(be, o, expand_target(job.target, samples), len(samples))
+            if len(be.shape(s)) != 1:
+                raise InvalidArgument(
+                    f"{entry_name()}(): {job.method} needs one score per sample; the target gave shape {list(be.shape(s))}"
+                )
+            out.append((j0, c0, k, b, be.detach(s)))
+    full = np.zeros((k_all, n))
+    for j0, c0, k, b, s in out:  # one host read per chunk, after all forwards ran
+        full[c0 : c0 + k, j0 : j0 + b] = be.to_numpy(s).astype(np.float64).reshape(k, b)
+    return full
+
+
+def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
+    """The chunks of the perturbed rows: a row costs its share of what a forward keeps (``saved``, an
+    upper bound: these forwards record no graph) and the perturbation's own tensors (the mask, its
+    complement, the tiled values, the replacement rows, the two products and their sum; at a layer,
+    the tiled inputs too). On a CPU the default budget is ``HOST_BUDGET``."""
+    be, opts = job.be, job.opts
+    budget = 0
+    if opts.internal_batch_size == "auto":
+        free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
+        budget = int(opts.max_memory) if opts.max_memory is not None else min(HOST_BUDGET, free) if job.ops.on_host(value) else free
+    per_row = 8 * be.numel(value) // job.n * be.itemsize(value)
+    if value is not job.x:
+        per_row += be.numel(job.x) // job.n * be.itemsize(job.x)
+    return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_cost(saved, job.n, per_row))
+
+
+def _perturber(job: Job, rep: Any, mask: Any, keep: Any, shape: list[int]) -> Callable[[Any], Any]:
+    """``value -> value * keep + rep * mask`` as ``[k * b, ...]`` rows: ``value`` holds the ``b`` samples
+    once (the inputs) or the ``k * b`` rows (a layer's value in the perturbed forward)."""
+    m, k, b = job.m, shape[0], shape[1]
+
+    def perturb(value: Any) -> Any:
+        got = list(job.be.shape(value))
+        if got[1:] != shape[2:] or got[0] not in (b, k * b):
+            raise InvalidArgument(
+                f"{entry_name()}(): layer {job.name!r} gave a value of shape {got} for the perturbed copies; expected {[k * b, *shape[2:]]}"
+            )
+        v = m.reshape(value, [1 if got[0] == b and k > 1 else k, b, *shape[2:]])
+        return m.reshape(v * keep + rep * mask, [k * b, *shape[2:]])
+
+    return perturb
+
+
+def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
+    """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
+    inputs or the layer's value, ``baselines`` shaped like it."""
+    be = job.be
+    if (job.layer is not None and job.neuron is None) or be.dtype_kind(job.x) == "float":
+        y, saved = st.probe(job, job.x, "input", measure=True)
+    else:  # token ids take no gradient: what the forward keeps for the parameters' backward
+        with job.ops.saved_bytes(job.model) as counter:
+            y, _ = st.probe(job, job.x, "input")
+        saved = counter.bytes
+    to_inputs = job.layer is None or job.neuron is not None
+    if job.neuron is not None:  # the neuron variants explain the neuron's value (NeuronFeatureAblation and kin)
+        job.scores["input"] = st.neuron_of(job, y)
+    value = job.x if to_inputs else y
+    what = "inputs" if to_inputs else f"layer {job.name!r}'s value"
+    base = baselines_like(be, job.opts.baselines, value, what=what)
+    feats = _features(job, tuple(be.shape(value))[1:])
+    f0 = be.to_numpy(job.scores["input"]).astype(np.float64).reshape(-1)
+    if len(f0) != job.n:
+        raise InvalidArgument(f"{entry_name()}(): {job.method} needs one score per sample; the target gave {len(f0)} for {job.n} samples")
+    return value, base, feats, saved, f0
+
+
+def _finish(job: Job, feats: Features, phi: np.ndarray) -> Any:
+    """Per-feature ``[N, F]`` -> the elements, as a tensor of the scores' dtype on their device."""
+    return _like(job, feats.spread(phi), job.scores["input"])
+
+
+def _like(job: Job, array: np.ndarray, like: Any) -> Any:
+    """``array`` as a tensor of ``like``'s dtype on its device."""
+    return job.be.cast(job.be.from_numpy(np.ascontiguousarray(array), like=like), job.be.dtype_name(like))
+
+
+def _rng(job: Job) -> np.random.Generator:
+    return np.random.default_rng(job.opts.seed)
+
+
+# -- the methods -------------------------------------------------------------------------------------------
+def ablation(job: Job) -> Any:
+    """occlusion and feature_ablation: ``f(x) - f(x with one feature (window) at its baseline)``;
+    feature_permutation: the same with the feature's values taken from other samples of the batch."""
+    value, base, feats, saved, f0 = _setup(job)
+    z, bases = _one_each(feats.count), None
+    if job.method == "feature_permutation":
+        perms = _permutations(job, feats.count)
+
+        def bases(c: int, j0: int, j1: int) -> Any:
+            return job.m.index_select(value, 0, perms[c])[j0:j1]
+
+    s = _scores(job, value, base, feats, z, saved, bases)
+    return _finish(job, feats, (f0[None, :] - s).T)
+
+
+def _permutations(job: Job, count: int) -> list[list[int]]:
+    n = job.n
+    if n < 2:
+        fail(
+            entry_name(),
+            "inputs",
+            "at least 2 samples for feature_permutation (a feature's values are permuted across the batch)",
+            f"{n} sample",
+        )
+    if job.opts.permutation is not None:
+        perm = np.asarray(job.opts.permutation)
+        if perm.shape != (n,) or sorted(perm.tolist()) != list(range(n)):
+            fail(entry_name(), "permutation", f"a permutation of range({n}) (one index per sample)", job.opts.permutation)
+        return [perm.tolist()] * count
+    rng, out = _rng(job), []
+    for _ in range(count):  # captum: a fresh permutation per feature, never the identity
+        p = rng.permutation(n)
+        while (p == np.arange(n)).all():
+            p = rng.permutation(n)
+        out.append(p.tolist())
+    return out
+
+
+def shapley(job: Job) -> Any:
+    """Exact Shapley values: every coalition of the ``F <= 12`` features evaluated, then
+    ``phi_i = sum_S |S|! (F-|S|-1)! / F! (v(S + i) - v(S))``."""
+    value, base, feats, saved, _ = _setup(job)
+    f = feats.count
+    if f > MAX_EXACT_FEATURES:
+        fail(
+            entry_name(),
+            "feature_mask",
+            f"at most {MAX_EXACT_FEATURES} features for exact Shapley values (2**F forwards); group them with feature_mask or use method='shapley_sampling'",
+            f"{f} features",
+        )
+    codes = np.arange(2**f)
+    kept = (codes[:, None] >> np.arange(f)) & 1  # bit i: feature i kept from the input
+    v = _scores(job, value, base, feats, 1.0 - kept, saved)
+    size = kept.sum(1)
+    phi = np.zeros((f, job.n))
+    for i in range(f):
+        without = codes[kept[:, i] == 0]
+        w = np.array([factorial(s) * factorial(f - s - 1) / factorial(f) for s in size[without]])
+        phi[i] = w @ (v[without | (1 << i)] - v[without])
+    return _finish(job, feats, phi.T)
+
+
+def shapley_sampling(job: Job) -> Any:
+    """Shapley value sampling (captum's ``ShapleyValueSampling``): ``n_samples`` random orders; along each,
+    from the baseline, a feature's attribution is the change in the score when it is put back."""
+    value, base, feats, saved, f0 = _setup(job)
+    f, n_perm, rng = feats.count, _samples(job), _rng(job)
+    orders = [rng.permutation(f) for _ in range(n_perm)]
+
+    def make(c0: int, c1: int) -> np.ndarray:  # row 0: the baseline; then f - 1 states per order
+        z = np.ones((c1 - c0, f), dtype=np.uint8)
+        for r in range(max(c0, 1), c1):
+            p, t = divmod(r - 1, f - 1)
+            z[r - c0, orders[p][: t + 1]] = 0
+        return z
+
+    v = _scores(job, value, base, feats, Coalitions(1 + n_perm * (f - 1), make), saved)
+    phi, row = np.zeros((f, job.n)), 1
+    for order in orders:
+        prev = v[0]
+        for t, i in enumerate(order):
+            cur = f0 if t == f - 1 else v[row]
+            row += t < f - 1
+            phi[i] += cur - prev
+            prev = cur
+    return _finish(job, feats, (phi / n_perm).T)
+
+
+def kernel_shap(job: Job) -> Any:
+    """KernelSHAP: ``n_samples`` coalitions drawn from the Shapley kernel (size ``s`` with probability
+    proportional to ``(F-1) / (s (F-s))``, then a uniform subset), and the least-squares fit of
+    ``v(S) - v(empty)`` by ``sum_{i in S} phi_i`` under ``sum phi = f(x) - f(baseline)`` (shap's form)."""
+    value, base, feats, saved, f0 = _setup(job)
+    f, rng = feats.count, _rng(job)
+    sizes = np.arange(1, f)
+    kept = np.zeros((0, f))
+    if f > 1:
+        p = (f - 1) / (sizes * (f - sizes))
+        drawn = rng.choice(sizes, size=_samples(job), p=p / p.sum())
+        kept = np.zeros((len(drawn), f))
+        for r, s in enumerate(drawn):
+            kept[r, rng.choice(f, size=s, replace=False)] = 1.0
+    v = _scores(job, value, base, feats, np.vstack([np.ones(f), 1.0 - kept]), saved)
+    total = f0 - v[0]
+    if f == 1:
+        return _finish(job, feats, total[:, None])
+    y = v[1:] - v[0] - kept[:, -1:] * total[None, :]  # phi_F eliminated: = total - sum of the others
+    a = kept[:, :-1] - kept[:, -1:]
+    rest = np.linalg.lstsq(a, y, rcond=None)[0]  # [F-1, N]
+    return _finish(job, feats, np.vstack([rest, total[None, :] - rest.sum(0, keepdims=True)]).T)
+
+
+def lime(job: Job) -> Any:
+    """LIME with captum's defaults: ``n_samples`` coalitions keeping each feature with probability 1/2,
+    weighted by ``exp(-d**2 / (2 * 1.0**2))`` with ``d`` the cosine distance between the input and the
+    perturbed input, fitted by a Lasso (alpha 0.01, with intercept: sklearn's objective); the
+    coefficients are the attributions."""
+    value, base, feats, saved, _ = _setup(job)
+    if feats.ids is None:  # pragma: no cover - occlusion has its own runner
+        raise AssertionError
+    f, rng = feats.count, _rng(job)
+    kept = (rng.random((_samples(job), f)) < 0.5).astype(np.float64)
+    v = _scores(job, value, base, feats, 1.0 - kept, saved)
+    x = job.be.to_numpy(value).astype(np.float64).reshape(job.n, -1)
+    b = job.be.to_numpy(base).astype(np.float64).reshape(job.n, -1)
+    phi = np.zeros((job.n, f))
+    for j in range(job.n):  # the perturbed row is x where kept, b elsewhere: its dot products per feature
+        xx = np.bincount(feats.ids, x[j] * x[j], f)
+        xb = np.bincount(feats.ids, x[j] * b[j], f)
+        bb = np.bincount(feats.ids, b[j] * b[j], f)
+        dot = kept @ xx + (1 - kept) @ xb
+        norms = np.sqrt(xx.sum()) * np.sqrt(kept @ xx + (1 - kept) @ bb)
+        d = 1.0 - dot / np.maximum(norms, 1e-8)  # torch's CosineSimilarity clamps the norms at eps=1e-8
+        w = np.exp(-(d**2) / (2 * KERNEL_WIDTH**2))
+        phi[j] = lasso(kept, v[:, j], w, LASSO_ALPHA)
+    return _finish(job, feats, phi)
+
+
+def lasso(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float, iters: int = 10000, tol: float = 1e-12) -> np.ndarray:
+    """Weighted Lasso with an intercept, sklearn's objective: ``sum w r**2 / (2 sum w) + alpha |beta|_1``
+    (coordinate descent on the weight-centred data)."""
+    w = w / w.sum()
+    xc = x - w @ x
+    yc = y - w @ y
+    norm = w @ (xc * xc)
+    beta = np.zeros(x.shape[1])
+    r = yc.copy()
+    for _ in range(iters):
+        biggest = 0.0
+        for i in range(x.shape[1]):
+            if norm[i] == 0:
+                continue
+            old = beta[i]
+            rho = w @ (xc[:, i] * r) + norm[i] * old
+            beta[i] = np.sign(rho) * max(abs(rho) - alpha, 0.0) / norm[i]
+            if beta[i] != old:
+                r -= xc[:, i] * (beta[i] - old)
+                biggest = max(biggest, abs(beta[i] - old))
+        if biggest < tol:
+            break
+    return beta
+
+
+def _samples(job: Job) -> int:
+    n = job.opts.n_samples
+    return DEFAULT_SAMPLES[job.method] if n is None else n
+
+
+def check_options(opts: AttributeOptions, method: str) -> None:
+    """The perturbation options that can be checked before the forward."""
+    fn = entry_name()
+    if method not in PERTURBATION_METHODS:
+        for arg in ("feature_mask", "sliding_window_shapes", "strides", "permutation"):
+            if getattr(opts, arg) is not None:
+                fail(fn, arg, f"None for method={method!r} (it is an option of {', '.join(PERTURBATION_METHODS)})", getattr(opts, arg))
+    if method == "occlusion" and opts.feature_mask is not None:
+        fail(fn, "feature_mask", "None for occlusion (its features are the sliding windows)", "a mask")
+    if method != "occlusion":
+        for arg in ("sliding_window_shapes", "strides"):
+            if getattr(opts, arg) is not None:
+                fail(fn, arg, f"None for method={method!r} (an option of occlusion)", getattr(opts, arg))
+    if opts.permutation is not None and method != "feature_permutation":
+        fail(fn, "permutation", f"None for method={method!r} (an option of feature_permutation)", opts.permutation)
+
+
+#: the methods of this module (``methods.RUNNERS`` holds their runners)
+PERTURBATION_METHODS = ("occlusion", "feature_ablation", "feature_permutation", "shapley", "shapley_sampling", "kernel_shap", "lime")
