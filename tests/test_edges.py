@@ -271,7 +271,22 @@ def test_load_features_refuses_a_wrong_batch_count(tmp_path):
 
 # -- 8. the extract command line: one model per folder -------------------------------------------------
 
-GPT2_KW = ["--kw", "n_layer=1", "--kw", "n_embd=16", "--kw", "n_head=2", "--kw", "vocab_size=100", "--kw", "n_positions=16", "--kw", "bos_token_id=0", "--kw", "eos_token_id=0"]  # ids in the vocabulary: transformers warns (once a process) otherwise
+GPT2_KW = [
+    "--kw",
+    "n_layer=1",
+    "--kw",
+    "n_embd=16",
+    "--kw",
+    "n_head=2",
+    "--kw",
+    "vocab_size=100",
+    "--kw",
+    "n_positions=16",
+    "--kw",
+    "bos_token_id=0",
+    "--kw",
+    "eos_token_id=0",
+]  # ids in the vocabulary: transformers warns (once a process) otherwise
 
 
 def _gpt2_args(tmp_path, data="ids.npy", out="f", kw=True):
