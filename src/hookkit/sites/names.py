@@ -36,6 +36,7 @@ from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.sites.operations import SourceUnavailable
 from hookkit.sites.parts import WHOLE, Part
+from hookkit.sites.seen_backend import SeenBackend
 from hookkit.sites.values import shape_str
 
 _EPS = ("eps", "variance_epsilon", "_epsilon", "epsilon")
@@ -244,25 +245,8 @@ class _FanOut:
 _fans: IdentityWeakMap[dict[tuple, _Fan]] = IdentityWeakMap()
 
 
-class _PointBackend:
+class _PointBackend(SeenBackend):
     """The model's backend, but a name's hooks go on its module's input or output (one per backend)."""
-
-    _made: dict[int, _PointBackend] = {}
-
-    def __init__(self, real: Any):
-        self._real = real
-
-    @classmethod
-    def of(cls, real: Any) -> _PointBackend:
-        made = cls._made.get(id(real))
-        if made is None or made._real is not real:
-            made = cls._made[id(real)] = cls(real)
-        return made
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._real, name)
-        setattr(self, name, value)
-        return value
 
     def hook_forward_pre(self, point: NamePoint, fn: Callable) -> Any:
         return _placer(self._real, point.module).hook_forward_pre(point.module, lambda m, args, kwargs: fn(point, args, kwargs))

@@ -20,6 +20,7 @@ from typing import Any
 from hookkit.core.user_frame import warn_user
 from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.sites.operations.rewrite import Compiled, SourceUnavailable, build, compiled_for, unwrap
+from hookkit.sites.seen_backend import SeenBackend
 
 _NONE = object()  # the layer had no forward of its own in its __dict__
 
@@ -68,25 +69,8 @@ class _Slot:
             state.unplace(self.index, self.slot)
 
 
-class OpBackend:
+class OpBackend(SeenBackend):
     """The layer's backend, but hooks go into operation slots (one per backend, attributes cached)."""
-
-    _made: dict[int, OpBackend] = {}
-
-    def __init__(self, real: Any):
-        self._real = real
-
-    @classmethod
-    def of(cls, real: Any) -> OpBackend:
-        made = cls._made.get(id(real))
-        if made is None or made._real is not real:
-            made = cls._made[id(real)] = cls(real)
-        return made
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(self._real, name)
-        setattr(self, name, value)
-        return value
 
     def hook_forward_pre(self, site: OpSite, fn: Callable) -> _Slot:
         return site.place(0, fn)
