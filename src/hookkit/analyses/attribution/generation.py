@@ -110,6 +110,13 @@ def attribute_generation(
     ``contrast_ids``: an alternative target per position: the score is ``p(target) - p(contrast)``.
     ``attribute_prefix=False``: the generated tokens before a target stay as they are (never scaled or
     replaced; their columns NaN), captum ``LLMAttribution``'s numbers.
+    ``n_steps``: the integral's points for "integrated_gradients" (captum's default, 50).
+    ``n_samples``: samples of the sampling methods ("shapley_sampling", "kernel_shap", "lime"); None
+    takes captum's default for the method. ``seed``: the seed of those samples (the same seed gives the
+    same attributions).
+    ``max_memory``, ``internal_batch_size``: the memory budget and the copies per forward, as
+    ``hookkit.attribute`` takes them (None: its default budget; "auto": copies derived from the budget).
+    ``eval``: run the model in eval mode (dropout off), its modes restored afterwards.
 
     >>> res = hookkit.attribute_generation(model, ids, max_new_tokens=4, method="feature_ablation")  # doctest: +SKIP
     >>> res.input_attr          # [4, T]
