@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import hookkit
+from tolerance import assert_close
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
@@ -339,7 +340,7 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
     out, theirs = bridge.run_with_cache(IDS)
     close(out, logits.logits)
     compared = 0
-    assert "blocks.1.attn.hook_pattern" in cache
+    assert "blocks.1.attn.hook_pattern" in cache and "blocks.1.attn.hook_attn_scores" in theirs.keys()
     for name in cache:
         if name in theirs.keys():
             mine = cache[name]
@@ -383,7 +384,9 @@ def test_paddle_transformer_encoder_names_equal_a_hand_computation(pre_norm):
         attn = block.self_attn
         q, k, v = (p(block.norm1(x) if pre_norm else x).reshape([2, 5, 4, 8]) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
         close(cache[f"blocks.{i}.attn.hook_q"].numpy(), q.numpy())
-        pattern = paddle.nn.functional.softmax(paddle.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(8), -1)
+        scores = paddle.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(8)
+        close(cache[f"blocks.{i}.attn.hook_attn_scores"].numpy(), scores.numpy())
+        pattern = paddle.nn.functional.softmax(scores, -1)
         close(cache[f"blocks.{i}.attn.hook_pattern"].numpy(), pattern.numpy())
         z = paddle.einsum("bhqk,bkhd->bqhd", pattern, v)
         close(cache[f"blocks.{i}.attn.hook_z"].numpy(), z.numpy())
@@ -539,3 +542,52 @@ def test_remove_all_clears_names_and_the_operation_sites_they_hold():
     with hookkit.capture(model, "blocks.0.attn.hook_rot_q") as again:  # placed afresh after remove_all
         model(IDS)
     close(again["blocks.0.attn.hook_rot_q"], cap["blocks.0.attn.hook_rot_q"])
+
+
+# -- attention scores: the pattern before its softmax ---------------------------------------------------
+PAD = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])  # right padding: every query row keeps a key
+
+
+def hand_scores(q, k, scale, pad):
+    """q [B, T, H, d], k [B, T, Hkv, d] -> (q k^T * scale [B, H, T, T], the positions kept: causal,
+    padded keys out); masked positions are float32's lowest value (transformers' masks, the bridge's)."""
+    k = k.repeat_interleave(q.shape[2] // k.shape[2], 2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    keep = torch.ones(5, 5, dtype=torch.bool).tril()[None, None] & pad.bool()[:, None, None, :]
+    return s, keep.expand_as(s)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama-gqa"])
+def test_attn_scores_equal_a_hand_computation_and_softmax_to_the_pattern(make, attn):
+    model = make()
+    model.config._attn_implementation = attn
+    _, cache = hookkit.run_with_cache(
+        model, {"input_ids": IDS, "attention_mask": PAD}, names_filter=["blocks.*.attn.hook_attn_scores", "blocks.*.attn.hook_*"]
+    )
+    assert "blocks.0.attn.hook_attn_scores" in cache and "blocks.1.attn.hook_attn_scores" in cache
+    rotary = "blocks.0.attn.hook_rot_q" in cache
+    for i in range(2):
+        scores = cache[f"blocks.{i}.attn.hook_attn_scores"]
+        assert tuple(scores.shape) == (2, 4, 5, 5)
+        q, k = (cache[f"blocks.{i}.attn.hook_{'rot_' if rotary else ''}{n}"] for n in "qk")
+        want, keep = hand_scores(q, k, 8**-0.5, PAD)
+        assert_close(scores[keep], want[keep], n_ops=8)  # a dot product of 8 terms
+        assert bool((scores[~keep] == torch.finfo(torch.float32).min).all())  # masked exactly (the padded keys too)
+        # the pattern is the softmax of the scores (eager: the probabilities the layer returned)
+        assert_close(scores.softmax(-1), cache[f"blocks.{i}.attn.hook_pattern"], n_ops=8)
+
+
+def test_attn_scores_of_pythia_softmax_to_the_pattern_and_are_read_only():
+    model = pythia()
+    _, cache = hookkit.run_with_cache(model, IDS, names_filter=["blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern"])
+    assert list(cache) == ["blocks.0.attn.hook_attn_scores", "blocks.0.attn.hook_pattern"]
+    scores = cache["blocks.0.attn.hook_attn_scores"]
+    assert bool((scores[..., 0, 1:] == torch.finfo(torch.float32).min).all())  # causal: the first query sees one key
+    assert_close(scores.softmax(-1), cache["blocks.0.attn.hook_pattern"], n_ops=8)
+    _, alone = hookkit.run_with_cache(model, IDS, names_filter="blocks.1.attn.hook_attn_scores")
+    assert list(alone) == ["blocks.1.attn.hook_attn_scores"]
+    for verb in (lambda: hookkit.capture(model, "blocks.0.attn.hook_attn_scores"), lambda: hookkit.edit(model, "blocks.*.attn.hook_attn_scores", lambda s, ev: s)):
+        with pytest.raises(hookkit.LayerNotFound, match="run_with_cache keeps hook_pattern and hook_attn_scores"):
+            with verb():
+                model(IDS)

@@ -435,7 +435,8 @@ def _refuse(model: Any, spec: str, offered: dict[str, NamePoint]) -> None:
         raise LayerNotFound(
             spec,
             [],
-            "attention patterns are computed beside the model's attention: run_with_cache keeps hook_pattern, hookkit.attention_patterns reads them; they are not hook sites",
+            "attention patterns and scores are computed beside the model's attention: run_with_cache keeps hook_pattern and hook_attn_scores, "
+            "hookkit.attention_patterns reads patterns; they are not hook sites",
         )
     names = list(offered)
     close = close_matches(spec, names, n=8, cutoff=0.6) or close_matches(spec.rsplit(".", 1)[-1], names)

@@ -92,7 +92,21 @@ def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, head
     return {name: found[name] for name, _, _ in targets}
 
 
-def _interface_watch(fam: Any, name: str, heads: list[int], found: dict[str, Any]) -> Any:
+def _keep(fam: Any, name: str, found: dict[str, Any], scores_into: dict[str, Any] | None, probs: bool, *args: Any, **kw: Any) -> None:
+    """``found[name]``: the probabilities (when ``probs``); ``scores_into[name]``: the scores before the
+    softmax they are the softmax of (when given): computed once."""
+    if scores_into is None:
+        found[name] = fam.probs(*args, **kw)
+        return
+    s = fam.scores(*args, **kw)
+    scores_into[name] = s
+    if probs:
+        found[name] = fam.softmax(s)
+
+
+def _interface_watch(
+    fam: Any, name: str, heads: list[int], found: dict[str, Any], scores_into: dict[str, Any] | None = None, probs: bool = True
+) -> Any:
     def watch(module: Any, query: Any, key: Any, mask: Any, kwargs: dict, impl: str) -> None:
         scaling = kwargs.get("scaling")
         if scaling is None:
@@ -101,7 +115,12 @@ def _interface_watch(fam: Any, name: str, heads: list[int], found: dict[str, Any
         if impl != "eager" and mask is None:  # SDPA / flash: causal from the flag when no mask is given
             flag = kwargs.get("is_causal")
             causal = bool(getattr(module, "is_causal", True) if flag is None else flag)
-        found[name] = fam.probs(
+        _keep(
+            fam,
+            name,
+            found,
+            scores_into,
+            probs,
             query,
             key,
             heads,
@@ -116,7 +135,16 @@ def _interface_watch(fam: Any, name: str, heads: list[int], found: dict[str, Any
 
 
 def _projection_watch(
-    model: Any, be: Any, fam: Any, name: str, layer: Any, lay: HeadLayout, heads: list[int], found: dict[str, Any]
+    model: Any,
+    be: Any,
+    fam: Any,
+    name: str,
+    layer: Any,
+    lay: HeadLayout,
+    heads: list[int],
+    found: dict[str, Any],
+    scores_into: dict[str, Any] | None = None,
+    probs: bool = True,
 ) -> HandleGroup:
     spec: Projections = lay.scores
     m = be.family("tensor_math")
@@ -148,7 +176,7 @@ def _projection_watch(
             return m.permute(m.reshape(t, [b, t_len, -1, lay.d_head]), [0, 2, 1, 3])
 
         scaling = spec.scaling if spec.scaling is not None else lay.d_head**-0.5
-        found[name] = fam.probs(heads_first(q), heads_first(k), heads, scaling, mask=seen.get("mask"), scale_query=True)
+        _keep(fam, name, found, scores_into, probs, heads_first(q), heads_first(k), heads, scaling, mask=seen.get("mask"), scale_query=True)
 
     group = HandleGroup()
     try:

@@ -35,6 +35,29 @@ class Attention:
         ``causal``: each query sees keys up to its own index. ``scale_query``: scale q before the product."""
         raise _missing("probs")
 
+    def scores(
+        self,
+        q: Any,
+        k: Any,
+        heads: Sequence[int],
+        scaling: float,
+        *,
+        mask: Any = None,
+        causal: bool = False,
+        position_bias: Any = None,
+        softcap: float | None = None,
+        scale_query: bool = False,
+    ) -> Any:
+        """The scores ``probs`` takes the softmax of (same arguments), in q's dtype: q k^T * scaling
+        [softcapped] + position_bias, masked positions at the mask's additive value (boolean or integer
+        masks and ``causal``: the dtype's lowest finite value, as transformers and TransformerLens's
+        bridge; Paddle: -1e9 added, as its ``nn.MultiHeadAttention``)."""
+        raise _missing("scores")
+
+    def softmax(self, scores: Any) -> Any:
+        """``probs`` from ``scores``: softmax over the keys in float32, in the scores' dtype."""
+        raise _missing("softmax")
+
     def watch_interface(self, watched: dict[int, Callable[..., None]]) -> Any:
         """A context manager: while inside, every call of the library's attention functions made
         for a module whose ``id`` is in ``watched`` first calls ``watched[id](module, query, key,

@@ -31,6 +31,22 @@ class PaddleAttention(Attention):
         softcap: float | None = None,
         scale_query: bool = False,
     ) -> Any:
+        s = self.scores(q, k, heads, scaling, mask=mask, causal=causal, position_bias=position_bias, softcap=softcap, scale_query=scale_query)
+        return self.softmax(s)
+
+    def scores(
+        self,
+        q: Any,
+        k: Any,
+        heads: Sequence[int],
+        scaling: float,
+        *,
+        mask: Any = None,
+        causal: bool = False,
+        position_bias: Any = None,
+        softcap: float | None = None,
+        scale_query: bool = False,
+    ) -> Any:
         n_heads, n_kv = q.shape[1], k.shape[1]
         group = n_heads // n_kv
         qs = paddle.index_select(q, paddle.to_tensor(list(heads), dtype="int64"), axis=1)
@@ -52,7 +68,10 @@ class PaddleAttention(Attention):
         elif causal and tq > 1:
             above = paddle.triu(paddle.ones([tq, tk], dtype=s.dtype), 1)
             s = s - above * 1e9
-        return F.softmax(paddle.cast(s, "float32"), axis=-1).astype(q.dtype)
+        return s
+
+    def softmax(self, scores: Any) -> Any:
+        return F.softmax(paddle.cast(scores, "float32"), axis=-1).astype(scores.dtype)
 
 
 OPS = PaddleAttention()

@@ -41,6 +41,22 @@ class TorchAttention(Attention):
         softcap: float | None = None,
         scale_query: bool = False,
     ) -> Any:
+        s = self.scores(q, k, heads, scaling, mask=mask, causal=causal, position_bias=position_bias, softcap=softcap, scale_query=scale_query)
+        return self.softmax(s)
+
+    def scores(
+        self,
+        q: Any,
+        k: Any,
+        heads: Sequence[int],
+        scaling: float,
+        *,
+        mask: Any = None,
+        causal: bool = False,
+        position_bias: Any = None,
+        softcap: float | None = None,
+        scale_query: bool = False,
+    ) -> Any:
         n_heads, n_kv = q.shape[1], k.shape[1]
         group = n_heads // n_kv
         idx = torch.as_tensor(list(heads), device=q.device)
@@ -60,13 +76,16 @@ class TorchAttention(Attention):
             if mask.dtype == torch.bool:
                 s = s.masked_fill(~mask, torch.finfo(s.dtype).min)
             elif not mask.is_floating_point():
-                s = s + (mask.to(s.dtype) - 1.0) * 1e9
+                s = s.masked_fill(mask == 0, torch.finfo(s.dtype).min)
             else:
-                s = s + mask
+                s = s + mask.to(s.dtype)
         elif causal and tq > 1:
-            above = torch.ones(tq, tk, dtype=torch.bool, device=s.device).triu(1)
+            above = torch.ones(tq, tk, dtype=torch.bool, device=s.device).triu(1 + tk - tq)
             s = s.masked_fill(above, torch.finfo(s.dtype).min)
-        return torch.softmax(s.float(), dim=-1).to(q.dtype)
+        return s
+
+    def softmax(self, scores: Any) -> Any:
+        return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
 
     @contextlib.contextmanager
     def watch_interface(self, watched: dict[int, Callable[..., None]]) -> Iterator[None]:
