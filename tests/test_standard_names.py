@@ -587,7 +587,30 @@ def test_attn_scores_of_pythia_softmax_to_the_pattern_and_are_read_only():
     assert_close(scores.softmax(-1), cache["blocks.0.attn.hook_pattern"], n_ops=8)
     _, alone = hookkit.run_with_cache(model, IDS, names_filter="blocks.1.attn.hook_attn_scores")
     assert list(alone) == ["blocks.1.attn.hook_attn_scores"]
-    for verb in (lambda: hookkit.capture(model, "blocks.0.attn.hook_attn_scores"), lambda: hookkit.edit(model, "blocks.*.attn.hook_attn_scores", lambda s, ev: s)):
+    for verb in (
+        lambda: hookkit.capture(model, "blocks.0.attn.hook_attn_scores"),
+        lambda: hookkit.edit(model, "blocks.*.attn.hook_attn_scores", lambda s, ev: s),
+    ):
         with pytest.raises(hookkit.LayerNotFound, match="run_with_cache keeps hook_pattern and hook_attn_scores"):
             with verb():
                 model(IDS)
+
+
+@pytest.mark.parametrize("make,arch", [(gpt2, "gpt2"), (llama, "meta-llama/Llama-3.2-1B")], ids=["gpt2", "llama-gqa"])
+def test_attn_scores_with_padding_equal_transformer_bridge(make, arch, tmp_path):
+    pytest.importorskip("transformer_lens.model_bridge")
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformer_lens.model_bridge import TransformerBridge
+
+    model = make()
+    model.config._attn_implementation = "sdpa"  # hookkit's side keeps SDPA; the bridge runs eagerly
+    _, cache = hookkit.run_with_cache(model, {"input_ids": IDS, "attention_mask": PAD}, names_filter="blocks.*.attn.hook_[ap]*")
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(50)}, unk_token="t0"))
+    T.PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="t0", eos_token="t0", bos_token="t0").save_pretrained(tmp_path)
+    bridge = TransformerBridge.boot_transformers(
+        arch, hf_model=copy.deepcopy(model), tokenizer=T.PreTrainedTokenizerFast.from_pretrained(tmp_path)
+    )
+    _, theirs = bridge.run_with_cache(IDS, attention_mask=PAD)
+    for i in range(2):
+        for name in (f"blocks.{i}.attn.hook_attn_scores", f"blocks.{i}.attn.hook_pattern"):
+            close(cache[name], theirs[name])  # masked positions: float32's lowest value on both sides

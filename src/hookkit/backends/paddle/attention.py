@@ -31,7 +31,9 @@ class PaddleAttention(Attention):
         softcap: float | None = None,
         scale_query: bool = False,
     ) -> Any:
-        s = self.scores(q, k, heads, scaling, mask=mask, causal=causal, position_bias=position_bias, softcap=softcap, scale_query=scale_query)
+        s = self.scores(
+            q, k, heads, scaling, mask=mask, causal=causal, position_bias=position_bias, softcap=softcap, scale_query=scale_query
+        )
         return self.softmax(s)
 
     def scores(
