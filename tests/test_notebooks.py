@@ -57,4 +57,6 @@ def _files(root: Path, folder: Path) -> set[str]:
     """The files of the notebook's folder (where it runs) and of the checkout's top level (what a
     notebook that writes relative paths or ``..`` would add to)."""
     out = {str(p.relative_to(root)) for p in folder.rglob("*") if "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts}
-    return out | {p.name for p in root.iterdir()}
+    # hidden folders at the top are the tools' caches (.hypothesis, .mypy_cache...) that other tests of a
+    # parallel run may create meanwhile: what a notebook would write is a visible file or folder
+    return out | {p.name for p in root.iterdir() if not p.name.startswith(".")}
