@@ -33,7 +33,10 @@ class Attention:
         head) -> ``[B, len(heads), Tq, Tk]``, softmax in float32, in q's dtype. ``mask``: boolean
         (True: attend), integer (1: attend) or additive, broadcasting to ``[B, H, Tq, Tk]``; None with
         ``causal``: each query sees keys up to its own index. ``scale_query``: scale q before the product."""
-        raise _missing("probs")
+        s = self.scores(
+            q, k, heads, scaling, mask=mask, causal=causal, position_bias=position_bias, softcap=softcap, scale_query=scale_query
+        )
+        return self.softmax(s)  # framework-free: each backend gives scores and softmax
 
     def scores(
         self,

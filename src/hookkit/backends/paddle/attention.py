@@ -18,24 +18,6 @@ def _heads_of(t: Any, heads: Sequence[int], n_heads: int) -> Any:
 
 
 class PaddleAttention(Attention):
-    def probs(
-        self,
-        q: Any,
-        k: Any,
-        heads: Sequence[int],
-        scaling: float,
-        *,
-        mask: Any = None,
-        causal: bool = False,
-        position_bias: Any = None,
-        softcap: float | None = None,
-        scale_query: bool = False,
-    ) -> Any:
-        s = self.scores(
-            q, k, heads, scaling, mask=mask, causal=causal, position_bias=position_bias, softcap=softcap, scale_query=scale_query
-        )
-        return self.softmax(s)
-
     def scores(
         self,
         q: Any,
