@@ -318,7 +318,7 @@ def test_registry_token_dim_and_a_registered_family():
     assert architectures.token_dim(model) == 1
     assert architectures.token_dim(torch.nn.Linear(2, 2), default=None) is None
     assert architectures.stack_family(model).final_norm == "model.norm"
-    lay = architectures.head_layout(model.model.layers[0].self_attn, "a", "t")
+    lay = architectures.head_layout(model.model.layers[0].self_attn, "a")
     assert (lay.proj, lay.n_heads, lay.d_head, lay.family) == ("o_proj", 4, 8, "llama")
 
     class MyAttention(torch.nn.Module):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import hookkit
 import hookkit.viz
+from hookkit.core.entry import entered
 from hookkit.core.validate import (
     ArgumentTypeError,
     InvalidArgument,
@@ -329,21 +330,29 @@ def test_capture_to_an_absent_accelerator_names_the_device(fw):
 
 # -- the helper itself ----------------------------------------------------------------------------
 def test_helper_messages_and_types():
+    with entered("f"):  # the checks name the public entry the user called
+        _helper_messages_and_types()
+    # outside any entry they name hookkit
+    with pytest.raises(InvalidArgument, match=r"^hookkit\(\): x must be"):
+        check_number(-1, arg="x", low=0)
+
+
+def _helper_messages_and_types():
     with pytest.raises(InvalidArgument, match=r"^f\(\): x must be a finite number >= 0; got -1$"):
-        check_number(-1, fn="f", arg="x", low=0)
+        check_number(-1, arg="x", low=0)
     with pytest.raises(ArgumentTypeError, match=r"f\(\): x must be an int in \[1, 3\]; got True"):
-        check_number(True, fn="f", arg="x", low=1, high=3, integer=True)
-    assert check_number(np.float32(0.5), fn="f", arg="x", low=0, high=1) == 0.5
-    assert check_number(None, fn="f", arg="x", optional=True) is None
-    assert check_range_pair([0, 2], fn="f", arg="r") == (0.0, 2.0)
+        check_number(True, arg="x", low=1, high=3, integer=True)
+    assert check_number(np.float32(0.5), arg="x", low=0, high=1) == 0.5
+    assert check_number(None, arg="x", optional=True) is None
+    assert check_range_pair([0, 2], arg="r") == (0.0, 2.0)
     with pytest.raises(ValueError, match=r"r must be a \(low, high\) pair"):
-        check_range_pair((1, NAN), fn="f", arg="r")
+        check_range_pair((1, NAN), arg="r")
     with pytest.raises(ValueError, match="one of 'a', 'b'; got 'c'"):
-        check_choice("c", ("a", "b"), fn="f", arg="m")
+        check_choice("c", ("a", "b"), arg="m")
     with pytest.raises(ValueError):
-        check_choice(True, (1, 2), fn="f", arg="m")  # True is not 1 here
+        check_choice(True, (1, 2), arg="m")  # True is not 1 here
     with pytest.raises(TypeError, match="callable as g\\(x\\)"):
-        check_callable(3, fn="f", arg="g", signature="g(x)")
+        check_callable(3, arg="g", signature="g(x)")
     # both errors are also the other kind, so old `except ValueError` code keeps working
     assert issubclass(ArgumentTypeError, ValueError) and issubclass(ArgumentTypeError, TypeError)
 
@@ -352,14 +361,14 @@ def test_check_tensor_like_converts_numpy(fw):
     from hookkit.backends import backend_for
 
     be = backend_for(fw.mlp())
-    t = check_tensor_like(np.arange(6).reshape(2, 3), be, fn="f", arg="x", ndim=2)
+    t = check_tensor_like(np.arange(6).reshape(2, 3), be, arg="x", ndim=2)
     assert be.is_tensor(t) and be.shape(t) == (2, 3) and be.dtype_name(t) == "int64"
-    t = check_tensor_like([[1.5, 2.0]], be, fn="f", arg="x")
+    t = check_tensor_like([[1.5, 2.0]], be, arg="x")
     assert be.dtype_name(t) == "float32"
     with pytest.raises(ValueError, match="x must be a tensor with 1 dims"):
-        check_tensor_like(np.zeros((2, 2)), be, fn="f", arg="x", ndim=1)
+        check_tensor_like(np.zeros((2, 2)), be, arg="x", ndim=1)
     with pytest.raises(TypeError, match="of numbers"):
-        check_tensor_like(["a", "b"], be, fn="f", arg="x")
+        check_tensor_like(["a", "b"], be, arg="x")
 
 
 # -- property tests: the numeric arguments of the interventions and statistics -----------------------

@@ -12,10 +12,10 @@ from hookkit.core.validate import ArgumentTypeError, fail
 INPUTS = "a tensor, a tuple of model arguments or a dict of keyword arguments"
 
 
-def check_inputs(be: Any, inputs: Any, fn: str | None = None, arg: str = "inputs") -> Any:
+def check_inputs(be: Any, inputs: Any, arg: str = "inputs") -> Any:
     if be.is_tensor(inputs) or (isinstance(inputs, (tuple, list, Mapping)) and leaves(inputs, be.is_tensor)):
         return inputs
-    fail(fn, arg, INPUTS, inputs, kind=ArgumentTypeError)
+    fail(None, arg, INPUTS, inputs, kind=ArgumentTypeError)
 
 
 def call_model(model: Any, inputs: Any) -> Any:

@@ -54,8 +54,8 @@ def port_weights(src: Layer, dst: Layer, map: Map = None) -> Ported:
     >>> hookkit.port_weights(torch_model, paddle_model, map={"blocks.*.fc": "layers.*.linear"})   # doctest: +SKIP
     """
     fn = entry_name()
-    be_s = check_model(src, fn=fn, arg="src")
-    be_d = check_model(dst, fn=fn, arg="dst")
+    be_s = check_model(src, arg="src")
+    be_d = check_model(dst, arg="dst")
     if src is dst:
         fail(fn, "dst", "a model other than src", dst)
     check_map(map)

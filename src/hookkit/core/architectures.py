@@ -219,25 +219,25 @@ def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def check_layout(value: Any, fn: str | None = None) -> HeadLayout:
+def check_layout(value: Any) -> HeadLayout:
     """``head_layout=``: a HeadLayout or a (projection submodule, n_heads, d_head) tuple."""
     if isinstance(value, HeadLayout):
         return value
     valid = "a (projection submodule name, number of heads, head size) tuple, e.g. ('out_proj', 8, 64)"
     if not isinstance(value, (tuple, list)) or len(value) != 3:
-        fail(fn, "head_layout", valid, value, kind=ArgumentTypeError)
+        fail(None, "head_layout", valid, value, kind=ArgumentTypeError)
     proj, n, d = value
     if not isinstance(proj, str) or not _positive_int(n) or not _positive_int(d):
-        fail(fn, "head_layout", valid, value, kind=ArgumentTypeError)
+        fail(None, "head_layout", valid, value, kind=ArgumentTypeError)
     return HeadLayout(proj, int(n), int(d))
 
 
-def head_layout(layer: Any, name: str, fn: str | None = None, override: Any = None) -> HeadLayout:
+def head_layout(layer: Any, name: str, override: Any = None) -> HeadLayout:
     """Where ``layer``'s heads split: ``override`` (``head_layout=``) or its registered family; an
-    unknown module is refused naming it and the known families (``fn``: default the public entry's)."""
-    fn = fn or entry_name()
+    unknown module is refused naming it and the known families (named by the public entry's function)."""
+    fn = entry_name()
     if override is not None:
-        layout = check_layout(override, fn)
+        layout = check_layout(override)
         fam = attention_family(layer)
         return dataclasses.replace(layout, scores=fam.scores if fam else None, token_axis=fam.token_axis if fam else 1)
     fam = attention_family(layer)
@@ -259,9 +259,9 @@ def head_layout(layer: Any, name: str, fn: str | None = None, override: Any = No
     return HeadLayout(proj, int(n), int(d), fam.name, fam.scores, fam.token_axis)
 
 
-def submodule(layer: Any, path: str, name: str, fn: str | None = None) -> Any:
+def submodule(layer: Any, path: str, name: str) -> Any:
     """The submodule at ``path`` of ``layer`` (named ``name``), or a clear error."""
-    fn = fn or entry_name()
+    fn = entry_name()
     sub = read_path(layer, path)
     if sub is _MISSING:
         raise UnsupportedModel(f"{fn}(): layer {name!r} ({type(layer).__name__}) has no submodule {path!r}")

@@ -13,8 +13,10 @@ calling ``capture`` inside still reports ``cam()``, the function the user wrote.
 >>> entry_name()
 'hookkit'
 
-Work done later, in a hook at forward time, runs outside the entry: a consumer that may warn at
-forward time keeps the name it was built under (``name = entry_name()`` in its ``__init__``).
+Work done later, in a hook at forward time, runs outside the entry: a consumer that may warn or
+raise at forward time keeps the name it was built under (``self.name = entry_name()`` in its
+``__init__``) and runs that work ``with restored(self.name):``, so the same checks below it name it.
+No helper takes the function's name as an argument.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-__all__ = ["entry_name", "public_entry", "entered"]
+__all__ = ["entry_name", "public_entry", "entered", "restored"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +50,27 @@ def entered(name: str) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+class restored:
+    """Run the block under ``name``, the entry a consumer was built under (work at forward time, outside
+    any entry; an entry active meanwhile, another function the user called, does not name it).
+
+    >>> with restored("steer"):
+    ...     entry_name()
+    'steer'
+    """
+
+    __slots__ = ("name", "token")
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self) -> None:
+        self.token = _CURRENT.set(self.name)
+
+    def __exit__(self, *exc: object) -> None:
+        _CURRENT.reset(self.token)
 
 
 def public_entry(name: str | None = None) -> Callable[[F], F]:

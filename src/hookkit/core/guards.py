@@ -7,7 +7,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from hookkit.core.entry import entry_name
+from hookkit.core.entry import entry_name, restored
 from hookkit.core.user_frame import user_stacklevel
 
 
@@ -19,8 +19,10 @@ class SkippedOutputWarning(UserWarning):
 _warned: set[tuple[str, str, str]] = set()
 
 
-def warn_skip(fn: str, layer: str, dtype: str, why: str) -> None:
-    """Warn once (per function, layer and dtype) that ``fn`` left layer ``layer``'s output alone."""
+def warn_skip(layer: str, dtype: str, why: str) -> None:
+    """Warn once (per function, layer and dtype) that the entry's function (at forward time: the
+    name the consumer restored, ``core.entry.restored``) left layer ``layer``'s output alone."""
+    fn = entry_name()
     key = (fn, layer, dtype)
     if key in _warned:
         return
@@ -30,13 +32,13 @@ def warn_skip(fn: str, layer: str, dtype: str, why: str) -> None:
     warnings.warn(msg, SkippedOutputWarning, stacklevel=user_stacklevel())  # the user's line
 
 
-def output_guard(backend: Any, op: Callable[..., Any], *, fn: str | None = None, kinds: Sequence[str] = ("float",)) -> Callable[..., Any]:
+def output_guard(backend: Any, op: Callable[..., Any], *, kinds: Sequence[str] = ("float",)) -> Callable[..., Any]:
     """``op(t, *args)`` made safe for any output: ``guarded(t, *args, layer=name)`` returns ``t``
     unchanged (warning once) when its dtype kind ("float", "complex", "int", "bool") is not in
     ``kinds``, returns an empty ``t`` as it is, and runs ``op`` in float32 (cast back) where the
     framework has no kernels for ``t``'s dtype on its device (half precision on Paddle's CPU).
-    ``fn``: the public function its warning names (default: the entry's, taken now)."""
-    fn = fn or entry_name()
+    Its warning names the entry's public function, taken now (the warning comes at forward time)."""
+    name = entry_name()
     kind_of, compute_dtype, dtype_name, is_empty, cast = (
         backend.dtype_kind,
         backend.compute_dtype,
@@ -59,7 +61,8 @@ def output_guard(backend: Any, op: Callable[..., Any], *, fn: str | None = None,
             half = dtype_name(t) in ("float16", "bfloat16")
             how = plan[key] = skip if kind_of(t) not in allowed else maybe_upcast if half else direct
         if how == skip:
-            warn_skip(fn, layer, dtype_name(t), f"it applies to {what} outputs")
+            with restored(name):
+                warn_skip(layer, dtype_name(t), f"it applies to {what} outputs")
             return t
         if is_empty(t):
             return t
@@ -73,15 +76,16 @@ def output_guard(backend: Any, op: Callable[..., Any], *, fn: str | None = None,
 
 class RealValues:
     """``ok(t, layer) -> bool`` for statistics: False (and one warning) for complex tensors, whose
-    mean and histogram are not defined the way ``fn`` reports them. Hot paths skip the call for
+    mean and histogram are not defined the way the entry's function reports them. Hot paths skip the call for
     dtypes already found real: ``if id(t.dtype) not in ok.real and not ok(t, name): return`` (by id:
     dtypes are singletons, and hashing a Paddle dtype costs ~0.5 us)."""
 
-    __slots__ = ("real", "_fn", "_kind_of", "_dtype_name")
+    __slots__ = ("real", "_name", "_kind_of", "_dtype_name")
 
-    def __init__(self, backend: Any, fn: str):
+    def __init__(self, backend: Any):
         self.real: set[int] = set()
-        self._fn, self._kind_of, self._dtype_name = fn, backend.dtype_kind, backend.dtype_name
+        self._name = entry_name()  # the warning comes at forward time, outside the entry
+        self._kind_of, self._dtype_name = backend.dtype_kind, backend.dtype_name
 
     def __call__(self, t: Any, layer: str) -> bool:
         if id(t.dtype) in self.real:
@@ -89,10 +93,11 @@ class RealValues:
         if self._kind_of(t) != "complex":
             self.real.add(id(t.dtype))
             return True
-        warn_skip(self._fn, layer, self._dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
+        with restored(self._name):
+            warn_skip(layer, self._dtype_name(t), "statistics are taken of real values (record t.abs() or t.real with a hook)")
         return False
 
 
-def real_values(backend: Any, fn: str) -> RealValues:
-    """The ``RealValues`` check of ``fn`` on ``backend``'s tensors."""
-    return RealValues(backend, fn)
+def real_values(backend: Any) -> RealValues:
+    """The ``RealValues`` check of the entry's function on ``backend``'s tensors."""
+    return RealValues(backend)

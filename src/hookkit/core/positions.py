@@ -113,7 +113,7 @@ def model_token_dim(model: Any, ops: Any = None) -> int | None:
     return ops.token_dim(model)
 
 
-def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str | None = None) -> int:
+def token_dim_of(model: Any, token_dim: int | None = None) -> int:
     """The token axis of ``model``'s activations: ``token_dim`` when given, else what the backend
     knows of the model's family (``model_token_dim``: 1 for ``transformers`` models and ``paddle.nn``
     transformers).
@@ -121,7 +121,7 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str | None = N
     >>> token_dim_of(gpt2)   # doctest: +SKIP
     1
     """
-    fn = fn or entry_name("positions")
+    fn = entry_name("positions")
     if token_dim is not None:
         if isinstance(token_dim, bool) or not isinstance(token_dim, int) or token_dim < 0:
             fail(fn, "token_dim", "None (the model's own) or an int >= 0 (the token axis of its activations)", token_dim)
@@ -136,24 +136,24 @@ def token_dim_of(model: Any, token_dim: int | None = None, *, fn: str | None = N
 
 
 # -- steps= -------------------------------------------------------------------------------------------
-def check_steps(steps: Any, fn: str | None = None) -> Any:
+def check_steps(steps: Any) -> Any:
     """``steps=``: None, an int >= 0, a list of them or a range -> something supporting ``in``."""
     if steps is None:
         return None
     valid = "None, an int >= 0 (generation step, 0 = the prompt forward), a list of them or a range"
     if isinstance(steps, range):
         if steps.step <= 0 or steps.start < 0:
-            fail(fn, "steps", valid, steps)
+            fail(None, "steps", valid, steps)
         return steps
     items = [steps] if isinstance(steps, numbers.Integral) and not isinstance(steps, bool) else steps
     if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
-        fail(fn, "steps", valid, steps, kind=ArgumentTypeError)
+        fail(None, "steps", valid, steps, kind=ArgumentTypeError)
     items = list(items)
     for s in items:
         if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-            fail(fn, "steps", valid, steps, kind=ArgumentTypeError)
+            fail(None, "steps", valid, steps, kind=ArgumentTypeError)
         if s < 0:
-            fail(fn, "steps", valid, steps)
+            fail(None, "steps", valid, steps)
     return frozenset(int(s) for s in items)
 
 
@@ -185,26 +185,26 @@ class Positions:
     ``"prompt"`` (the positions of the forward that started the sequence) or ``"generated"`` (every
     later one)."""
 
-    __slots__ = ("spec", "kind", "explicit", "start", "stop", "step", "fn")
+    __slots__ = ("spec", "kind", "explicit", "start", "stop", "step", "name")
 
-    def __init__(self, spec: Any, fn: str | None = None):
-        fn = fn or entry_name()
-        self.spec, self.fn = spec, fn
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self.name = entry_name()  # errors at forward time (select) name the function it was given to
         self.explicit: tuple[int, ...] = ()  # positions that must be reached
         self.start = 0  # kind "from": the first position
         self.stop: int | None = None
         self.step = 1
         if isinstance(spec, str):
             if spec not in KEYWORDS:
-                fail(fn, "positions", _VALID, spec)
+                fail(None, "positions", _VALID, spec)
             self.kind = spec
         elif isinstance(spec, slice):
             self._from_slice(spec)
         else:
-            self.kind, self.explicit = "set", _listed(spec, fn)
+            self.kind, self.explicit = "set", _listed(spec)
 
     def _from_slice(self, spec: slice) -> None:
-        fn = self.fn
+        fn = self.name
         start, stop, step = spec.start or 0, spec.stop, 1 if spec.step is None else spec.step
         for v in (start, stop, step):
             if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
@@ -233,7 +233,7 @@ class Positions:
         offset = pos.offset
         if pos.cached and pos.tokens is not None and length != pos.tokens:
             raise InvalidArgument(
-                f"{self.fn}: layer {layer!r} gives {length} positions along the token axis where its forward feeds "
+                f"{self.name}: layer {layer!r} gives {length} positions along the token axis where its forward feeds "
                 f"{pos.tokens} (generation step {pos.gen_step}): it does not see every position (an lm_head run on the "
                 f"last position only), so absolute positions cannot be placed on it; use positions='last' or 'all' there"
             )
@@ -263,26 +263,26 @@ class Positions:
         if not pos.cached and self.explicit[-1] >= span.stop:
             past = [p for p in self.explicit if p >= span.stop]
             raise InvalidArgument(
-                f"{self.fn}: position{'s' if len(past) > 1 else ''} {', '.join(map(str, past[:8]))} "
+                f"{self.name}: position{'s' if len(past) > 1 else ''} {', '.join(map(str, past[:8]))} "
                 f"past the end of the forward on layer {layer!r}: it has {length} positions (0..{length - 1}) "
                 "and no cache to continue it"
             )
         return [p for p in self.explicit if span.start <= p < span.stop]
 
 
-def _listed(spec: Any, fn: str) -> tuple[int, ...]:
+def _listed(spec: Any) -> tuple[int, ...]:
     """``positions=`` as an int or a list of ints: the sorted distinct positions."""
     items = [spec] if isinstance(spec, numbers.Integral) and not isinstance(spec, bool) else spec
     if isinstance(items, (bytes, dict)) or not isinstance(items, Iterable):
-        fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+        fail(None, "positions", _VALID, spec, kind=ArgumentTypeError)
     items = list(items)
     if not items:
-        fail(fn, "positions", _VALID + " (this list is empty)", spec)
+        fail(None, "positions", _VALID + " (this list is empty)", spec)
     for p in items:
         if isinstance(p, bool) or not isinstance(p, numbers.Integral):
-            fail(fn, "positions", _VALID, spec, kind=ArgumentTypeError)
+            fail(None, "positions", _VALID, spec, kind=ArgumentTypeError)
         if p < 0:
-            fail(fn, "positions", f"{_VALID} (absolute positions from the start of the sequence, >= 0)", spec)
+            fail(None, "positions", f"{_VALID} (absolute positions from the start of the sequence, >= 0)", spec)
     return tuple(sorted({int(p) for p in items}))
 
 
@@ -327,7 +327,7 @@ class Reach:
             end = self.seen[name][2]
             del self.seen[name]
             raise InvalidArgument(
-                f"{self.positions.fn}: position{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost[:8]))} of "
+                f"{self.positions.name}: position{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost[:8]))} of "
                 f"{self.positions!r} never reached on layer {name!r}: the generation ended at position {end - 1} "
                 f"({end} positions); generate more tokens or select positions below {end}"
             )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from hookkit.core import clock as clocks
 from hookkit.core import failures
 from hookkit.core.clock import Clock, Scope, advance, forward_count, number, private_pass  # noqa: F401 (re-exported)
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import annotate
 from hookkit.core.events import (  # noqa: F401
     EVENTS,
@@ -304,6 +305,7 @@ def _inert(fn: Any) -> bool:
     return isinstance(owner, LayerHooks) and owner.backend is None
 
 
+@public_entry()
 def attach(
     model: Layer,
     named: Iterable[tuple[str, Any]],
@@ -324,7 +326,7 @@ def attach(
 
     >>> attach(model, select(model, "fc"), "forward", lambda ev: print(ev.name, ev.call))   # doctest: +SKIP
     """
-    check_choice(event, EVENTS, fn="attach", arg="event")
+    check_choice(event, EVENTS, arg="event")
     if (fn is None) == (plain is None) or (plain is not None and event != "forward"):
         fail("attach", "fn", 'a function of the event, or fn=None and plain=f(layer, args, output) for event "forward"', fn)
     if event == "param_grad":
@@ -354,7 +356,7 @@ def attach_each(
     >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
     """
     if event not in LAYER_EVENTS:
-        check_choice(event, LAYER_EVENTS, fn="attach", arg="event")
+        check_choice(event, LAYER_EVENTS, arg="event")
     backend = backend_for(model)
     entries = list(entries)
     named = [(name, layer) for name, layer, _, _ in entries]
@@ -427,6 +429,7 @@ def _inner_targets(layer: Any) -> list[Any]:
     return [t for targets_of in _INNER_TARGETS for t in targets_of(layer)]
 
 
+@public_entry()
 def remove_all(model: Layer) -> int:
     """Remove every hook hookkit placed on ``model``, its layers and their parameters; returns how
     many layers had some. A deep copy or an unpickled copy of a hooked model carries inert hooks
@@ -434,7 +437,7 @@ def remove_all(model: Layer) -> int:
 
     >>> hookkit.remove_all(model)   # doctest: +SKIP
     """
-    backend = check_model(model, fn="remove_all")
+    backend = check_model(model)
     removed = 0
     for layer in [x for _, m in backend.named_layers(model) for x in (m, *_inner_targets(m))]:  # operation sites too
         hooks = _registry.get(layer)

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
 from hookkit.core.deprecation import warn_deprecated
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import LayerNotFound
 from hookkit.core.registry import backend_for, framework_of
 from hookkit.core.suggest import close_matches
@@ -182,6 +183,7 @@ def _suggest(spec: str, names: list[str]) -> list[str]:
     return beside[:8]
 
 
+@public_entry()
 def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     """Resolve ``layers`` against ``model``: ``[(dotted name, layer)]`` in model order, no duplicates.
 
@@ -191,7 +193,7 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     Globs never match the model itself (its name is ''): ``"*"`` selects its direct children; name
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
-    backend = check_model(model, fn="select")
+    backend = check_model(model)
     for claims, resolve_kind in _SPEC_KINDS:  # a spec kind of a layer above core: "layer::op" (hookkit.sites)
         if claims(layers):
             return resolve_kind(model, layers, select, Selection)

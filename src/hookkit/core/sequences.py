@@ -8,23 +8,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hookkit.core.entry import entry_name, restored
 from hookkit.core.positions import Positions, Selection
 from hookkit.core.tree import leaves
 from hookkit.core.validate import InvalidArgument
 
 
-def token_length(be: Any, t: Any, dim: int, fn: str, layer: str) -> int:
+def token_length(be: Any, t: Any, dim: int, layer: str) -> int:
     """The length of ``t`` along the token axis ``dim``; a clear error when it has no such axis."""
     shape = be.shape(t)
     if len(shape) <= dim:
         raise InvalidArgument(
-            f"{fn}: the output of layer {layer!r} has shape [{', '.join(map(str, shape))}]: no token axis {dim} "
+            f"{entry_name()}: the output of layer {layer!r} has shape [{', '.join(map(str, shape))}]: no token axis {dim} "
             "(positions= needs outputs laid out [batch, tokens, ...]; pass token_dim= for another layout)"
         )
     return int(shape[dim])
 
 
-def tensor_at(be: Any, output: Any, index: int, fn: str, layer: str) -> Any:
+def tensor_at(be: Any, output: Any, index: int, layer: str) -> Any:
     """The tensor at ``index`` among ``output``'s tensors (depth first)."""
     if be.is_tensor(output):
         found = [output]
@@ -32,7 +33,7 @@ def tensor_at(be: Any, output: Any, index: int, fn: str, layer: str) -> Any:
         found = leaves(output, be.is_tensor)
     if index >= len(found):
         raise InvalidArgument(
-            f"{fn}: layer {layer!r} returns {len(found)} tensor{'s' if len(found) != 1 else ''} "
+            f"{entry_name()}: layer {layer!r} returns {len(found)} tensor{'s' if len(found) != 1 else ''} "
             f"({type(output).__name__}); index={index} is out of range"
         )
     return found[index]
@@ -40,9 +41,10 @@ def tensor_at(be: Any, output: Any, index: int, fn: str, layer: str) -> Any:
 
 def select_output(be: Any, ev: Any, spec: Positions, dim: int, index: int) -> tuple[Any, Any] | None:
     """``(selected slice, absolute positions)`` of the output tensor at ``index`` for ``capture``;
-    None when the call holds none of the positions."""
-    t = tensor_at(be, ev.output, index, spec.fn, ev.name)
-    sel = spec.select(ev.pos, token_length(be, t, dim, spec.fn, ev.name), ev.name)
+    None when the call holds none of the positions (at forward time: errors name ``spec``'s function)."""
+    with restored(spec.name):
+        t = tensor_at(be, ev.output, index, ev.name)
+        sel = spec.select(ev.pos, token_length(be, t, dim, ev.name), ev.name)
     if sel is None:
         return None
     if sel.whole:
@@ -55,7 +57,8 @@ def edit_at_positions(
 ) -> Any:
     """``t`` with ``fn(part, leaf, ev)`` applied to its selected positions (``ev.selected``: their
     absolute positions while ``fn`` runs)."""
-    length = token_length(be, t, dim, spec.fn, ev.name)
+    with restored(spec.name):  # at forward time: errors name the function ``spec`` was given to
+        length = token_length(be, t, dim, ev.name)
     sel: Selection | None = spec.select(ev.pos, length, ev.name)
     if reach is not None:
         reach.note(ev.name, ev.pos, sel, length)
@@ -72,7 +75,7 @@ def edit_at_positions(
             return t
         if be.shape(new) != be.shape(part):
             raise InvalidArgument(
-                f"{spec.fn}: the replacement for positions {_shown(sel.absolute)} of layer {ev.name!r} has shape "
+                f"{spec.name}: the replacement for positions {_shown(sel.absolute)} of layer {ev.name!r} has shape "
                 f"[{', '.join(map(str, be.shape(new)))}]; the selected slice has shape [{', '.join(map(str, be.shape(part)))}]"
             )
         return ops.put(t, dim, sel.index, new)
@@ -90,6 +93,11 @@ _FN = "capture.sequence"
 
 def stitch(be: Any, name: str, records: list, dim: int, index: int, call: int | None, selected: bool) -> Any:
     """Join the records of ``name``'s latest sequence along ``dim`` (see ``capture.sequence``)."""
+    with restored(_FN):
+        return _stitch(be, name, records, dim, index, call, selected)
+
+
+def _stitch(be: Any, name: str, records: list, dim: int, index: int, call: int | None, selected: bool) -> Any:
     fn = _FN
     if not records:
         raise KeyError(f"layer {name!r} has not run since the capture started")
@@ -97,10 +105,10 @@ def stitch(be: Any, name: str, records: list, dim: int, index: int, call: int | 
     if last.output is None:
         raise InvalidArgument(f"{fn}: the capture kept no outputs of layer {name!r} (capture(..., outputs=False))")
     if last.pos is None or last.pos.seq < 0:
-        return tensor_at(be, last.output, index, fn, name)  # run outside the root's forward (an encoder): as is
+        return tensor_at(be, last.output, index, name)  # run outside the root's forward (an encoder): as is
     mine = _latest_call(records, last.pos.seq, name, call)
     if selected:
-        pieces = [tensor_at(be, r.output, index, _FN, name) for r in mine]
+        pieces = [tensor_at(be, r.output, index, name) for r in mine]
     else:
         pieces = _joinable(be, mine, name, dim, index)
     if len(pieces) == 1:
@@ -126,8 +134,8 @@ def _joinable(be: Any, mine: list, name: str, dim: int, index: int) -> list:
     pieces = []
     expected = 0
     for r in mine:
-        t = tensor_at(be, r.output, index, _FN, name)
-        length = token_length(be, t, dim, _FN, name)
+        t = tensor_at(be, r.output, index, name)
+        length = token_length(be, t, dim, name)
         pos = r.pos
         if pos.cached and pos.tokens is not None and length != pos.tokens:
             raise InvalidArgument(

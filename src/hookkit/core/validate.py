@@ -12,7 +12,7 @@ Beside it: ``files`` (``read_json_file``, ``InvalidFile``: files read from elsew
 (``output_guard``, ``real_values``: outputs a feature cannot work on, left alone with one
 ``SkippedOutputWarning``); both names are also importable from here.
 
->>> check_number(0.1, fn="gaussian_noise", arg="std", low=0)
+>>> check_number(0.1, arg="std", low=0)   # in gaussian_noise: "gaussian_noise(): std must be ..."
 0.1
 """
 
@@ -64,7 +64,6 @@ def _is_real(value: Any) -> bool:
 def check_number(
     value: Any,
     *,
-    fn: str | None = None,
     arg: str,
     low: float | None = None,
     high: float | None = None,
@@ -79,7 +78,7 @@ def check_number(
     ``low``/``high`` bound it (closed, or open with ``low_open``/``high_open``); ``finite`` refuses
     NaN and +-Inf; ``optional`` lets None through.
 
-    >>> check_number(3, fn="f", arg="k", low=1, integer=True)
+    >>> check_number(3, arg="k", low=1, integer=True)
     3
     """
     if value is None and optional:
@@ -89,7 +88,7 @@ def check_number(
     else:
         ok = _is_real(value)
     if not ok:
-        fail(fn, arg, _describe(low, high, low_open, high_open, finite, integer, optional), value, kind=ArgumentTypeError)
+        fail(None, arg, _describe(low, high, low_open, high_open, finite, integer, optional), value, kind=ArgumentTypeError)
     number = int(value) if integer else float(value)
     bad = (finite and not math.isfinite(number)) or (not integer and math.isnan(number))
     if low is not None:
@@ -97,7 +96,7 @@ def check_number(
     if high is not None:
         bad = bad or (number >= high if high_open else number > high)
     if bad:
-        fail(fn, arg, _describe(low, high, low_open, high_open, finite, integer, optional), value)
+        fail(None, arg, _describe(low, high, low_open, high_open, finite, integer, optional), value)
     return number
 
 
@@ -112,69 +111,67 @@ def _describe(low: Any, high: Any, low_open: bool, high_open: bool, finite: bool
     return what + (" or None" if optional else "")
 
 
-def check_int(
-    value: Any, *, fn: str | None = None, arg: str, low: int | None = None, high: int | None = None, optional: bool = False
-) -> Any:
+def check_int(value: Any, *, arg: str, low: int | None = None, high: int | None = None, optional: bool = False) -> Any:
     """``check_number(..., integer=True)``: an int (not a bool) in ``[low, high]``."""
-    return check_number(value, fn=fn, arg=arg, low=low, high=high, integer=True, optional=optional)
+    return check_number(value, arg=arg, low=low, high=high, integer=True, optional=optional)
 
 
-def check_probability(value: Any, *, fn: str | None = None, arg: str) -> float:
+def check_probability(value: Any, *, arg: str) -> float:
     """A probability: a finite number in [0, 1]."""
-    return check_number(value, fn=fn, arg=arg, low=0.0, high=1.0)
+    return check_number(value, arg=arg, low=0.0, high=1.0)
 
 
-def check_range_pair(value: Any, *, fn: str | None = None, arg: str) -> tuple[float, float]:
+def check_range_pair(value: Any, *, arg: str) -> tuple[float, float]:
     """A ``(low, high)`` pair of finite numbers with low < high (a list or tuple of two)."""
     valid = "a (low, high) pair of finite numbers with low < high"
     if getattr(value, "ndim", None) == 1 and hasattr(value, "tolist"):  # a numpy array of two
         value = value.tolist()
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or len(value) != 2:
-        fail(fn, arg, valid, value, kind=ArgumentTypeError)
+        fail(None, arg, valid, value, kind=ArgumentTypeError)
     if not all(_is_real(v) for v in value):
-        fail(fn, arg, valid, value, kind=ArgumentTypeError)
+        fail(None, arg, valid, value, kind=ArgumentTypeError)
     lo, hi = float(value[0]), float(value[1])
     if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-        fail(fn, arg, valid, value)
+        fail(None, arg, valid, value)
     return lo, hi
 
 
 # -- other kinds ----------------------------------------------------------------------------------
-def check_bool(value: Any, *, fn: str | None = None, arg: str) -> bool:
+def check_bool(value: Any, *, arg: str) -> bool:
     """True or False (numpy's bool and the ints 0 and 1 too); anything else is a mistake, such as a
     string, which Python would read as True."""
     if isinstance(value, bool) or type(value).__name__ == "bool_" or (isinstance(value, int) and value in (0, 1)):
         return bool(value)
-    fail(fn, arg, "True or False", value, kind=ArgumentTypeError)
+    fail(None, arg, "True or False", value, kind=ArgumentTypeError)
 
 
-def check_str(value: Any, *, fn: str | None = None, arg: str, optional: bool = False) -> Any:
+def check_str(value: Any, *, arg: str, optional: bool = False) -> Any:
     """A non-empty string (or None with ``optional``)."""
     if value is None and optional:
         return None
     if not isinstance(value, str):
-        fail(fn, arg, "a string" + (" or None" if optional else ""), value, kind=ArgumentTypeError)
+        fail(None, arg, "a string" + (" or None" if optional else ""), value, kind=ArgumentTypeError)
     if not value:
-        fail(fn, arg, "a non-empty string", value)
+        fail(None, arg, "a non-empty string", value)
     return value
 
 
-def check_choice(value: Any, choices: Iterable[Any], *, fn: str | None = None, arg: str) -> Any:
+def check_choice(value: Any, choices: Iterable[Any], *, arg: str) -> Any:
     """One of ``choices`` (compared with ==, types must match: ``True`` is not ``1``)."""
     choices = tuple(choices)
     for c in choices:
         if type(value) is type(c) and value == c:
             return value
-    fail(fn, arg, "one of " + ", ".join(map(repr, choices)), value)
+    fail(None, arg, "one of " + ", ".join(map(repr, choices)), value)
 
 
-def check_callable(value: Any, *, fn: str | None = None, arg: str, signature: str = "", optional: bool = False) -> Any:
+def check_callable(value: Any, *, arg: str, signature: str = "", optional: bool = False) -> Any:
     """A callable (``signature`` says how it is called, for the message)."""
     if value is None and optional:
         return None
     if not callable(value):
         fail(
-            fn,
+            None,
             arg,
             "callable" + (f" as {signature}" if signature else "") + (" or None" if optional else ""),
             value,
@@ -183,18 +180,18 @@ def check_callable(value: Any, *, fn: str | None = None, arg: str, signature: st
     return value
 
 
-def check_length(value: Any, n: int, *, fn: str | None = None, arg: str, what: str) -> Any:
+def check_length(value: Any, n: int, *, arg: str, what: str) -> Any:
     """``value`` when it holds ``n`` items; ``what`` says which (``"one heatmap per image"``).
 
-    >>> check_length(["a", "b"], 2, fn="f", arg="labels", what="one label per row")
+    >>> check_length(["a", "b"], 2, arg="labels", what="one label per row")
     ['a', 'b']
     """
     if len(value) != n:
-        fail(fn, arg, f"{what} ({n})", value)
+        fail(None, arg, f"{what} ({n})", value)
     return value
 
 
-def check_model(model: Any, *, fn: str | None = None, arg: str = "model") -> Any:
+def check_model(model: Any, *, arg: str = "model") -> Any:
     """The backend of ``model`` when it is a torch.nn.Module / paddle.nn.Layer (a tensor is refused)."""
     try:
         be = backend_for(model)
@@ -205,7 +202,7 @@ def check_model(model: Any, *, fn: str | None = None, arg: str = "model") -> Any
         what = "a model: a layer of " + kinds + " (torch.nn.Module, paddle.nn.Layer; a framework counts once imported)"
         if be is not None:
             what += f"; this is a {be.name} tensor"
-        fail(fn, arg, what, model, kind=UnsupportedModel)
+        fail(None, arg, what, model, kind=UnsupportedModel)
     return be
 
 
@@ -213,7 +210,6 @@ def check_tensor_like(
     value: Any,
     backend: Any,
     *,
-    fn: str | None = None,
     arg: str,
     ndim: int | Sequence[int] | None = None,
     convert: bool = True,
@@ -222,7 +218,7 @@ def check_tensor_like(
     numpy array, a number or a nested list of numbers is converted (float32 unless it is an integer
     array; bool becomes float32 0/1); a tensor of the other framework is refused, naming both. ``ndim``: allowed ranks.
 
-    >>> x = check_tensor_like(np.zeros((2, 3)), backend_for(model), fn="gradcam", arg="inputs")   # doctest: +SKIP
+    >>> x = check_tensor_like(np.zeros((2, 3)), backend_for(model), arg="inputs")   # doctest: +SKIP
     """
     import numpy as np
 
@@ -230,15 +226,15 @@ def check_tensor_like(
     if not backend.is_tensor(value):
         other = framework_of(value)
         if other and other != backend.name:
-            fail(fn, arg, f"{what}: the model is a {backend.name} model, this is a {other} tensor", value, kind=ArgumentTypeError)
+            fail(None, arg, f"{what}: the model is a {backend.name} model, this is a {other} tensor", value, kind=ArgumentTypeError)
         if not convert or isinstance(value, (str, bytes, dict)) or value is None:
-            fail(fn, arg, what, value, kind=ArgumentTypeError)
+            fail(None, arg, what, value, kind=ArgumentTypeError)
         try:
             array = np.asarray(value)
         except (TypeError, ValueError):
-            fail(fn, arg, what, value, kind=ArgumentTypeError)
+            fail(None, arg, what, value, kind=ArgumentTypeError)
         if array.dtype == object or array.dtype.kind not in "biuf":
-            fail(fn, arg, what + " of numbers", value, kind=ArgumentTypeError)
+            fail(None, arg, what + " of numbers", value, kind=ArgumentTypeError)
         if array.dtype.kind == "f" or array.dtype.kind == "b":
             array = array.astype(np.float32)
         value = backend.from_numpy(np.ascontiguousarray(array))
@@ -246,11 +242,11 @@ def check_tensor_like(
         ranks = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         have = len(backend.shape(value))
         if have not in ranks:
-            fail(fn, arg, f"a tensor with {' or '.join(map(str, ranks))} dims", value)
+            fail(None, arg, f"a tensor with {' or '.join(map(str, ranks))} dims", value)
     return value
 
 
-def check_runnable(be: Any, model: Any, *, fn: str | None = None, arg: str = "model") -> None:
+def check_runnable(be: Any, model: Any, *, arg: str = "model") -> None:
     """Refuse a model whose weights hold no data (PyTorch's meta device: built under
     ``accelerate.init_empty_weights()``) for a verb that runs it and reads real values; the message
     names the first layer without data and what to do. Layers accelerate loads at call time
@@ -265,7 +261,7 @@ def check_runnable(be: Any, model: Any, *, fn: str | None = None, arg: str = "mo
     layer, _, tensor = missing[0].rpartition(".")
     where = f"layer {layer!r}" if layer else "the model"
     fail(
-        fn,
+        None,
         arg,
         f"a model whose weights hold values: {where} has {tensor!r} without data (meta device; {len(missing)} such tensors), "
         "so no real value can be computed; load its weights (from_pretrained, load_state_dict(..., assign=True), "

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.entry import entered, public_entry
 from hookkit.core.validate import check_int
 from hookkit.integrations.writers import Histogram, ScalarWriter, as_writer
 
@@ -33,6 +34,7 @@ class Monitor:
     >>> mon.attach(model); ...; mon.log(step=100); mon.remove()    # doctest: +SKIP
     """
 
+    @public_entry()
     def __init__(
         self,
         activation_stats: bool = True,
@@ -44,12 +46,10 @@ class Monitor:
         writer: ScalarWriter | None = None,
         log_every: int = 1,
         weight_stats: bool = False,
-        *,
-        fn: str = "Monitor",
     ):
-        check_int(every, fn=fn, arg="every", low=1)
-        check_int(log_every, fn=fn, arg="log_every", low=1)
-        writer = as_writer(writer, fn)  # SummaryWriter as is; VisualDL's LogWriter and a wandb run adapted
+        check_int(every, arg="every", low=1)
+        check_int(log_every, arg="log_every", low=1)
+        writer = as_writer(writer)  # SummaryWriter as is; VisualDL's LogWriter and a wandb run adapted
         self.want_activations, self.want_gradients, self.hist = activation_stats, gradient_stats, hist
         self.layers, self.every, self.nonfinite = layers, every, nonfinite
         self.writer, self.log_every = writer, log_every
@@ -215,9 +215,8 @@ class MonitorCallback:
         weight_stats: bool = False,
     ):
         super().__init__()
-        self.monitor = Monitor(
-            activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every, weight_stats, fn=type(self).__name__
-        )
+        with entered(type(self).__name__):  # errors name the callback class the user made
+            self.monitor = Monitor(activation_stats, gradient_stats, hist, layers, every, nonfinite, writer, log_every, weight_stats)
 
     @property
     def activation_stats(self) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hookkit.core.entry import entry_name
 from hookkit.core.validate import ArgumentTypeError, fail
 
 __all__ = ["Histogram", "HistogramWriter", "ScalarWriter", "VisualDLWriter", "WandbWriter", "as_writer"]
@@ -172,7 +173,7 @@ class WandbWriter:
         self.commit()
 
 
-def as_writer(writer: Any, fn: str = "Monitor") -> Any:
+def as_writer(writer: Any) -> Any:
     """``writer`` ready for the callbacks: a ``SummaryWriter`` (or anything with ``add_scalar``)
     as it is, VisualDL's ``LogWriter`` in a ``VisualDLWriter``, a wandb run in a ``WandbWriter``;
     None stays None. Anything else: TypeError naming what is accepted."""
@@ -186,7 +187,7 @@ def as_writer(writer: Any, fn: str = "Monitor") -> Any:
     if callable(getattr(writer, "add_scalar", None)):
         return writer
     fail(
-        fn,
+        entry_name("Monitor"),
         "writer",
         "a TensorBoard SummaryWriter (or any object with add_scalar(tag, value, step)), a VisualDL LogWriter or a wandb run",
         writer,

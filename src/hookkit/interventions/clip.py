@@ -73,7 +73,7 @@ def _is_scaler(backend: Backend, obj: Any) -> bool:
 
 
 def _check_positive(x: float | None, arg: str) -> float | None:
-    return check_number(x, fn="clip_grad", arg=arg, low=0, low_open=True, optional=True)
+    return check_number(x, arg=arg, low=0, low_open=True, optional=True)
 
 
 @public_entry()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.backends import Backend, backend_for, backend_named, registered_backends
+from hookkit.core.entry import public_entry
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
 from hookkit.core.select import select
@@ -91,23 +92,24 @@ class DropHookModel:
             cls = _class_for(backend_for(model))
         return super().__new__(cls)
 
+    @public_entry()
     def __init__(
         self, model: Any, hook_layers: Sequence[Any], hook_funcs: Sequence[Callable], hook_types: Sequence[str] | str = "forward_post_hook"
     ):
-        check_model(model, fn="DropHookModel")
+        check_model(model)
         hook_layers = _as_list(hook_layers, "hook_layers")
         hook_funcs = _as_list(hook_funcs, "hook_funcs")
         hook_types = [hook_types] * len(hook_layers) if isinstance(hook_types, str) else _as_list(hook_types, "hook_types")
         n = len(hook_layers)
-        check_length(hook_funcs, n, fn="DropHookModel", arg="hook_funcs", what="one function per layer of hook_layers")
-        check_length(hook_types, n, fn="DropHookModel", arg="hook_types", what="one type per layer of hook_layers, or one string for all")
+        check_length(hook_funcs, n, arg="hook_funcs", what="one function per layer of hook_layers")
+        check_length(hook_types, n, arg="hook_types", what="one type per layer of hook_layers, or one string for all")
         valid = ", ".join(map(repr, HOOK_TYPES))
         hook_types = [_ALSO_ACCEPTED.get(t, t) if isinstance(t, str) else t for t in hook_types]
         for i, (f, t) in enumerate(zip(hook_funcs, hook_types)):
             if t not in HOOK_TYPES:
                 fail("DropHookModel", f"hook_types[{i}]", f"one of {valid}", t)
             if not callable(f):
-                check_callable(f, fn="DropHookModel", arg=f"hook_funcs[{i}]", signature="f(layer, inputs, output) or f(layer, inputs)")
+                check_callable(f, arg=f"hook_funcs[{i}]", signature="f(layer, inputs, output) or f(layer, inputs)")
         named = [select(model, layer) for layer in hook_layers]  # resolve all before placing any
         super().__init__()
         self.model = model

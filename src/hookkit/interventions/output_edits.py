@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.entry import entered, entry_name, public_entry
+from hookkit.core.entry import entered, entry_name, public_entry, restored
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, Reach, check_steps, token_dim_of
 from hookkit.core.router import INTERVENTION, Event
@@ -105,16 +105,13 @@ class Edits(HandleGroup):
             self.reach.check()
 
 
-def positions_args(
-    model: Layer, positions: Any, steps: Any, token_dim: Any, fn: str | None = None
-) -> tuple[Positions | None, Any, int | None]:
+def positions_args(model: Layer, positions: Any, steps: Any, token_dim: Any) -> tuple[Positions | None, Any, int | None]:
     """Checked ``(positions, steps, token axis)`` of an edit or capture."""
-    fn = fn or entry_name()
-    spec = None if positions is None else Positions(positions, fn)
-    gen_steps = check_steps(steps, fn)
-    dim = token_dim_of(model, token_dim, fn=fn) if spec is not None else None
+    spec = None if positions is None else Positions(positions)
+    gen_steps = check_steps(steps)
+    dim = token_dim_of(model, token_dim) if spec is not None else None
     if spec is None and token_dim is not None:
-        token_dim_of(model, token_dim, fn=fn)  # checked all the same
+        token_dim_of(model, token_dim)  # checked all the same
     return spec, gen_steps, dim
 
 
@@ -142,13 +139,13 @@ def edit_sites(
     the value at each site, on the selected calls, generation steps and token positions (``fn`` then
     gets the slice of those positions, ``ev.selected`` their absolute positions). ``kinds``: the
     dtype kinds ``fn`` works on (others are left alone with one warning; see ``output_guard``)."""
-    label = entry_name("edit_outputs")
-    when = When(check_calls(calls), None)
-    spec, gen_steps, dim = positions_args(model, positions, steps, token_dim, label)
-    when = When(when.calls, gen_steps)
-    be = backend_for(model)
-    if kinds is not None:
-        fn = _guarded(be, fn, label, kinds)
+    with entered(entry_name("edit_outputs")):  # named "edit_outputs" when no entry is active
+        when = When(check_calls(calls), None)
+        spec, gen_steps, dim = positions_args(model, positions, steps, token_dim)
+        when = When(when.calls, gen_steps)
+        be = backend_for(model)
+        if kinds is not None:
+            fn = _guarded(be, fn, kinds)
     reach = Reach(spec) if spec is not None and spec.explicit else None
 
     def consumer(site: Site) -> Callable[[Event], Any]:
@@ -174,8 +171,8 @@ def edit_sites(
     return attach_sites(model, found, consumer, INTERVENTION, group=Edits(reach))  # type: ignore[return-value]
 
 
-def _guarded(be: Backend, fn: SiteFn, label: str, kinds: Any) -> SiteFn:
-    guarded = output_guard(be, fn, fn=label, kinds=kinds)
+def _guarded(be: Backend, fn: SiteFn, kinds: Any) -> SiteFn:
+    guarded = output_guard(be, fn, kinds=kinds)
 
     def op(t: Any, pos: int, ev: Event, site: Site) -> Any:
         return guarded(t, pos, ev, site, layer=ev.name)
@@ -215,7 +212,7 @@ def edit_outputs(
         )
 
 
-def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *, fn: str | None = None, arg: str) -> dict[str, Any]:
+def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *, arg: str) -> dict[str, Any]:
     """One value for every layer, or a dict name -> value covering exactly the selected layers."""
     if isinstance(values, Mapping) and not is_tensor(values):
         missing = [n for n in names if n not in values]
@@ -225,7 +222,7 @@ def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *
             detail += f"; missing: {', '.join(missing)}" if missing else ""
             detail += f"; not selected: {', '.join(map(str, extra))}" if extra else ""
             valid = f"one value for every layer, or a dict with one entry per selected layer ({detail})"
-            fail(fn or entry_name(), arg, valid, list(values))
+            fail(None, arg, valid, list(values))
         return dict(values)
     return {n: values for n in names}
 
@@ -233,7 +230,7 @@ def per_layer(values: Any, names: list[str], is_tensor: Callable[[Any], bool], *
 def converted_per_layer(be: Backend, values: Any, names: list[str], arg: str) -> dict[str, Converted]:
     """``per_layer`` of user tensors (``mean=``, ``vector=``), each checked and converted once."""
     return {
-        n: Converted(check_tensor_like(v, be, fn=entry_name(), arg=arg if v is values else f"{arg}[{n!r}]"))
+        n: Converted(check_tensor_like(v, be, arg=arg if v is values else f"{arg}[{n!r}]"))
         for n, v in per_layer(values, names, be.is_tensor, arg=arg).items()
     }
 
@@ -352,7 +349,7 @@ def patch(
     names = names_of(found)
     per_call, every = _stored(be, values, names, positions is not None)
     cache: dict[int, Converted] = {}
-    dim = token_dim_of(model, token_dim, fn="patch") if positions is not None else None
+    dim = token_dim_of(model, token_dim) if positions is not None else None
 
     def replace(t: Any, pos: int, ev: Event, site: Site) -> Any:
         stored = per_call.get((site.name, ev.call))
@@ -388,7 +385,8 @@ def _sequence_of(cap: Any, name: str) -> Any:
 
 def _at_absolute(be: Backend, value: Any, ev: Event, want: Sequence[int], dim: int) -> Any:
     """The entries of a patch value at the absolute positions ``want`` (``ev.selected``) along the token axis."""
-    have = token_length(be, value, dim, "patch", ev.name)
+    with restored("patch"):  # at forward time, outside the entry
+        have = token_length(be, value, dim, ev.name)
     if want[-1] >= have:
         valid = (
             f"covering every position patched (e.g. a clean run's capture.sequence(name)): the value for layer {ev.name!r} "
@@ -430,7 +428,7 @@ def ablate(
     >>> h = hookkit.ablate(model, "transformer.h.0.attn", heads=[1, 3])   # doctest: +SKIP
     """
     be = check_model(model)
-    check_choice(mode, ABLATIONS, fn="ablate", arg="mode")
+    check_choice(mode, ABLATIONS, arg="mode")
     if mean is not None and mode != "mean":
         fail("ablate", "mean", "None with mode='zero' (mean= is only used with mode='mean')", mean)
     check_index(index)
@@ -490,7 +488,7 @@ def steer(
     check_index(index)
     found = sites_of(model, layers, positions, steps, index, heads=heads, head_layout=head_layout)
     vectors = converted_per_layer(be, vector, names_of(found), "vector")
-    scale = check_number(scale, fn="steer", arg="scale")
+    scale = check_number(scale, arg="scale")
 
     def add(t: Any, pos: int, ev: Event, site: Site) -> Any:
         v = site.part.vector(be, vectors[site.name].like(be, t), t)
@@ -527,7 +525,7 @@ def edit(
     check_model(model)
     check_index(index)
     found = sites_of(model, layers, positions, steps, index, heads=heads, head_layout=head_layout)
-    check_callable(fn, fn="edit", arg="fn", signature="fn(heads, ev)" if kind_of({"heads": heads}) else "fn(output, ev)")
+    check_callable(fn, arg="fn", signature="fn(heads, ev)" if kind_of({"heads": heads}) else "fn(output, ev)")
 
     def apply(t: Any, pos: int, ev: Event, site: Site) -> Any:
         new = fn(t, ev)

@@ -58,7 +58,7 @@ def _check_amount(amount: Any) -> None:
         if amount < 0:
             fail("prune", "amount", valid, amount)
     else:
-        check_probability(amount, fn="prune", arg="amount")
+        check_probability(amount, arg="amount")
 
 
 def _mask(w: np.ndarray, amount: float | int, method: str, n: float, dim: int, where: str) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.entry import entry_name, public_entry
+from hookkit.core.entry import public_entry
 from hookkit.core.guards import output_guard
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import INTERVENTION, Event, attach
@@ -55,7 +55,7 @@ def _train_only(model: Any, layers: LayerSpec, op: Callable[[Any], Any]) -> Hand
     Integer, bool and complex outputs are left alone (one warning); empty ones pass through."""
     backend = backend_for(model)
     is_training, is_tensor = backend.is_training, backend.is_tensor
-    guarded = output_guard(backend, op, fn=entry_name("intervention"))  # named now: the warning comes at forward time
+    guarded = output_guard(backend, op)  # named now: the warning comes at forward time
 
     def consume(ev: Event) -> Any:
         if not is_training(ev.layer):

@@ -13,7 +13,7 @@ from itertools import count
 from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal, NamedTuple
 
-from hookkit.core.entry import entered
+from hookkit.core.entry import entered, public_entry, restored
 from hookkit.core.handles import HandleGroup
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
@@ -245,6 +245,7 @@ class capture(HandleGroup, RecordSource):
     the last axis kept per output, with their indices.
     """
 
+    @public_entry()
     def __init__(
         self,
         model: Layer,
@@ -290,16 +291,16 @@ class capture(HandleGroup, RecordSource):
     def _options(self, model: Any, keep: Any, positions: Any, steps: Any, token_dim: Any, index: Any) -> Any:
         """Check the options that shape the records; the model's backend."""
         self._limit = None if keep == "all" and isinstance(keep, str) else _keep_limit(keep)
-        self._positions = None if positions is None else Positions(positions, "capture")
-        self._gen_steps = None if steps is None else check_steps(steps, "capture")
-        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim, fn="capture")
+        self._positions = None if positions is None else Positions(positions)
+        self._gen_steps = None if steps is None else check_steps(steps)
+        self._token_dim = None if token_dim is None else token_dim_of(model, token_dim)
         if type(index) is not int or index < 0:  # bool and numpy ints refused as before
             fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
         self._index = index
         self._steps: deque[int] = deque()
-        backend = check_model(model, fn="capture")
+        backend = check_model(model)
         if self._positions is not None and self._token_dim is None:
-            self._token_dim = token_dim_of(model, fn="capture")
+            self._token_dim = token_dim_of(model)
         return backend
 
     def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
@@ -322,7 +323,7 @@ class capture(HandleGroup, RecordSource):
         flags = (inputs, outputs, grads, detach, clone)
         if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
             for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
-                check_bool(value, fn="capture", arg=arg)
+                check_bool(value, arg=arg)
         if to is not None:
             problem = self._backend.device_problem(to)
             if problem:
@@ -405,7 +406,8 @@ class capture(HandleGroup, RecordSource):
         """``top_k=``: the ``k`` largest values along the last axis of the output's tensor at
         ``index``, and their indices (on its device: no host sync)."""
         be, k = self._backend, self._top_k
-        t = tensor_at(be, output, index, "capture()", name)
+        with restored("capture"):  # at forward time, outside the entry
+            t = tensor_at(be, output, index, name)
         width = t.shape[-1] if len(t.shape) else 0
         if k > width:  # type: ignore[operator]  # set: top_k= given
             raise InvalidArgument(
@@ -519,6 +521,7 @@ class capture(HandleGroup, RecordSource):
             self._last(name)
         return list(self._records[name])
 
+    @public_entry("capture.sequence")
     def sequence(self, name: str, *, call: int | None = None) -> Any:
         """The output of layer ``name`` over the whole sequence of the latest ``generate()`` call (or
         incremental decoding loop), joined along the token axis from the per-step records, with no
@@ -548,7 +551,7 @@ class capture(HandleGroup, RecordSource):
                     "a layer of a model that still exists (the captured model is gone: its token axis is unknown)",
                     name,
                 )
-            dim = self._token_dim = token_dim_of(model, fn="capture.sequence")
+            dim = self._token_dim = token_dim_of(model)
         return stitch(self._backend, name, self._records[name], dim, self._index, call, self._positions is not None)
 
     def records(self) -> list[Record]:

@@ -40,11 +40,12 @@ class Hook:
     >>> h.stored is the output of model.fc
     """
 
+    @public_entry()
     def __init__(self, m: Any, hook_func: Callable, is_forward: bool = True, detach: bool = True, cpu: bool = False, gather: bool = False):
-        self._backend = check_model(m, fn="Hook", arg="m")
-        check_callable(hook_func, fn="Hook", arg="hook_func", signature="hook_func(module, input, output)")
+        self._backend = check_model(m, arg="m")
+        check_callable(hook_func, arg="hook_func", signature="hook_func(module, input, output)")
         for arg, value in (("is_forward", is_forward), ("detach", detach), ("cpu", cpu), ("gather", gather)):
-            check_bool(value, fn="Hook", arg=arg)
+            check_bool(value, arg=arg)
         self.hook_func, self.detach, self.cpu, self.gather = hook_func, detach, cpu, gather
         self.stored: Any = None
         self.removed = False

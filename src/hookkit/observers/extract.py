@@ -143,7 +143,7 @@ def _check_args(data: Any, forward: Any, dtype: Any, progress: Any, shard_size: 
 
 def _open_run(model: Any, data: Any, layers: LayerSpec, out: str, inputs: bool, reduce: Any, dtype: str | None, sampler: Any) -> _Run:
     be = backend_for(model)
-    check_runnable(be, model, fn="extract")
+    check_runnable(be, model)
     named = select(model, layers)  # LayerNotFound here, before any forward
     names = [n for n, _ in named]
     if not names:

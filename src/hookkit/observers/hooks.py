@@ -19,16 +19,11 @@ from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_callable, check_int, check_model, fail
 
 
-def _check_hook_args(fn_name: str, fn: Any, priority: Any, with_kwargs: Any = False) -> None:
-    signatures = {
-        "on_forward_pre": "fn(layer, inputs)" if not with_kwargs else "fn(layer, inputs, kwargs)",
-        "on_forward": "fn(layer, inputs, output)" if not with_kwargs else "fn(layer, inputs, kwargs, output)",
-        "on_backward": "fn(layer, grad_inputs, grad_outputs)",
-        "on_output_grad": "fn(layer, grad)",
-    }
-    check_callable(fn, fn=fn_name, arg="fn", signature=signatures[fn_name])
-    check_bool(with_kwargs, fn=fn_name, arg="with_kwargs")
-    check_int(priority, fn=fn_name, arg="priority")
+def _check_hook_args(fn: Any, priority: Any, signature: str, with_kwargs: Any = False) -> None:
+    """``signature``: how ``fn`` is called, for the message (``"fn(layer, grad)"``)."""
+    check_callable(fn, arg="fn", signature=signature)
+    check_bool(with_kwargs, arg="with_kwargs")
+    check_int(priority, arg="priority")
 
 
 @public_entry()
@@ -42,7 +37,7 @@ def on_forward_pre(
     >>> h = hookkit.on_forward_pre(model, "flatten", lambda layer, inputs: print(inputs))   # doctest: +SKIP
     """
     check_model(model)
-    _check_hook_args("on_forward_pre", fn, priority, with_kwargs)
+    _check_hook_args(fn, priority, "fn(layer, inputs, kwargs)" if with_kwargs else "fn(layer, inputs)", with_kwargs)
     if with_kwargs:
 
         def consume(ev: Event) -> Any:
@@ -66,7 +61,7 @@ def on_forward(model: Layer, layers: LayerSpec, fn: Callable, *, with_kwargs: bo
     >>> h = hookkit.on_forward(model, "flatten", lambda layer, inputs, out: 2 * out)   # doctest: +SKIP
     """
     check_model(model)
-    _check_hook_args("on_forward", fn, priority, with_kwargs)
+    _check_hook_args(fn, priority, "fn(layer, inputs, kwargs, output)" if with_kwargs else "fn(layer, inputs, output)", with_kwargs)
     if not with_kwargs:  # fn takes what the router's plain forward consumers take
         return attach(model, select(model, layers), "forward", None, priority, plain=fn)
 
@@ -90,7 +85,7 @@ def on_backward(model: Layer, layers: LayerSpec, fn: Callable, *, priority: int 
     >>> h = hookkit.on_backward(model, "conv1", lambda layer, gin, gout: print(gout[0].shape))   # doctest: +SKIP
     """
     check_model(model)
-    _check_hook_args("on_backward", fn, priority)
+    _check_hook_args(fn, priority, "fn(layer, grad_inputs, grad_outputs)")
 
     def consume(ev: Event) -> Any:
         return fn(ev.layer, ev.grad_inputs, ev.grad_outputs)
@@ -106,7 +101,7 @@ def on_output_grad(model: Layer, layers: LayerSpec, fn: Callable, *, priority: i
     >>> h = hookkit.on_output_grad(model, "conv1", lambda layer, g: g.clamp(-1, 1))   # doctest: +SKIP
     """
     check_model(model)
-    _check_hook_args("on_output_grad", fn, priority)
+    _check_hook_args(fn, priority, "fn(layer, grad)")
 
     def consume(ev: Event) -> Any:
         return fn(ev.layer, ev.grad)

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import NonFiniteError
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
@@ -61,6 +62,7 @@ class watch_nonfinite(HandleGroup):
     watches the forward only. ``layers``: any layer spec, default ``hookkit.LEAVES``.
     """
 
+    @public_entry()
     def __init__(
         self,
         model: Layer,
@@ -72,11 +74,11 @@ class watch_nonfinite(HandleGroup):
         eager: bool = False,
     ):
         super().__init__()
-        explode = check_number(explode, fn="watch_nonfinite", arg="explode", low=0, optional=True)
-        vanish = check_number(vanish, fn="watch_nonfinite", arg="vanish", low=0, optional=True)
-        check_bool(grads, fn="watch_nonfinite", arg="grads")
-        check_bool(eager, fn="watch_nonfinite", arg="eager")
-        self._backend = be = check_model(model, fn="watch_nonfinite")
+        explode = check_number(explode, arg="explode", low=0, optional=True)
+        vanish = check_number(vanish, arg="vanish", low=0, optional=True)
+        check_bool(grads, arg="grads")
+        check_bool(eager, arg="eager")
+        self._backend = be = check_model(model)
         self._model = weakref.ref(model)
         self.grads, self.explode, self.vanish, self.eager = bool(grads), explode, vanish, bool(eager)
         named = select(model, LEAVES if layers is None else layers)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend, backend_for
+from hookkit.core.entry import public_entry
 from hookkit.core.registry import backend_named
 from hookkit.core.validate import ArgumentTypeError, fail
 from hookkit.sae.files import (
@@ -134,6 +135,7 @@ class SAE:
 
     # -- constructors -----------------------------------------------------------------------------
     @classmethod
+    @public_entry("SAE.load")
     def load(
         cls,
         folder: str | os.PathLike,
@@ -158,7 +160,7 @@ class SAE:
         cfg = read_cfg(path)
         weights_path = inside(path, WEIGHTS_FILE)
         arrays = read_safetensors(weights_path)
-        backend, device, dtype = _placement(framework, like, device, dtype, "SAE.load")
+        backend, device, dtype = _placement(framework, like, device, dtype)
         return cls(
             cfg,
             arrays,
@@ -169,6 +171,7 @@ class SAE:
         )
 
     @classmethod
+    @public_entry("SAE.from_arrays")
     def from_arrays(
         cls,
         *,
@@ -262,10 +265,11 @@ class SAE:
                 fail("SAE.from_arrays", "k", "the number of features kept (an int) for architecture='topk'", k)
             cfg["k"] = k
             cfg["rescale_acts_by_decoder_norm"] = rescale_acts_by_decoder_norm
-        backend, dev, dt = _placement(framework, like, device, dtype, "SAE.from_arrays")
+        backend, dev, dt = _placement(framework, like, device, dtype)
         return cls(cfg, arrays, backend=backend, device=dev, dtype=dt or cfg["dtype"], where="SAE.from_arrays()")
 
     @classmethod
+    @public_entry("SAE.from_sae_lens")
     def from_sae_lens(
         cls, sae: Any, *, framework: str | None = None, like: Any = None, device: str | None = None, dtype: str | None = None
     ) -> SAE:
@@ -289,9 +293,10 @@ class SAE:
             raise SAEFileError("SAE.from_sae_lens(): a batch-top-k SAE without its 'topk_threshold' buffer")
         if framework is None and like is None:
             framework = be.name
-        backend, dev, dt = _placement(framework, like, device, dtype, "SAE.from_sae_lens")
+        backend, dev, dt = _placement(framework, like, device, dtype)
         return cls(cfg, arrays, backend=backend, device=dev, dtype=dt or cfg.get("dtype"), where=f"SAE.from_sae_lens({type(sae).__name__})")
 
+    @public_entry("SAE.to")
     def to(self, *, like: Any = None, framework: str | None = None, device: str | None = None, dtype: str | None = None) -> SAE:
         """A copy of this SAE on another framework, device or dtype (this one is left as it is).
 
@@ -308,7 +313,7 @@ class SAE:
         if framework is None and like is None:
             framework = self.backend.name
             device = device or self.device
-        backend, dev, dt = _placement(framework, like, device, dtype, "SAE.to")
+        backend, dev, dt = _placement(framework, like, device, dtype)
         return type(self)(self.cfg, arrays, backend=backend, device=dev, dtype=dt or self.dtype)
 
     # -- the formulas ------------------------------------------------------------------------------
@@ -513,13 +518,13 @@ def _numpy(v: Any) -> np.ndarray:
     return _host(be, v)
 
 
-def _placement(framework: str | None, like: Any, device: str | None, dtype: str | None, fn: str) -> tuple[Backend, str | None, str | None]:
+def _placement(framework: str | None, like: Any, device: str | None, dtype: str | None) -> tuple[Backend, str | None, str | None]:
     """(backend, device, dtype override) from ``framework=`` / ``like=``."""
     if like is not None:
         be = backend_for(like)
         t = like if be.is_tensor(like) else next(iter(be.parameters(like, recurse=True)), None)
         if framework is not None and framework != be.name:
-            fail(fn, "framework", f"{be.name!r} (the framework of like=) or None", framework)
+            fail(None, "framework", f"{be.name!r} (the framework of like=) or None", framework)
         if t is None:
             return be, device, dtype
         name = be.dtype_name(t)
@@ -530,7 +535,7 @@ def _placement(framework: str | None, like: Any, device: str | None, dtype: str 
                 return backend_named(name), device, dtype
             except Exception:  # noqa: S112 - not installed: try the next
                 continue
-        fail(fn, "framework", "an installed framework ('torch' or 'paddle')", framework)
+        fail(None, "framework", "an installed framework ('torch' or 'paddle')", framework)
     if framework not in ("torch", "paddle"):
-        fail(fn, "framework", "'torch' or 'paddle' (or like=model)", framework)
+        fail(None, "framework", "'torch' or 'paddle' (or like=model)", framework)
     return backend_named(framework), device, dtype

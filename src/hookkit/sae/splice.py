@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import backend_for
-from hookkit.core.entry import entered
+from hookkit.core.entry import entered, public_entry
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec, select
@@ -35,6 +35,7 @@ class Splice(HandleGroup):
     ``site``; ``steer_features``, ``ablate_features``, ``capture_top`` act on features by index.
     Removing it (or leaving its ``with`` block) restores the model."""
 
+    @public_entry("splice")
     def __init__(
         self,
         model: Layer,
@@ -47,7 +48,7 @@ class Splice(HandleGroup):
         index: int | None,
     ):
         super().__init__()
-        check_model(model, fn="splice")
+        check_model(model)
         if not isinstance(sae, SAE):
             fail(
                 "splice",
@@ -56,7 +57,7 @@ class Splice(HandleGroup):
                 sae,
                 kind=ArgumentTypeError,
             )
-        check_index(index, "splice")
+        check_index(index)
         be = backend_for(model)
         if sae.backend is not be:
             fail("splice", "sae", f"an SAE on the model's framework ({be.name}): sae.to(like=model)", f"an SAE on {sae.backend.name}")

@@ -73,17 +73,17 @@ def read_metrics(path: str) -> list[dict[str, float]]:
 
 
 # -- the data ---------------------------------------------------------------------------------------
-def _chunks(source: Any, site: str | None, chunk_rows: int, fn: str) -> tuple[Iterable[np.ndarray], int]:
+def _chunks(source: Any, site: str | None, chunk_rows: int) -> tuple[Iterable[np.ndarray], int]:
     """A re-startable stream of ``[rows, d_in]`` float32 chunks, and d_in."""
     if isinstance(source, (str, os.PathLike)):
         feats = load_features(os.fspath(source))
         keys = [k for k in feats if not k.startswith(":")]
         if site is None:
             if len(keys) != 1:
-                fail(fn, "site", f"the layer of the extract folder to train on (it holds {', '.join(keys)})", site)
+                fail(None, "site", f"the layer of the extract folder to train on (it holds {', '.join(keys)})", site)
             site = keys[0]
         if site not in feats:
-            fail(fn, "site", f"a layer the extract folder holds ({', '.join(keys)})", site)
+            fail(None, "site", f"a layer the extract folder holds ({', '.join(keys)})", site)
         arr = feats[site]
         d_in = int(arr.shape[-1])
         per = max(1, chunk_rows // max(1, int(np.prod(arr.shape[1:-1], dtype=np.int64))))
@@ -96,7 +96,7 @@ def _chunks(source: Any, site: str | None, chunk_rows: int, fn: str) -> tuple[It
         return Folder(), d_in
     if isinstance(source, np.ndarray):
         if source.ndim < 2:
-            fail(fn, "source", "an array [..., d_in]", f"shape {list(source.shape)}")
+            fail(None, "source", "an array [..., d_in]", f"shape {list(source.shape)}")
         flat = source.reshape(-1, source.shape[-1])
 
         class Rows:
@@ -106,9 +106,9 @@ def _chunks(source: Any, site: str | None, chunk_rows: int, fn: str) -> tuple[It
 
         return Rows(), int(source.shape[-1])
     if isinstance(source, tuple) and len(source) == 3:
-        return _model_chunks(*source, fn=fn)
+        return _model_chunks(*source)
     fail(
-        fn,
+        None,
         "source",
         "an extract folder, an array [..., d_in], or (model, site, data iterable)",
         type(source).__name__,
@@ -116,10 +116,10 @@ def _chunks(source: Any, site: str | None, chunk_rows: int, fn: str) -> tuple[It
     )
 
 
-def _model_chunks(model: Any, site: Any, data: Iterable[Any], fn: str) -> tuple[Iterable[np.ndarray], int]:
+def _model_chunks(model: Any, site: Any, data: Iterable[Any]) -> tuple[Iterable[np.ndarray], int]:
     if iter(data) is data:  # a generator: the stream reads it once per epoch
         fail(
-            fn,
+            None,
             "source",
             "(model, site, data) with a re-iterable data set (a list, a DataLoader), not a one-shot iterator",
             type(data).__name__,
@@ -142,7 +142,7 @@ def _model_chunks(model: Any, site: Any, data: Iterable[Any], fn: str) -> tuple[
 
     first = next(iter(FromModel()), None)
     if first is None:
-        fail(fn, "source", "(model, site, data) with a non-empty data iterable", "empty data")
+        fail(None, "source", "(model, site, data) with a non-empty data iterable", "empty data")
     return FromModel(), int(first.shape[-1])
 
 
@@ -438,9 +438,7 @@ def train_sae(
     takes every world-th batch of the one stream, gradients and dead-feature counts are reduced over the
     ranks, rank 0 writes; the ranks end with equal weights.
     """
-    fn = "train_sae"
     _check_args(
-        fn,
         architecture,
         normalize_activations,
         d_sae,
@@ -453,8 +451,8 @@ def train_sae(
         checkpoint_every=checkpoint_every,
     )
     from_model = isinstance(source, tuple) and len(source) == 3
-    be, device, _ = _placement(framework, source[0] if from_model and like is None else like, None, None, fn)
-    chunks, d_in = _chunks(source, site, max(batch_size, 4096), fn)
+    be, device, _ = _placement(framework, source[0] if from_model and like is None else like, None, None)
+    chunks, d_in = _chunks(source, site, max(batch_size, 4096))
     if hook_name is None and from_model:
         hook_name = source[1] if isinstance(source[1], str) else None
     jump = architecture == "jumprelu"
@@ -485,16 +483,16 @@ def train_sae(
         first = next(_batches(chunks, batch_size, buffer, seed + 1))
         tr.scale = float(math.sqrt(d_in) / np.linalg.norm(first, axis=-1).mean())
     if ce_loss is not None:
-        run.ce, run.ce_every = _ce_probe(fn, source if from_model else None, ce_loss, be), ce_every
+        run.ce, run.ce_every = _ce_probe(source if from_model else None, ce_loss, be), ce_every
     _loop(tr, opt, batches, run, metrics)
     return _finish(tr, run, metrics)
 
 
-def _ce_probe(fn: str, source: Any, ce_loss: Any, be: Backend) -> _CeProbe:
+def _ce_probe(source: Any, ce_loss: Any, be: Backend) -> _CeProbe:
     if source is None:
-        fail(fn, "ce_loss", "None unless source is (model, site, data): the loss needs the model", ce_loss)
+        fail(None, "ce_loss", "None unless source is (model, site, data): the loss needs the model", ce_loss)
     if not callable(ce_loss):
-        fail(fn, "ce_loss", "a function (model, batch) -> loss", ce_loss, kind=ArgumentTypeError)
+        fail(None, "ce_loss", "a function (model, batch) -> loss", ce_loss, kind=ArgumentTypeError)
     return _CeProbe(source[0], source[1], next(iter(source[2])), ce_loss, be)
 
 
@@ -510,20 +508,20 @@ def _finish(tr: _Trainer, run: _Run, metrics: list[dict[str, float]]) -> Trained
     return Trained(sae, metrics, run.out, tr.step_n, tr.samples)
 
 
-def _check_args(fn: str, architecture: str, normalize: str, d_sae: Any, k: Any, writer: Any, **ints: Any) -> None:
-    check_choice(architecture, TRAIN_ARCHITECTURES, fn=fn, arg="architecture")
-    check_choice(normalize, ("none", "expected_average_only_in"), fn=fn, arg="normalize_activations")
+def _check_args(architecture: str, normalize: str, d_sae: Any, k: Any, writer: Any, **ints: Any) -> None:
+    check_choice(architecture, TRAIN_ARCHITECTURES, arg="architecture")
+    check_choice(normalize, ("none", "expected_average_only_in"), arg="normalize_activations")
     for name, value in {"d_sae": d_sae, **ints}.items():
         low = 0 if name == "checkpoint_every" else 1
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            fail(fn, name, f"an int >= {low}", value)
+            fail(None, name, f"an int >= {low}", value)
     if writer is not None and not callable(getattr(writer, "add_scalar", None)):
         valid = "an object with add_scalar(tag, value, step) (SummaryWriter, or hookkit.integrations.writers.as_writer(run))"
-        fail(fn, "writer", valid, writer, kind=ArgumentTypeError)
+        fail(None, "writer", valid, writer, kind=ArgumentTypeError)
     if architecture == "topk" and not (isinstance(k, int) and 0 < k <= d_sae):
-        fail(fn, "k", f"an int in 1..d_sae={d_sae} for architecture='topk'", k)
+        fail(None, "k", f"an int in 1..d_sae={d_sae} for architecture='topk'", k)
     if architecture == "batchtopk" and not 0 < k <= d_sae:
-        fail(fn, "k", f"a number in (0, d_sae={d_sae}] for architecture='batchtopk'", k)
+        fail(None, "k", f"a number in (0, d_sae={d_sae}] for architecture='batchtopk'", k)
 
 
 @dataclass

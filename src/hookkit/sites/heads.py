@@ -14,7 +14,7 @@ from typing import Any
 
 from hookkit.backends import Backend, backend_for
 from hookkit.core.architectures import HeadLayout, head_layout, submodule
-from hookkit.core.entry import entry_name
+from hookkit.core.entry import entry_name, restored
 from hookkit.core.select import LayerSpec, select
 from hookkit.core.validate import ArgumentTypeError, fail
 from hookkit.sites.parts import Part
@@ -39,9 +39,9 @@ class HeadTarget:
         return self.heads == list(range(self.layout.n_heads))
 
 
-def check_heads(heads: Any, n_heads: int, fn: str | None, name: str) -> list[int]:
-    """``heads=`` -> a list of head indices in [0, n_heads) (``fn``: the public function, default the entry's)."""
-    fn = fn or entry_name()
+def check_heads(heads: Any, n_heads: int, name: str) -> list[int]:
+    """``heads=`` -> a list of head indices in [0, n_heads) (errors name the public entry's function)."""
+    fn = entry_name()
     if heads is True:
         return list(range(n_heads))
     if isinstance(heads, bool) or heads is None or isinstance(heads, (str, bytes, float)):
@@ -59,30 +59,28 @@ def check_heads(heads: Any, n_heads: int, fn: str | None, name: str) -> list[int
     return out
 
 
-def head_targets(model: Any, layers: LayerSpec, heads: Any, fn: str | None = None, layout: Any = None) -> list[HeadTarget]:
+def head_targets(model: Any, layers: LayerSpec, heads: Any, layout: Any = None) -> list[HeadTarget]:
     """The selected attention layers with their output projections and head lists."""
-    fn = fn or entry_name()
+    fn = entry_name()
     be = backend_for(model)
     out = []
     for name, layer in select(model, layers):
-        lay = head_layout(layer, name, fn, layout)
-        proj = submodule(layer, lay.proj, name, fn)
+        lay = head_layout(layer, name, layout)
+        proj = submodule(layer, lay.proj, name)
         if not be.is_layer(proj):
             fail(fn, "head_layout", f"the name of a submodule of {name!r} (its output projection)", lay.proj)
-        out.append(
-            HeadTarget(name, layer, f"{name}.{lay.proj}" if name else lay.proj, proj, lay, check_heads(heads, lay.n_heads, fn, name))
-        )
+        out.append(HeadTarget(name, layer, f"{name}.{lay.proj}" if name else lay.proj, proj, lay, check_heads(heads, lay.n_heads, name)))
     return out
 
 
 # -- the layout of z ------------------------------------------------------------------------------
-def split(be: Backend, m: Any, z: Any, t: HeadTarget, fn: str | None = None) -> tuple[Any, tuple[int, ...]]:
+def split(be: Backend, m: Any, z: Any, t: HeadTarget) -> tuple[Any, tuple[int, ...]]:
     """``z [..., H * d]`` -> ``[B, H, ..., d]`` (every head) and z's shape."""
     shape = tuple(be.shape(z))
     lay = t.layout
     if len(shape) < 2 or shape[-1] != lay.n_heads * lay.d_head:
         valid = f"the layout of the input of {t.proj_name!r}: [..., {lay.n_heads * lay.d_head}] ({lay.n_heads} heads x {lay.d_head})"
-        fail(fn or entry_name(), "head_layout", valid, z)
+        fail(None, "head_layout", valid, z)
     z4 = m.reshape(z, [*shape[:-1], lay.n_heads, lay.d_head])
     n = len(shape) + 1
     if n > 3:  # [B, T..., H, d] -> [B, H, T..., d]
@@ -112,26 +110,27 @@ def write_back(m: Any, z4: Any, new: Any, t: HeadTarget) -> Any:
     return m.cat(pieces, 1)
 
 
-def record_of(be: Backend, z: Any, t: HeadTarget, fn: str | None = None) -> Any:
+def record_of(be: Backend, z: Any, t: HeadTarget) -> Any:
     """``z`` (the projection's input) as a head record ``[B, H_selected, T, d_head]``."""
     m = be.family("tensor_math")
-    z4, _ = split(be, m, z, t, fn)
+    z4, _ = split(be, m, z, t)
     return selected(m, z4, t)
 
 
 class Heads(Part):
     """The selected heads' slices of the output projection's input, as ``[B, H_selected, T, d_head]``."""
 
-    __slots__ = ("target", "fn")
+    __slots__ = ("target", "name")
     kind = "heads"
 
-    def __init__(self, target: HeadTarget, fn: str | None = None):
+    def __init__(self, target: HeadTarget):
         self.target = target
-        self.fn = fn or entry_name()  # errors at forward time name the function that placed it
+        self.name = entry_name()  # errors at forward time name the function that placed it
 
     def get(self, be: Backend, t: Any) -> tuple[Any, Any]:
         m = be.family("tensor_math")
-        z4, shape = split(be, m, t, self.target, self.fn)
+        with restored(self.name):
+            z4, shape = split(be, m, t, self.target)
         return selected(m, z4, self.target), (z4, shape)
 
     def put(self, be: Backend, t: Any, state: Any, new: Any, where: str) -> Any:
@@ -141,13 +140,13 @@ class Heads(Part):
         want = (rec_shape[0], len(self.target.heads), *rec_shape[2:])
         if tuple(be.shape(new)) != want:
             valid = f"a function returning the record's shape {shape_str(want)} ([B, H_selected, T, d_head]) at {self.target.name!r}"
-            fail(self.fn, "fn", valid, new)
+            fail(self.name, "fn", valid, new)
         return join(m, write_back(m, z4, new, self.target), shape)
 
     def missing(self, site: Any, ev: Any) -> None:
         given = ev.args[0] if ev.args else None
         valid = f"a layout whose output projection takes a tensor first ({site.at!r} did not)"
-        fail(self.fn, "head_layout", valid, given, kind=ArgumentTypeError)
+        fail(self.name, "head_layout", valid, given, kind=ArgumentTypeError)
 
     def shaped_like(self, be: Backend, rec: Any, layer: str, call: int) -> str:
         return f"shaped {shape_str(be.shape(rec))} for layer {layer!r} ([B, H_selected, T, d_head], as capture(..., heads=) records)"

@@ -451,7 +451,7 @@ def names(model: Layer) -> list[str]:
     >>> hookkit.names(gpt2)[:4]   # doctest: +SKIP
     ['hook_embed', 'hook_pos_embed', 'blocks.0.hook_resid_pre', 'blocks.0.ln1.hook_scale']
     """
-    check_model(model, fn="names")
+    check_model(model)
     offered = table(model)
     if not offered:
         fail(

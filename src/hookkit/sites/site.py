@@ -63,11 +63,11 @@ class RecordSource:
 
 
 # -- checks of the common options ----------------------------------------------------------------
-def check_calls(calls: Any, fn: str | None = None) -> frozenset[int] | None:
+def check_calls(calls: Any) -> frozenset[int] | None:
     """``calls=`` -> the call indices within one forward (None: every call)."""
     if calls is None:
         return None
-    fn = fn or entry_name("edit_outputs")
+    fn = entry_name("edit_outputs")
     valid = "None, an int >= 0 or a list of them (call indices within one forward)"
     items = [calls] if isinstance(calls, int) and not isinstance(calls, bool) else calls
     if isinstance(items, (str, bytes)) or not hasattr(items, "__iter__"):
@@ -81,11 +81,11 @@ def check_calls(calls: Any, fn: str | None = None) -> frozenset[int] | None:
     return frozenset(int(c) for c in items)
 
 
-def check_index(index: Any, fn: str | None = None) -> None:
+def check_index(index: Any) -> None:
     """``index=``: None (every tensor of the output) or a position among its tensors."""
     if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
         valid = "None (every tensor) or an int >= 0 (position among the output's tensors)"
-        fail(fn or entry_name("edit_outputs"), "index", valid, index, kind=ArgumentTypeError)
+        fail(entry_name("edit_outputs"), "index", valid, index, kind=ArgumentTypeError)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,7 +242,7 @@ def _inputs(model: Layer, layers: LayerSpec, options: dict[str, Any]) -> list[Si
 
 
 def _heads(model: Layer, layers: LayerSpec, options: dict[str, Any]) -> list[Site]:
-    targets = head_targets(model, layers, options["heads"], None, options.get("head_layout"))
+    targets = head_targets(model, layers, options["heads"], options.get("head_layout"))
     return [Site(t.name, t.proj_name, t.proj, "forward_pre", 0, Heads(t)) for t in targets]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import HookkitError, LayerNotFound
 from hookkit.core.suggest import close_matches
 from hookkit.core.validate import check_choice, check_range_pair, fail
@@ -252,6 +253,7 @@ def stats_overlay(
     return fig
 
 
+@public_entry()
 def color_dim(
     stats: Any,
     name_or_index: str | int = 0,
@@ -283,7 +285,7 @@ def color_dim(
             fail("color_dim", "extent", "'auto', 'recorded' or (low, high)", extent)
         lo, hi = data_extent(stats, name) if auto else (float(edges[0]), float(edges[-1]))
     else:
-        lo, hi = check_range_pair(extent, fn="color_dim", arg="extent")
+        lo, hi = check_range_pair(extent, arg="extent")
     fig, ax = _axes(ax, figsize)
     image = np.log1p(hist.T)  # [bins, steps], as fastai's ActivationStats.hist
     im = ax.imshow(image, origin="lower", aspect="auto", interpolation="nearest", extent=(-0.5, hist.shape[0] - 0.5, edges[0], edges[-1]))
@@ -330,6 +332,7 @@ def hist(stats: Any, name_or_index: str | int = 0, *, at: int | str = -1, ax: An
     return fig
 
 
+@public_entry()
 def gradient_flow(
     grad_stats: Any,
     kind: str = "norm",
@@ -355,9 +358,9 @@ def gradient_flow(
     A layer called several times in one forward is shown once per step (norms combined as the
     root of the sum of squares, as ``GradientStats.gradient_flow()``).
     """
-    check_choice(kind, GRAD_KINDS, fn="gradient_flow", arg="kind")
-    check_choice(source, ("output", "params"), fn="gradient_flow", arg="source")
-    check_choice(style, ("lines", "heatmap"), fn="gradient_flow", arg="style")
+    check_choice(kind, GRAD_KINDS, arg="kind")
+    check_choice(source, ("output", "params"), arg="source")
+    check_choice(style, ("lines", "heatmap"), arg="style")
     log = kind != "mean" if log is None else log
     read = grad_stats.layer_stats if source == "output" else grad_stats.param_stats
     names = [_layer_name(grad_stats, n) for n in (layers if layers is not None else grad_stats.names)]

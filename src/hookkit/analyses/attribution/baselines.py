@@ -22,7 +22,7 @@ def baselines_like(be: Any, baselines: Any, x: Any, arg: str = "baselines", what
         return be.zeros_like(x)
     if isinstance(baselines, (int, float, np.integer, np.floating)) and not isinstance(baselines, bool):
         return m.full(shape, float(baselines), x)
-    b = check_tensor_like(baselines, be, fn=entry_name(), arg=arg)
+    b = check_tensor_like(baselines, be, arg=arg)
     got = tuple(be.shape(b))
     if got == shape[1:]:
         got, b = (1, *got), m.reshape(b, (1, *got))

@@ -122,14 +122,14 @@ def attribute_generation(
     >>> res.input_attr          # [4, T]
     """
     fn = entry_name()
-    be = check_model(model, fn=fn)
-    check_choice(method, GRADIENT_METHODS + TOKEN_METHODS, fn=fn, arg="method")
-    check_int(max_new_tokens, fn=fn, arg="max_new_tokens", low=1)
-    check_int(baseline_id, fn=fn, arg="baseline_id", low=0)
-    check_bool(attribute_prefix, fn=fn, arg="attribute_prefix")
+    be = check_model(model)
+    check_choice(method, GRADIENT_METHODS + TOKEN_METHODS, arg="method")
+    check_int(max_new_tokens, arg="max_new_tokens", low=1)
+    check_int(baseline_id, arg="baseline_id", low=0)
+    check_bool(attribute_prefix, arg="attribute_prefix")
     ids = _ids(be, input_ids, "input_ids")
     with analysis_pass(model, be, eval=eval, grad=False), be.no_grad():
-        like = check_tensor_like(input_ids, be, fn=fn, arg="input_ids")
+        like = check_tensor_like(input_ids, be, arg="input_ids")
         vocab = be.shape(logits_of(be, model(be.from_numpy(ids[None, :], like=like))))[-1]
         targets = _ids(be, target_ids, "target_ids", vocab) if target_ids is not None else _greedy(be, model, ids, like, max_new_tokens)
     contrast = None

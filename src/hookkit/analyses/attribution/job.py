@@ -94,11 +94,11 @@ class Job:
 def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target, opts: AttributeOptions) -> Job:
     """The ``Job`` of a call of ``hookkit.attribute``, every argument checked; errors name the public function."""
     fn = entry_name()
-    be = check_model(model, fn=fn)
-    check_runnable(be, model, fn=fn)
+    be = check_model(model)
+    check_runnable(be, model)
     opts = _checked_options(opts, method)
     name, found, neuron = _checked_layer(model, layer, method, opts)
-    x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
+    x = check_tensor_like(inputs, be, arg="inputs")
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
@@ -127,21 +127,21 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
 def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
     """The options checked one by one (in the order the user reads them), numbers normalized."""
     fn = entry_name()
-    check_bool(opts.eval, fn=fn, arg="eval")
-    check_bool(opts.return_delta, fn=fn, arg="return_delta")
-    check_choice(method, METHODS, fn=fn, arg="method")
-    check_choice(opts.rule, RULES, fn=fn, arg="rule")
-    check_choice(opts.attribute_to, ("output", "input"), fn=fn, arg="attribute_to")
+    check_bool(opts.eval, arg="eval")
+    check_bool(opts.return_delta, arg="return_delta")
+    check_choice(method, METHODS, arg="method")
+    check_choice(opts.rule, RULES, arg="rule")
+    check_choice(opts.attribute_to, ("output", "input"), arg="attribute_to")
     batch = opts.internal_batch_size
     checked = replace(
         opts,
-        n_steps=check_int(opts.n_steps, fn=fn, arg="n_steps", low=min_steps(opts.rule)),
-        stdevs=check_number(opts.stdevs, fn=fn, arg="stdevs", low=0.0, optional=True),
-        nt_samples=check_int(opts.nt_samples, fn=fn, arg="nt_samples", low=1),
-        seed=check_int(opts.seed, fn=fn, arg="seed", optional=True),
-        max_memory=check_number(opts.max_memory, fn=fn, arg="max_memory", low=1.0, optional=True),
+        n_steps=check_int(opts.n_steps, arg="n_steps", low=min_steps(opts.rule)),
+        stdevs=check_number(opts.stdevs, arg="stdevs", low=0.0, optional=True),
+        nt_samples=check_int(opts.nt_samples, arg="nt_samples", low=1),
+        seed=check_int(opts.seed, arg="seed", optional=True),
+        max_memory=check_number(opts.max_memory, arg="max_memory", low=1.0, optional=True),
     )
-    checked = replace(checked, n_samples=check_int(opts.n_samples, fn=fn, arg="n_samples", low=1, optional=True))
+    checked = replace(checked, n_samples=check_int(opts.n_samples, arg="n_samples", low=1, optional=True))
     if checked.n_samples is not None and method not in SAMPLED_METHODS:
         fail(fn, "n_samples", f"None for method={method!r} (an option of {', '.join(SAMPLED_METHODS)})", checked.n_samples)
     if checked.n_samples is None and method == "gradient_shap":  # captum's GradientShap default

@@ -65,7 +65,7 @@ def distribution(job: Job) -> Any:
         return be.zeros_like(x[:1])
     if isinstance(given, (int, float)) and not isinstance(given, bool):
         return m.full((1, *one), float(given), x)
-    b = check_tensor_like(given, be, fn=entry_name(), arg="baselines")
+    b = check_tensor_like(given, be, arg="baselines")
     got = tuple(be.shape(b))
     if got == one:
         got, b = (1, *one), m.reshape(b, (1, *one))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hookkit.core.entry import public_entry
 from hookkit.core.validate import check_choice
 
 RULES = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid")
@@ -19,6 +20,7 @@ def min_steps(rule: str) -> int:
     return 2 if rule == "riemann_trapezoid" else 1
 
 
+@public_entry()
 def quadrature(rule: str, n: int) -> tuple[list[float], list[float]]:
     """``(weights, alphas)``: ``n`` of each; the integral of f over [0, 1] is about
     ``sum(w * f(a) for w, a in zip(weights, alphas))``."""
@@ -37,5 +39,5 @@ def quadrature(rule: str, n: int) -> tuple[list[float], list[float]]:
     elif rule == "riemann_right":
         alphas = np.linspace(1.0 / n, 1.0, n)
     else:
-        check_choice(rule, RULES, fn="quadrature", arg="rule")
+        check_choice(rule, RULES, arg="rule")
     return weights.tolist(), alphas.tolist()

@@ -55,13 +55,13 @@ class CamOptions:
     def check(self, method: Any) -> None:
         """Errors name the public function the user called and the argument."""
         fn = entry_name()
-        check_choice(method, METHODS, fn=fn, arg="method")
+        check_choice(method, METHODS, arg="method")
         if self.reshape is not None and not callable(self.reshape) and self.reshape not in NAMES:
             fail(fn, "reshape", f"None, a callable f(output) -> [N, C, *spatial], or one of {', '.join(map(repr, NAMES))}", self.reshape)
         for arg in ("aug_smooth", "eigen_smooth", "eval", "as_tensor"):
-            check_bool(getattr(self, arg), fn=fn, arg=arg)
-        check_int(self.batch_size, fn=fn, arg="batch_size", low=1, optional=True)
-        check_int(self.prefix_tokens, fn=fn, arg="prefix_tokens", low=0, optional=True)
+            check_bool(getattr(self, arg), arg=arg)
+        check_int(self.batch_size, arg="batch_size", low=1, optional=True)
+        check_int(self.prefix_tokens, arg="prefix_tokens", low=0, optional=True)
         if self.out is not None and self.as_tensor:
             fail(fn, "as_tensor", "False with out= (the maps go to files)", self.as_tensor)
 
@@ -69,7 +69,7 @@ class CamOptions:
 def prepare_inputs(be: Any, model: Layer, inputs: Any) -> Any:
     """Floating-point ``[N, C, *spatial]`` (1 to 3 spatial axes) on the model's device."""
     fn = entry_name()
-    x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
+    x = check_tensor_like(inputs, be, arg="inputs")
     shape = be.shape(x)
     if len(shape) not in (3, 4, 5):
         fail(fn, "inputs", "inputs [N, C, *spatial] with 1, 2 or 3 spatial axes (signals, images, volumes)", x)

@@ -45,7 +45,7 @@ def gradcam_plus_plus(model: Layer, layer: Any, inputs: Any, target: Target = No
 
 def _one_layer(model: Any, layer: Any, inputs: Any, target: Target, eval: bool, method: str) -> np.ndarray:
     fn = entry_name()
-    check_model(model, fn=fn)
+    check_model(model)
     named = select(model, layer)
     if len(named) != 1:
         names = ", ".join(n or "(root)" for n, _ in named[:6]) + (", ..." if len(named) > 6 else "")

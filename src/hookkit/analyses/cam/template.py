@@ -382,8 +382,8 @@ def cam(
 
 def run_cam(model: Layer, layers: LayerSpec, inputs: Any, method: str, target: Target, opts: CamOptions) -> Any:
     """``cam`` with its options made (the shortcuts ``gradcam`` / ``gradcam_plus_plus`` call it too)."""
-    be = check_model(model, fn=entry_name())
-    check_runnable(be, model, fn=entry_name())
+    be = check_model(model)
+    check_runnable(be, model)
     opts.check(method)
     named = select(model, layers) if method != "fullgrad" else []
     target = tensor_target(be, target)

@@ -510,8 +510,8 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     >>> logits, cache = hookkit.run_with_cache(gpt2, ids, names_filter="blocks.*.hook_resid_post")   # doctest: +SKIP
     >>> cache["blocks.0.hook_resid_post"].shape
     """
-    be = check_model(model, fn="run_with_cache")
-    check_inputs(be, inputs, "run_with_cache")
+    be = check_model(model)
+    check_inputs(be, inputs)
     found = name_family(be.unwrap(model))
     if found is None:
         names(model)  # refuses, naming the families
@@ -586,7 +586,7 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
     >>> dla = hookkit.logit_attribution(gpt2, ids, tokens=answer, incorrect_tokens=other)   # doctest: +SKIP
     >>> dla.plot()
     """
-    be = check_model(model, fn="logit_attribution")
+    be = check_model(model)
     if isinstance(pos, bool) or not isinstance(pos, int):
         fail("logit_attribution", "pos", "an int (a token position, negative from the end)", pos, kind=ArgumentTypeError)
     _, cache = run_with_cache(

@@ -32,7 +32,7 @@ def pattern_targets(root: Any, found: tuple) -> dict[str, tuple[str, Any, HeadLa
         layer = read_path(root, path)
         if attention_family(layer) is None:
             return {}
-        lay = head_layout(layer, path, "run_with_cache")
+        lay = head_layout(layer, path)
         if lay.scores != INTERFACE and not isinstance(lay.scores, Projections):
             return {}
         out[f"blocks.{i}.{SCORES}"] = out[f"blocks.{i}.{PATTERN}"] = (path, layer, lay)

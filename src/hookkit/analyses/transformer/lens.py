@@ -39,13 +39,14 @@ class LensResult:
         self.names, self.positions, self.logits = names, positions, logits
         self._backend, self._top = backend, top
 
+    @public_entry("LensResult.top")
     def top(self, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` most likely tokens at each point and position: ``(ids, probs)``, numpy arrays
         ``[n_points, B, n_positions, k]``, most likely first.
 
         >>> ids, probs = lens.top(3)   # doctest: +SKIP
         """
-        k = check_int(k, fn="LensResult.top", arg="k", low=1)
+        k = check_int(k, arg="k", low=1)
         if self.logits is None:
             assert self._top is not None  # a result without logits holds the top entries
             ids, probs = self._top
@@ -103,9 +104,9 @@ def _layer_arg(model: Any, be: Any, value: Any, path: str | None, arg: str, fall
     fail("logit_lens", arg, "a layer, a layer name, False or None", value, kind=ArgumentTypeError)
 
 
-def check_positions(positions: Any, n: int, fn: str | None = None) -> list[int]:
+def check_positions(positions: Any, n: int) -> list[int]:
     """``positions``: "all"/None -> every position; an int or list of ints (negative from the end) in range."""
-    fn = fn or entry_name()
+    fn = entry_name()
     if positions is None or (isinstance(positions, str) and positions == "all"):
         return list(range(n))
     valid = f'"all" or token positions in [-{n}, {n - 1}] (the sequence has {n} tokens)'

@@ -56,9 +56,9 @@ class Setup:
 
 def check_pair(be: Any, model: Layer, clean: Any, corrupted: Any, metric: Any, positions: Any) -> Setup:
     fn = entry_name()
-    check_inputs(be, clean, fn, "clean")
-    check_inputs(be, corrupted, fn, "corrupted")
-    check_callable(metric, fn=fn, arg="metric", signature="metric(output) -> one value per batch row")
+    check_inputs(be, clean, "clean")
+    check_inputs(be, corrupted, "corrupted")
+    check_callable(metric, arg="metric", signature="metric(output) -> one value per batch row")
     a, b = be.shape(first_input(be, clean)), be.shape(first_input(be, corrupted))
     if tuple(a) != tuple(b):
         fail(fn, "corrupted", f"inputs shaped like clean's {list(a)}", corrupted)
@@ -66,7 +66,7 @@ def check_pair(be: Any, model: Layer, clean: Any, corrupted: Any, metric: Any, p
     if len(a) <= axis:
         fail(fn, "clean", f"token sequences with a token axis {axis}", clean)
     n = int(a[axis])
-    return Setup(int(a[0]), check_positions(positions, n, fn), axis, n)
+    return Setup(int(a[0]), check_positions(positions, n), axis, n)
 
 
 def metric_rows(be: Any, metric: Metric, output: Any, rows: int, note: str = "") -> Any:

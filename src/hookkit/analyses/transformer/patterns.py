@@ -58,7 +58,7 @@ def attention_patterns(model: Layer, inputs: Any, layers: LayerSpec = None, head
     sel = {}
     for name, _, lay in targets:
         want = heads.get(name, True) if isinstance(heads, Mapping) else (True if heads is None else heads)
-        sel[name] = check_heads(want, lay.n_heads, None, name)
+        sel[name] = check_heads(want, lay.n_heads, name)
     found: dict[str, Any] = {}
     fam = be.family("attention")
     watched = {}

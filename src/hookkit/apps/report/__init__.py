@@ -25,6 +25,7 @@ from hookkit.apps.report.render import (
     summary_section,
     update_ratio_section,
 )
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import HookkitError
 
 __all__ = ["FIGURE_SECTIONS", "report", "run_cli"]
@@ -43,6 +44,7 @@ FIGURE_SECTIONS = {
 }
 
 
+@public_entry()
 def report(
     source: Any,
     out: str | os.PathLike | None = None,
@@ -80,7 +82,7 @@ def report(
     """
     from hookkit.core.validate import ArgumentTypeError, check_str, fail
 
-    check_str(title, fn="report", arg="title")
+    check_str(title, arg="title")
     if out is not None and not isinstance(out, (str, os.PathLike)):
         fail("report", "out", "None or a file path (str or os.PathLike)", out, kind=ArgumentTypeError)
     m = _Material(

@@ -56,10 +56,10 @@ def graph(
     >>> g = hookkit.graph(model, torch.randn(1, 3, 32, 32), depth=2)   # doctest: +SKIP
     >>> g.nodes, g.edges; g.save("model.svg")   # doctest: +SKIP
     """
-    be = check_model(model, fn="graph")
-    check_int(depth, fn="graph", arg="depth", low=1)
-    check_choice(mode, MODES, fn="graph", arg="mode")
-    check_bool(raise_errors, fn="graph", arg="raise_errors")
+    be = check_model(model)
+    check_int(depth, arg="depth", low=1)
+    check_choice(mode, MODES, arg="mode")
+    check_bool(raise_errors, arg="raise_errors")
     args, kwargs = _inputs(be, inputs)
 
     named = list(be.named_layers(model))

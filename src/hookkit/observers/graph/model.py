@@ -15,6 +15,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hookkit.core.entry import public_entry
 from hookkit.core.suggest import close_matches
 from hookkit.core.validate import check_int
 
@@ -89,13 +90,14 @@ class Graph:
         self.nodes, self.edges = _fold(all_nodes, all_edges, depth)
 
     # -- data -----------------------------------------------------------------------------------
+    @public_entry("Graph.at_depth")
     def at_depth(self, depth: int) -> Graph:
         """The same recorded graph folded at another depth (no forward runs).
 
         ``depth``: the depth to fold at, an int >= 1 (1: the calls the model's forward makes itself;
         deeper calls are drawn inside their ancestor at this depth)."""
 
-        check_int(depth, fn="Graph.at_depth", arg="depth", low=1)
+        check_int(depth, arg="depth", low=1)
         return Graph(
             self.all_nodes,
             self.all_edges,

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.core.entry import public_entry
 from hookkit.core.guards import real_values
 from hookkit.core.handles import HandleGroup
 from hookkit.core.router import OBSERVER, Event, attach
@@ -57,10 +58,9 @@ class _Recorder(HandleGroup):
 
     def _setup(self, model: Any, layers: LayerSpec, every: int, sync: bool) -> list[tuple[str, Any]]:
         HandleGroup.__init__(self)
-        fn = type(self).__name__
-        check_int(every, fn=fn, arg="every", low=1)
-        check_bool(sync, fn=fn, arg="sync")
-        self._backend = check_model(model, fn=fn)
+        check_int(every, arg="every", low=1)
+        check_bool(sync, arg="sync")
+        self._backend = check_model(model)
         self._model = weakref.ref(model)
         self._sync = bool(sync)
         self._merged = False  # distributed training: read all ranks' rows (each slot's ``merged``)
@@ -185,6 +185,7 @@ class ActivationStats(_Recorder, ActivationData):
     (a collective). ``sync=False``: each rank reads its own. Long runs: see ``hookkit.observers.stats.series``.
     """
 
+    @public_entry()
     def __init__(
         self,
         model: Layer,
@@ -198,14 +199,13 @@ class ActivationStats(_Recorder, ActivationData):
         train_only: bool = True,
         sync: bool = True,
     ):
-        fn = "ActivationStats"
         settings = {
-            "bins": check_int(bins, fn=fn, arg="bins", low=1, high=1 << 20),
-            "range": check_range_pair(range, fn=fn, arg="range"),
-            "near_zero": check_number(near_zero, fn=fn, arg="near_zero"),
+            "bins": check_int(bins, arg="bins", low=1, high=1 << 20),
+            "range": check_range_pair(range, arg="range"),
+            "near_zero": check_number(near_zero, arg="near_zero"),
             "every": every,
-            "hist": check_bool(hist, fn=fn, arg="hist"),
-            "train_only": check_bool(train_only, fn=fn, arg="train_only"),
+            "hist": check_bool(hist, arg="hist"),
+            "train_only": check_bool(train_only, arg="train_only"),
         }
         named = self._setup(model, layers, every, sync)
         ActivationData.__init__(self, [n for n, _ in named], self._backend.name, settings)
@@ -224,7 +224,7 @@ class ActivationStats(_Recorder, ActivationData):
         want_hist = self.hist
         near_zero, bins, (lo, hi) = self.near_zero, self.bins, self.hist_range
         hist_range = (lo, hi) if want_hist else None
-        real = real_values(be, "ActivationStats")  # complex outputs: skipped, one warning
+        real = real_values(be)  # complex outputs: skipped, one warning
         real_dtypes = real.real  # a set lookup per record, no call, once the dtype is known
 
         def on_forward(ev: Event) -> None:
@@ -299,6 +299,7 @@ class GradientStats(_Recorder, GradientData):
     parameter gradients). Every rank must read (a collective); ``sync=False``: each rank its own.
     """
 
+    @public_entry()
     def __init__(self, model: Layer, layers: LayerSpec = None, *, every: int = 1, sync: bool = True):
         named = self._setup(model, layers, every, sync)
         GradientData.__init__(self, [n for n, _ in named], self._backend.name, {"every": every})
@@ -327,7 +328,7 @@ class GradientStats(_Recorder, GradientData):
     def _consumer(self, name: str, record: Callable[[int], bool]) -> Callable[[Event], None]:
         be = self._backend
         sums, numel, detach, into = be.grad_sums, be.numel, be.detach, be.tensor_sums_into
-        real = real_values(be, "GradientStats")  # complex gradients: skipped, one warning
+        real = real_values(be)  # complex gradients: skipped, one warning
         real_dtypes = real.real
         pending = self._layers[name].output.pending
         host, add = pending.host, pending.add

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends.host_stats import HostRows, kernels
+from hookkit.core.entry import public_entry
 from hookkit.core.handles import Handle
 from hookkit.core.router import OBSERVER, Event, attach
 from hookkit.core.select import LayerSpec
@@ -148,6 +149,7 @@ class WeightStats(_Recorder, WeightData):
     statistics of the whole parameters: replicated parameters from rank 0, FSDP shards merged.
     """
 
+    @public_entry()
     def __init__(
         self,
         model: Layer,
@@ -161,9 +163,9 @@ class WeightStats(_Recorder, WeightData):
         sync: bool = True,
     ):
         fn = "WeightStats"
-        check_bool(hist, fn=fn, arg="hist")
-        check_int(bins, fn=fn, arg="bins", low=1, high=1 << 16)
-        fixed = None if range is None else check_range_pair(range, fn=fn, arg="range")
+        check_bool(hist, arg="hist")
+        check_int(bins, arg="bins", low=1, high=1 << 16)
+        fixed = None if range is None else check_range_pair(range, arg="range")
         named = self._setup(model, layers, every, sync)
         be = self._backend
         self._ops = be.family("training")

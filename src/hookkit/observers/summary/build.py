@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.backends import Backend
+from hookkit.core.entry import public_entry
 from hookkit.core.errors import add_note
 from hookkit.core.select import ALL, select
 from hookkit.core.types import Layer
@@ -22,6 +23,7 @@ from hookkit.observers.summary.table import COLUMNS, DEFAULT_COLUMNS, Row, Summa
 MODES = ("eval", "train", "same")
 
 
+@public_entry("summary")
 def summary(
     model: Layer,
     input_size: Any = None,
@@ -79,6 +81,7 @@ def summary(
     return result
 
 
+@public_entry("summary")
 def summarize(
     model: Layer,
     input_size: Any,
@@ -93,7 +96,7 @@ def summarize(
     loss_fn: Callable[[Any], Any] | None = None,
 ) -> tuple[Summary, BaseException | None]:
     """The summary and the forward's exception (None when it ran), without printing or raising it."""
-    be = check_model(model, fn="summary")
+    be = check_model(model)
     columns = _checked(be, depth, columns, mode, optimizer, loss_fn)
 
     named = list(be.named_layers(model))
@@ -129,7 +132,7 @@ def summarize(
 
 def _checked(be: Any, depth: int, columns: Sequence[str], mode: str, optimizer: Any, loss_fn: Any) -> tuple[str, ...]:
     """The arguments checked; the columns shown (``saved`` added to the default ones in train mode)."""
-    check_choice(mode, MODES, fn="summary", arg="mode")
+    check_choice(mode, MODES, arg="mode")
     if optimizer is not None and mode != "train":
         fail("summary", "optimizer", "None unless mode='train' (the training-memory estimate runs a training step)", optimizer)
     if optimizer is not None and not be.family("training").is_optimizer(optimizer):
@@ -142,7 +145,7 @@ def _checked(be: Any, depth: int, columns: Sequence[str], mode: str, optimizer: 
     bad = [c for c in columns if c not in COLUMNS]
     if bad:
         fail("summary", "columns", f"column names among {', '.join(COLUMNS)}", bad if len(bad) > 1 else bad[0])
-    check_int(depth, fn="summary", arg="depth", low=0)
+    check_int(depth, arg="depth", low=0)
     return columns
 
 

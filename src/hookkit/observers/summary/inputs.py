@@ -15,9 +15,9 @@ DTYPE_ALIASES = {"long": "int64", "int": "int64", "float": "float32", "double": 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
-def dtype_name(dtype: Any, fn: str | None = None) -> str:
+def dtype_name(dtype: Any) -> str:
     """``"long"``, ``torch.int64``, ``paddle.int64`` or ``"int64"`` -> ``"int64"``."""
-    fn = fn or entry_name("summary")
+    fn = entry_name("summary")
     name = str(dtype).rpartition(".")[2].lower()
     name = DTYPE_ALIASES.get(name, name)
     if name not in DTYPES:
@@ -46,9 +46,9 @@ def _make_tensor(be: Backend, shape: Sequence[int], dtype: str, device: Any, see
     return be.to(t, device) if device is not None else t
 
 
-def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any, fn: str | None = None) -> list[str]:
+def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any) -> list[str]:
     """One dtype name per input: ``dtypes`` is one for all or one per input (default float32)."""
-    fn = fn or entry_name("summary")
+    fn = entry_name("summary")
     if dtypes is None:
         return ["float32"] * len(shapes)
     seq = [dtypes] if isinstance(dtypes, str) or not isinstance(dtypes, (list, tuple)) else list(dtypes)
@@ -56,7 +56,7 @@ def input_dtypes(shapes: list[tuple[int, ...]], dtypes: Any, fn: str | None = No
         seq = seq * len(shapes)
     if len(seq) != len(shapes):
         fail(fn, "dtypes", f"one dtype for all inputs or one per input ({len(shapes)})", dtypes)
-    return [dtype_name(d, fn) for d in seq]
+    return [dtype_name(d) for d in seq]
 
 
 def _given_inputs(be: Backend, input_data: Any, device: Any) -> tuple[tuple, dict, list[str]]:

@@ -33,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hookkit.core.entry import public_entry
 from hookkit.core.validate import ArgumentTypeError, check_choice, check_int, fail
 from hookkit.observers.summary.inputs import dtype_name
 
@@ -128,6 +129,7 @@ def _itemsize(name: str, arg: str) -> int:
     return size
 
 
+@public_entry("memory_plan")
 def memory_plan(
     s: Summary,
     *,
@@ -143,8 +145,8 @@ def memory_plan(
     _check(s, ranks, sharding, checkpointing, master_weights, optimizer)
     run_dtype = _run_dtype(s)
     run_size = ITEMSIZE[run_dtype]
-    pd = dtype_name(param_dtype, "memory_plan") if param_dtype is not None else run_dtype
-    gd = dtype_name(grad_dtype, "memory_plan") if grad_dtype is not None else pd
+    pd = dtype_name(param_dtype) if param_dtype is not None else run_dtype
+    gd = dtype_name(grad_dtype) if grad_dtype is not None else pd
     bp, bg = _itemsize(pd, "param_dtype"), _itemsize(gd, "grad_dtype")
     blocks = blocks_of(s.all_rows)
     first = [r for r in blocks if r.call == 0]
@@ -186,9 +188,9 @@ def memory_plan(
 
 
 def _check(s: Summary, ranks: Any, sharding: Any, checkpointing: Any, master_weights: Any, optimizer: Any) -> None:
-    check_int(ranks, fn="memory_plan", arg="ranks", low=1)
-    check_choice(sharding, SHARDINGS, fn="memory_plan", arg="sharding")
-    check_choice(optimizer, tuple(OPTIMIZERS), fn="memory_plan", arg="optimizer")
+    check_int(ranks, arg="ranks", low=1)
+    check_choice(sharding, SHARDINGS, arg="sharding")
+    check_choice(optimizer, tuple(OPTIMIZERS), arg="optimizer")
     if checkpointing not in (False, True, "blocks"):
         fail("memory_plan", "checkpointing", "False, True or 'blocks' (activation checkpointing of every repeated block)", checkpointing)
     if not isinstance(master_weights, bool):

@@ -111,7 +111,7 @@ def ops(model: Layer, layer: str | Layer) -> Operations:
     >>> with hookkit.capture(gpt2, "transformer.h.*::add_0") as cap:   # doctest: +SKIP
     ...     gpt2(ids)
     """
-    check_model(model, fn="ops")
+    check_model(model)
     if isinstance(layer, str):
         if SEP in layer:
             fail("ops", "layer", "a layer's name (without an operation)", layer)
