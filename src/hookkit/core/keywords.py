@@ -97,9 +97,11 @@ def suggest_keywords_of(objects: dict[str, Any]) -> dict[str, Any]:
             continue
         if inspect.isclass(obj):
             init = obj.__dict__.get("__init__")
-            if issubclass(obj, BaseException) or init is None or getattr(init, "__wrapped__", None) is not None:
+            if issubclass(obj, BaseException) or init is None or getattr(init, "_suggests", False):
                 continue
-            obj.__init__ = suggest_keywords(init)  # type: ignore[method-assign]  # wrapped in place: the class stays the same object
+            wrapped_init = suggest_keywords(init)
+            wrapped_init._suggests = True  # type: ignore[attr-defined]
+            obj.__init__ = wrapped_init  # type: ignore[method-assign]  # wrapped in place: the class stays the same object
         elif inspect.isfunction(obj) and not getattr(obj, "_suggests", False):
             wrapped = suggest_keywords(obj)
             wrapped._suggests = True  # type: ignore[attr-defined]
