@@ -100,7 +100,7 @@ def suggest_keywords_of(objects: dict[str, Any]) -> dict[str, Any]:
             if issubclass(obj, BaseException) or init is None or getattr(init, "_suggests", False):
                 continue
             wrapped_init = suggest_keywords(init)
-            wrapped_init._suggests = True  # type: ignore[attr-defined]
+            wrapped_init._suggests = True
             obj.__init__ = wrapped_init  # type: ignore[method-assign]  # wrapped in place: the class stays the same object
         elif inspect.isfunction(obj) and not getattr(obj, "_suggests", False):
             wrapped = suggest_keywords(obj)
