@@ -58,7 +58,7 @@ def test_diff_table_marks_rows(fw):
 def test_lens_result_table(torch_fw):
     import torch
 
-    from hookkit.analyses.lens import LensResult
+    from hookkit.analyses.transformer.lens import LensResult
 
     logits = torch.zeros(2, 1, 3, 7)
     logits[0, 0, :, 4] = 10.0  # point 0: token 4 everywhere, nearly sure

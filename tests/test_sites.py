@@ -5,6 +5,9 @@ both frameworks, plus a site kind added from outside through ``KINDS``."""
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -154,11 +157,29 @@ def test_heads_read_through_the_site_match_the_projection_input():
 
 
 def test_the_verbs_use_no_intervention_internals_and_old_paths_still_import():
-    from hookkit.analyses import patching, patterns  # noqa: F401 - the moved modules re-export
-    from hookkit.analyses.attribution_tap import LayerTap
-    from hookkit.analyses.transformer.attribution_tap import LayerTap as Moved
-    from hookkit.interventions.heads import HeadTarget, head_targets  # noqa: F401
-    from hookkit.interventions.output_edits import Converted, apply_to  # noqa: F401
+    import importlib
+    import sys
 
-    assert LayerTap is Moved
+    from hookkit.analyses.transformer import attribution_tap, patching
+    from hookkit.core import deprecation
+    from hookkit.interventions.output_edits import Converted, apply_to  # noqa: F401
+    from hookkit.sites import heads
+
+    moved = {
+        "hookkit.analyses.patching": patching,
+        "hookkit.analyses.attribution_tap": attribution_tap,
+        "hookkit.interventions.heads": heads,
+    }
+    for old, new in moved.items():  # the old path is the new module, with one warning naming the new path
+        sys.modules.pop(old, None)
+        deprecation._warned.discard(old)
+        with pytest.warns(FutureWarning, match=rf"^{old} is deprecated .*; use {new.__name__}$"):
+            assert importlib.import_module(old) is new
+        assert new.__spec__.name == new.__name__  # the module keeps its own spec (importlib.reload works)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from hookkit.analyses.attribution_tap import LayerTap  # warned once per process: not again
+    assert LayerTap is attribution_tap.LayerTap
+    flat = [p.name for p in (Path(hookkit.__file__).parent / "analyses").glob("*.py")]
+    assert not {"lens.py", "patching.py", "patterns.py", "attribution_patching.py", "attribution_tap.py"} & set(flat)  # no re-export module
     assert hookkit.patching_sweep.__module__ == "hookkit.analyses.transformer.patching"

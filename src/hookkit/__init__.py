@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING
 from hookkit._version import __version__
 from hookkit.analyses.attribution import attribute
 from hookkit.analyses.attribution.generation import GenerationAttribution, attribute_generation  # issue 44
-from hookkit.analyses.attribution_patching import attribution_patching
 from hookkit.analyses.cam import cam, gradcam, gradcam_plus_plus
 from hookkit.analyses.cam.metrics import cam_metric
 from hookkit.analyses.diff import diff
 from hookkit.analyses.diff.result import Diff
-from hookkit.analyses.lens import LensResult, logit_lens
-from hookkit.analyses.patching import patching_sweep
-from hookkit.analyses.patterns import attention_patterns
 from hookkit.analyses.port import Ported, PortError, port_weights
+from hookkit.analyses.transformer.attribution_patching import attribution_patching
 from hookkit.analyses.transformer.cache import ActivationCache, LogitAttribution, logit_attribution, run_with_cache
+from hookkit.analyses.transformer.lens import LensResult, logit_lens
+from hookkit.analyses.transformer.patching import patching_sweep
+from hookkit.analyses.transformer.patterns import attention_patterns
 from hookkit.core.errors import GradientNotTracked, HookkitError, LayerNotFound, NonFiniteError, UnsupportedModel
 from hookkit.core.handles import Handle, HandleGroup
 from hookkit.core.router import INTERVENTION, OBSERVER, remove_all

@@ -11,7 +11,8 @@ and one table entry in its package's ``methods``. Shared pieces: ``targets`` (wh
 
 from hookkit.core.deprecation import moved_modules
 
-# the flat modules of 0.2's development line, now in packages: old imports keep working, with one warning
+# the flat modules of 0.2's development line, now in packages: old imports keep working, with one
+# warning naming the new path (the one mechanism for a moved module: no re-export module is left behind)
 moved_modules(
     {
         **{f"hookkit.analyses.cam_{m}": f"hookkit.analyses.cam.{m}" for m in ("forwards", "layouts", "methods", "metrics", "stream")},
@@ -20,6 +21,10 @@ moved_modules(
         },
         **{f"hookkit.analyses.diff_{m}": f"hookkit.analyses.diff.{m}" for m in ("inputs", "metrics", "pairing", "result", "sides")},
         "hookkit.observers.gradcam": "hookkit.analyses.cam.shortcuts",
+        **{
+            f"hookkit.analyses.{m}": f"hookkit.analyses.transformer.{m}"
+            for m in ("attribution_patching", "attribution_tap", "lens", "patching", "patterns")
+        },
     },
     since="0.2",
 )

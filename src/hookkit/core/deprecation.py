@@ -80,10 +80,12 @@ def renamed_argument(old: str, new: str, *, since: str, removed_in: str | None =
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """A meta path finder: ``import old.path`` returns the module now at ``new.path`` (one warning)."""
+    """A meta path finder: ``import old.path`` returns the module now at ``new.path`` (one warning).
+    The one way hookkit keeps a moved module's old path: no re-export module stays at the old path."""
 
     def __init__(self) -> None:
         self.moved: dict[str, tuple[str, str]] = {}  # old module name -> (new module name, since)
+        self._specs: dict[str, Any] = {}  # old name -> the module's own spec, while the import runs
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in self.moved:
@@ -93,10 +95,15 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def create_module(self, spec: Any) -> Any:
         new, since = self.moved[spec.name]
         warn_deprecated(spec.name, new, since=since, stacklevel=_importer_level())
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        self._specs[spec.name] = module.__spec__  # the import machinery sets __spec__ to the old path's
+        return module
 
     def exec_module(self, module: Any) -> None:
-        """The module is the one at its new path, already run."""
+        """The module is the one at its new path, already run: its own spec put back."""
+        old = module.__spec__.name
+        if old in self._specs:
+            module.__spec__ = self._specs.pop(old)
 
 
 def _importer_level() -> int:

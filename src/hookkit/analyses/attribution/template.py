@@ -16,7 +16,7 @@ from typing import Any
 from hookkit.analyses.attribution.job import AttributeOptions, check_call
 from hookkit.analyses.attribution.methods import RUNNERS
 from hookkit.analyses.attribution.steps import delta
-from hookkit.analyses.attribution_tap import LayerTap
+from hookkit.analyses.transformer.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
 from hookkit.core.entry import public_entry
