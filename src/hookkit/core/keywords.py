@@ -18,18 +18,21 @@ hookkit: did you mean grads=? f() takes: model, grads
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import re
 import sys
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from hookkit.core.entry import entry_name
 from hookkit.core.errors import add_note
 from hookkit.core.suggest import close_matches
 
 F = TypeVar("F", bound=Callable[..., Any])
+O = TypeVar("O", bound="KeywordOptions")
 _UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
@@ -110,3 +113,62 @@ def suggest_keywords_of(objects: dict[str, Any]) -> dict[str, Any]:
             if home is not None and getattr(home, own, None) is obj:
                 setattr(home, own, wrapped)  # pickle finds functions by module and name
     return out
+
+
+# -- keywords declared once -----------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Default:
+    """The default of a keyword declared in a ``TypedDict``: ``n_steps: Annotated[int, Default(50)]``."""
+
+    value: Any
+
+
+class KeywordOptions:
+    """The keyword arguments of one call of a public function, as one frozen object with attributes.
+
+    The keywords are declared once, in a ``TypedDict`` whose fields carry their defaults
+    (``Annotated[int, Default(50)]``): the public function takes ``**options: Unpack[ThatDict]`` (type
+    checkers check the call; ``suggest_keywords`` suggests among the keys), and
+    ``@keyword_options(ThatDict)`` makes a subclass of this a frozen dataclass of the same fields.
+
+    >>> from typing import Annotated, TypedDict
+    >>> class K(TypedDict, total=False):
+    ...     n_steps: Annotated[int, Default(50)]
+    >>> @keyword_options(K)
+    ... class Opts(KeywordOptions): ...
+    >>> Opts.of(n_steps=8).n_steps, Opts.of().n_steps
+    (8, 50)
+    """
+
+    if TYPE_CHECKING:  # the fields come from the TypedDict at class creation
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    @classmethod
+    def of(cls: type[O], **options: Any) -> O:
+        """The options of one call; an unknown keyword is refused as Python refuses it for the entry's
+        function (``attribute() got an unexpected keyword argument 'x'``)."""
+        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        for k in options:
+            if k not in fields:
+                raise TypeError(f"{entry_name()}() got an unexpected keyword argument {k!r}")
+        return cls(**options)
+
+
+def keyword_options(keywords: type) -> Callable[[type[O]], type[O]]:
+    """Class decorator: the class (a ``KeywordOptions``) becomes a frozen dataclass with one field per
+    key of the ``TypedDict`` ``keywords``, typed as declared there, defaulting to its ``Default``."""
+
+    def make(cls: type[O]) -> type[O]:
+        hints = typing.get_type_hints(keywords, include_extras=True)
+        annotations = {}
+        for name, hint in hints.items():
+            defaults = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Default)]
+            if len(defaults) != 1:
+                raise TypeError(f"{keywords.__name__}.{name}: declare its default once, as Annotated[type, Default(value)]")
+            annotations[name] = typing.get_args(hint)[0]
+            setattr(cls, name, defaults[0].value)
+        cls.__annotations__ = annotations
+        return dataclasses.dataclass(frozen=True)(cls)
+
+    return make

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, M
 from hookkit.analyses.attribution.rules import RULES, min_steps
 from hookkit.analyses.targets import Target, check_target
 from hookkit.core.entry import entry_name
+from hookkit.core.keywords import Default, KeywordOptions, keyword_options
 from hookkit.core.select import select
 from hookkit.core.validate import (
     ArgumentTypeError,
@@ -35,34 +36,39 @@ from hookkit.core.validate import (
 SAMPLED_METHODS = ("gradient_shap", *perturbation.DEFAULT_SAMPLES)
 
 
-@dataclass(frozen=True)
-class AttributeOptions:
-    """``attribute``'s keyword arguments (their meaning: ``hookkit.attribute``'s docstring); the same names
-    and defaults as its signature (tests/test_attribution.py checks that they stay so). Checked once by
-    ``check_call``, which returns them with the numbers normalized."""
+class AttributeKeywords(TypedDict, total=False):
+    """``attribute``'s keyword arguments, declared once: name, type and default (their meaning:
+    ``hookkit.attribute``'s docstring). ``attribute`` takes them as ``**options:
+    Unpack[AttributeKeywords]``; ``AttributeOptions`` holds one call's."""
 
-    baselines: Any = None
-    n_steps: int = 50
-    rule: str = "gausslegendre"
-    attribute_to: str = "output"
-    internal_batch_size: int | str | None = "auto"
-    max_memory: float | None = None
-    neuron: int | Sequence[int] | None = None
-    stdevs: float | None = None
-    nt_samples: int = 5
-    seed: int | None = None
-    forward_kwargs: dict[str, Any] | None = None
-    return_delta: bool = False
-    eval: bool = True
+    baselines: Annotated[Any, Default(None)]
+    n_steps: Annotated[int, Default(50)]
+    rule: Annotated[str, Default("gausslegendre")]
+    attribute_to: Annotated[str, Default("output")]
+    internal_batch_size: Annotated[int | str | None, Default("auto")]
+    max_memory: Annotated[float | None, Default(None)]
+    neuron: Annotated[int | Sequence[int] | None, Default(None)]
+    stdevs: Annotated[float | None, Default(None)]
+    nt_samples: Annotated[int, Default(5)]
+    seed: Annotated[int | None, Default(None)]
+    forward_kwargs: Annotated[dict[str, Any] | None, Default(None)]
+    return_delta: Annotated[bool, Default(False)]
+    eval: Annotated[bool, Default(True)]
     # the propagation methods: LRP's composite and per-layer rules
-    composite: Any = None
-    rules: dict[str, Any] | None = None
+    composite: Annotated[Any, Default(None)]
+    rules: Annotated[dict[str, Any] | None, Default(None)]
     # the perturbation methods' options (perturbation.py); n_samples also GradientShap's samples per input
-    feature_mask: Any = None
-    sliding_window_shapes: int | Sequence[int] | None = None
-    strides: int | Sequence[int] | None = None
-    n_samples: int | None = None
-    permutation: Sequence[int] | None = None
+    feature_mask: Annotated[Any, Default(None)]
+    sliding_window_shapes: Annotated[int | Sequence[int] | None, Default(None)]
+    strides: Annotated[int | Sequence[int] | None, Default(None)]
+    n_samples: Annotated[int | None, Default(None)]
+    permutation: Annotated[Sequence[int] | None, Default(None)]
+
+
+@keyword_options(AttributeKeywords)
+class AttributeOptions(KeywordOptions):
+    """The keywords of one call of ``attribute`` (``AttributeKeywords``' fields, as a frozen dataclass).
+    Checked once by ``check_call``, which returns them with the numbers normalized."""
 
 
 @dataclass

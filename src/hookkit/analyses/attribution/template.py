@@ -10,10 +10,9 @@ parameters' ``.grad``, the model's mode and its hooks are left as they were.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hookkit.analyses.attribution.job import AttributeOptions, check_call
+from hookkit.analyses.attribution.job import AttributeKeywords, AttributeOptions, check_call
 from hookkit.analyses.attribution.methods import RUNNERS
 from hookkit.analyses.attribution.steps import delta
 from hookkit.analyses.transformer.attribution_tap import LayerTap
@@ -22,6 +21,9 @@ from hookkit.analyses.targets import Target
 from hookkit.core.entry import public_entry
 from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
+
+if TYPE_CHECKING:  # typing.Unpack from Python 3.11
+    from typing_extensions import Unpack
 
 
 @public_entry("attribute")
@@ -32,27 +34,7 @@ def attribute(
     inputs: Any,
     method: str = "integrated_gradients",
     target: Target = None,
-    *,
-    baselines: Any = None,
-    n_steps: int = 50,
-    rule: str = "gausslegendre",
-    attribute_to: str = "output",
-    internal_batch_size: int | str | None = "auto",
-    max_memory: float | None = None,
-    neuron: int | Sequence[int] | None = None,
-    stdevs: float | None = None,
-    nt_samples: int = 5,
-    seed: int | None = None,
-    forward_kwargs: dict[str, Any] | None = None,
-    return_delta: bool = False,
-    eval: bool = True,
-    composite: Any = None,
-    rules: dict[str, Any] | None = None,
-    feature_mask: Any = None,
-    sliding_window_shapes: int | Sequence[int] | None = None,
-    strides: int | Sequence[int] | None = None,
-    n_samples: int | None = None,
-    permutation: Sequence[int] | None = None,
+    **options: Unpack[AttributeKeywords],
 ) -> Any:
     """Attributions of the target's score, as framework tensors shaped like what they attribute to.
 
@@ -96,20 +78,13 @@ def attribute(
     >>> rel = hookkit.attribute(cnn, None, x, method="lrp", composite="EpsilonPlusFlat")    # doctest: +SKIP
     >>> attr = hookkit.attribute(cnn, None, x, "occlusion", target=3, sliding_window_shapes=(3, 8, 8), strides=4)  # doctest: +SKIP
     """
-    opts = AttributeOptions(
-        baselines=baselines, n_steps=n_steps, rule=rule, attribute_to=attribute_to, internal_batch_size=internal_batch_size,
-        max_memory=max_memory, neuron=neuron, stdevs=stdevs, nt_samples=nt_samples, seed=seed, forward_kwargs=forward_kwargs,
-        return_delta=return_delta, eval=eval,
-        composite=composite, rules=rules, feature_mask=feature_mask, sliding_window_shapes=sliding_window_shapes,
-        strides=strides, n_samples=n_samples, permutation=permutation,
-    )  # fmt: skip
-    job = check_call(model, layer, inputs, method, target, opts)
-    with analysis_pass(model, job.be, eval=eval):
-        tap = LayerTap(model, job.name, job.layer, job.be, attribute_to) if job.layer is not None else None
+    job = check_call(model, layer, inputs, method, target, AttributeOptions.of(**options))
+    with analysis_pass(model, job.be, eval=job.opts.eval):
+        tap = LayerTap(model, job.name, job.layer, job.be, job.opts.attribute_to) if job.layer is not None else None
         try:
             job.tap = tap
             attr = RUNNERS[job.kind](job)
-            if return_delta:
+            if job.opts.return_delta:
                 return job.be.detach(attr), delta(job, attr)
             return job.be.detach(attr)
         finally:
