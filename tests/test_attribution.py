@@ -396,12 +396,27 @@ def test_auto_chunks_follow_the_budget_also_for_a_frozen_model(fw, rng):
             np.testing.assert_allclose(np_(fw, got), np_(fw, whole), rtol=1e-5, atol=1e-6)
 
 
-def test_attribute_options_are_attributes_keywords_with_its_defaults():
-    """``attribute``'s keywords are declared in its signature and held in ``AttributeOptions``: the two agree."""
+def test_attribute_keywords_are_declared_once_with_their_defaults(fw):
+    """``attribute``'s keywords are declared once (``AttributeKeywords``: name, type, default); the
+    signature takes them as typed ``**options`` and ``AttributeOptions`` is made from them; an unknown
+    keyword is refused as Python refuses it, with did-you-mean among the declared keys."""
     import dataclasses
     import inspect
 
-    from hookkit.analyses.attribution.job import AttributeOptions
+    from hookkit.analyses.attribution.job import AttributeKeywords, AttributeOptions
 
-    keywords = {n: p.default for n, p in inspect.signature(hookkit.attribute).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    assert keywords == {f.name: f.default for f in dataclasses.fields(AttributeOptions)}
+    params = inspect.signature(hookkit.attribute).parameters
+    assert list(params) == ["model", "layer", "inputs", "method", "target", "options"]  # positional use unchanged
+    assert params["method"].default == "integrated_gradients" and params["target"].default is None
+    fields = {f.name: f.default for f in dataclasses.fields(AttributeOptions)}
+    assert list(fields) == list(AttributeKeywords.__annotations__)
+    assert fields["n_steps"] == 50 and fields["internal_batch_size"] == "auto" and fields["eval"] is True
+    assert AttributeOptions.of(n_steps=8).n_steps == 8
+    model, x = fw.nn.Sequential(fw.nn.Linear(3, 2)), fw.randn(2, 3)
+    with pytest.raises(TypeError, match=r"^attribute\(\) got an unexpected keyword argument 'n_step'") as info:
+        hookkit.attribute(model, None, x, n_step=8)
+    assert "did you mean n_steps=?" in info.value.__notes__[-1]
+    with pytest.raises(ValueError, match=r"^attribute\(\): n_steps must be an int"):
+        hookkit.attribute(model, None, x, "integrated_gradients", 0, n_steps="8")
+    got = hookkit.attribute(model, None, x, "gradient", 0, return_delta=False)  # keywords given as before
+    assert fw.numpy(got).shape == (2, 3)

@@ -127,7 +127,7 @@ def reference_problems(griffe, obj, where: str, made_by_hookkit: set[str]) -> li
         return out
     rows = {}
     for section in obj.docstring.parsed:
-        if section.kind.value == "parameters":
+        if section.kind.value in ("parameters", "other parameters"):  # other: the keys of **options: Unpack[...]
             for p in section.value:
                 rows[p.name.lstrip("*")] = p.description
     out += [f"{where}({n}): {why}: {d[:120]!r}" for n, d in rows.items() if (why := _row_problem(d))]
@@ -203,3 +203,17 @@ def test_sentences_stay_whole_around_code_and_parentheses():
     shared = "``rtol`` / ``atol``: the tolerances. ``grads=True`` keeps the gradient w.r.t. each output."
     assert describe("rtol", shared) == describe("atol", shared) == "The tolerances."
     assert describe("grads", shared) == "``grads=True`` keeps the gradient w.r.t. each output."
+
+
+def test_typed_keywords_get_one_row_each_with_type_and_default():
+    """``attribute(..., **options: Unpack[AttributeKeywords])``: the table has a row per declared keyword."""
+    from hookkit.analyses.attribution.job import AttributeKeywords
+
+    griffe, extensions = _griffe_extensions()
+    pkg = griffe.load("hookkit", search_paths=[str(ROOT / "src")], extensions=extensions, docstring_parser="google")
+    rows = {}
+    for section in pkg.get_member("attribute").final_target.docstring.parsed:
+        if section.kind.value in ("parameters", "other parameters"):
+            rows.update({p.name.lstrip("*"): p for p in section.value})
+    assert set(AttributeKeywords.__annotations__) <= set(rows) and "options" in rows
+    assert str(rows["n_steps"].annotation) == "int" and rows["n_steps"].description.endswith("Default: `50`.")

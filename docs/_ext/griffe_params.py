@@ -11,6 +11,10 @@ for each description, in this order:
 4. the project's glossary below, for the parameters every verb shares (``model``, ``layers``...),
    written once instead of in each docstring.
 
+Keywords taken as ``**options: Unpack[SomeTypedDict]`` (``hookkit.attribute``, ``hookkit.cam``) get
+one row each in a "Keyword Args" section (griffe's other parameters) after the table: the TypedDict's keys, with their types and defaults
+(``Annotated[int, Default(50)]``), described from the same docstring.
+
 Sentences are split outside code spans and parentheses, so "``positions=`` records ... (ints, ...;
 see ``hookkit.steer``)" stays whole. ``tests/test_reference.py`` fails on a parameter left without a
 description, a cut sentence, or a private type in a public signature.
@@ -212,17 +216,58 @@ def describe(name: str, text: str) -> str:
     return ""
 
 
-def args_section(params: griffe.Parameters, text: str) -> str:
-    lines = ["Args:"]
+def _unpacked(p: griffe.Parameter) -> griffe.Expr | None:
+    """The TypedDict name of ``**options: Unpack[TypedDict]``, or None."""
+    ann = p.annotation
+    if p.kind is not griffe.ParameterKind.var_keyword or not isinstance(ann, griffe.ExprSubscript):
+        return None
+    return ann.slice if str(ann.left).rpartition(".")[2] == "Unpack" and isinstance(ann.slice, griffe.ExprName) else None
+
+
+def _keys(typed: griffe.Expr | None, root: griffe.Module | None) -> list[tuple[str, str, str]]:
+    """``(name, type, default)`` of each key of the TypedDict ``typed`` names (``Annotated[T, Default(v)]``)."""
+    if typed is None or root is None:
+        return []
+    path = typed.canonical_path
+    try:
+        cls = root.get_member(path.split(".", 1)[1]) if path.startswith(root.name + ".") else None
+        cls = cls.final_target if isinstance(cls, griffe.Alias) else cls
+    except Exception:  # noqa: BLE001 - not resolvable: no rows rather than a broken build
+        return []
+    out = []
+    for name, member in getattr(cls, "members", {}).items():
+        if not isinstance(member, griffe.Attribute) or name.startswith("_"):
+            continue
+        ann, default = member.annotation, ""
+        if isinstance(ann, griffe.ExprSubscript) and str(ann.left).rpartition(".")[2] == "Annotated":
+            parts = getattr(ann.slice, "elements", [ann.slice])
+            ann = parts[0]
+            found = [str(e) for e in parts[1:] if str(e).startswith("Default(")]
+            default = found[0][len("Default(") : -1] if found else ""
+        out.append((name, str(ann), default))
+    return out
+
+
+def args_section(params: griffe.Parameters, text: str, root: griffe.Module | None = None) -> str:
+    lines, more = ["Args:"], ["Keyword Args:"]
     for p in params:
         if p.name in _SKIP or p.name.startswith("_"):  # a private parameter is no part of the API
             continue
         star = "*" if p.kind is griffe.ParameterKind.var_positional else "**" if p.kind is griffe.ParameterKind.var_keyword else ""
         desc = describe(p.name, text)
+        keys = _keys(_unpacked(p), root)
+        if not desc and keys:
+            desc = f"The keyword arguments below, typed in `{_unpacked(p)}`; each is optional."
         if not desc:
             continue  # the test names it: a parameter needs a description in its docstring
         lines.append(f"    {star}{p.name}: {desc.replace(chr(10), ' ')}")
-    return "\n".join(lines) if len(lines) > 1 else ""
+        for name, ann, default in keys:
+            about = describe(name, text)
+            if about:
+                about += f" Default: `{default}`." if default else ""
+                more.append(f"    {name} ({ann}): {about.replace(chr(10), ' ')}")
+    out = "\n".join(lines) if len(lines) > 1 else ""
+    return out + ("\n\n" + "\n".join(more) if len(more) > 1 else "")
 
 
 class ParameterTables(griffe.Extension):
@@ -236,10 +281,23 @@ class ParameterTables(griffe.Extension):
         if isinstance(init, griffe.Function) and not (init.docstring and init.docstring.value.strip()):
             self._add(cls, init.parameters)
 
-    def _add(self, obj: griffe.Object, params: griffe.Parameters) -> None:
+    def on_package(self, *, pkg: griffe.Module, **kwargs: object) -> None:
+        """The functions taking ``**options: Unpack[...]``: their tables once every module is loaded."""
+        for obj, params in self._later:
+            self._add(obj, params, pkg)
+        self._later.clear()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._later: list[tuple[griffe.Object, griffe.Parameters]] = []
+
+    def _add(self, obj: griffe.Object, params: griffe.Parameters, root: griffe.Module | None = None) -> None:
         doc = obj.docstring
         if doc is None or _SECTION.search(doc.value):
             return
-        section = args_section(params, doc.value)
+        if root is None and any(_unpacked(p) is not None for p in params):
+            self._later.append((obj, params))  # the TypedDict's module may not be loaded yet
+            return
+        section = args_section(params, doc.value, root)
         if section:
             doc.value = doc.value.rstrip() + "\n\n" + section
