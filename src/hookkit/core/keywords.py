@@ -32,7 +32,7 @@ from hookkit.core.errors import add_note
 from hookkit.core.suggest import close_matches
 
 F = TypeVar("F", bound=Callable[..., Any])
-O = TypeVar("O", bound="KeywordOptions")
+Opts = TypeVar("Opts", bound="KeywordOptions")
 _UNEXPECTED = re.compile(r"unexpected keyword argument '(\w+)'")
 
 
@@ -135,31 +135,32 @@ class KeywordOptions:
     >>> class K(TypedDict, total=False):
     ...     n_steps: Annotated[int, Default(50)]
     >>> @keyword_options(K)
-    ... class Opts(KeywordOptions): ...
-    >>> Opts.of(n_steps=8).n_steps, Opts.of().n_steps
+    ... class MyOptions(KeywordOptions): ...
+    >>> MyOptions.of(n_steps=8).n_steps, MyOptions.of().n_steps
     (8, 50)
     """
 
-    if TYPE_CHECKING:  # the fields come from the TypedDict at class creation
+    if TYPE_CHECKING:  # the fields come from the TypedDict at class creation (a dataclass: replace() works)
+        __dataclass_fields__: typing.ClassVar[dict[str, dataclasses.Field[Any]]]
 
         def __getattr__(self, name: str) -> Any: ...
 
     @classmethod
-    def of(cls: type[O], **options: Any) -> O:
+    def of(cls: type[Opts], **options: Any) -> Opts:
         """The options of one call; an unknown keyword is refused as Python refuses it for the entry's
         function (``attribute() got an unexpected keyword argument 'x'``)."""
-        fields = cls.__dataclass_fields__  # type: ignore[attr-defined]
+        fields = cls.__dataclass_fields__
         for k in options:
             if k not in fields:
                 raise TypeError(f"{entry_name()}() got an unexpected keyword argument {k!r}")
         return cls(**options)
 
 
-def keyword_options(keywords: type) -> Callable[[type[O]], type[O]]:
+def keyword_options(keywords: type) -> Callable[[type[Opts]], type[Opts]]:
     """Class decorator: the class (a ``KeywordOptions``) becomes a frozen dataclass with one field per
     key of the ``TypedDict`` ``keywords``, typed as declared there, defaulting to its ``Default``."""
 
-    def make(cls: type[O]) -> type[O]:
+    def make(cls: type[Opts]) -> type[Opts]:
         hints = typing.get_type_hints(keywords, include_extras=True)
         annotations = {}
         for name, hint in hints.items():

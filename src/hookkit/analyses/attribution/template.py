@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 from hookkit.analyses.attribution.job import AttributeKeywords, AttributeOptions, check_call
 from hookkit.analyses.attribution.methods import RUNNERS
 from hookkit.analyses.attribution.steps import delta
-from hookkit.analyses.transformer.attribution_tap import LayerTap
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import Target
+from hookkit.analyses.transformer.attribution_tap import LayerTap
 from hookkit.core.entry import public_entry
 from hookkit.core.failures import explains_failures
 from hookkit.core.types import Layer
