@@ -93,4 +93,4 @@ def mask_activations(
             return t * m
 
     kinds = ("float", "complex", "int", "bool")  # every kind; the guard passes empty outputs and upcasts half on Paddle's CPU
-    return edit_outputs(model, layers, apply, calls=calls, index=index, name="mask_activations", kinds=kinds)
+    return edit_outputs(model, layers, apply, calls=calls, index=index, kinds=kinds)

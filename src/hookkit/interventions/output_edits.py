@@ -187,7 +187,6 @@ def edit_outputs(
     *,
     calls: Any = None,
     index: int | None = 0,
-    name: str = "",
     kinds: Any = None,
     positions: Any = None,
     steps: Any = None,
@@ -195,8 +194,8 @@ def edit_outputs(
 ) -> Edits:
     """Attach one forward consumer applying ``fn(tensor, position, ev) -> new tensor`` to the
     selected tensors of each selected layer's output (``edit_sites`` on the layers' output sites);
-    ``name``: the public function errors name when no entry is active."""
-    with entered(name or "edit_outputs"):
+    errors name the public entry's function ("edit_outputs" when none is active)."""
+    with entered("edit_outputs"):
         check_index(index)
         check_calls(calls)
         found = resolve(model, layers, index=index)
