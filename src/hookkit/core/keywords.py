@@ -158,18 +158,20 @@ class KeywordOptions:
 
 def keyword_options(keywords: type) -> Callable[[type[Opts]], type[Opts]]:
     """Class decorator: the class (a ``KeywordOptions``) becomes a frozen dataclass with one field per
-    key of the ``TypedDict`` ``keywords``, typed as declared there, defaulting to its ``Default``."""
+    key of the ``TypedDict`` ``keywords``, typed as declared there, defaulting to its ``Default``; then
+    the fields the class declares itself (keywords the function names in its signature)."""
 
     def make(cls: type[Opts]) -> type[Opts]:
         hints = typing.get_type_hints(keywords, include_extras=True)
-        annotations = {}
+        own = dict(cls.__dict__.get("__annotations__", {}))
+        annotations: dict[str, Any] = {}
         for name, hint in hints.items():
             defaults = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, Default)]
             if len(defaults) != 1:
                 raise TypeError(f"{keywords.__name__}.{name}: declare its default once, as Annotated[type, Default(value)]")
             annotations[name] = typing.get_args(hint)[0]
             setattr(cls, name, defaults[0].value)
-        cls.__annotations__ = annotations
+        cls.__annotations__ = {**annotations, **own}
         return dataclasses.dataclass(frozen=True)(cls)
 
     return make

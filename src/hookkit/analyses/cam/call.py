@@ -4,53 +4,37 @@ public entry and checked there once) and its inputs made ready for the model."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from hookkit.analyses.cam.layouts import NAMES
 from hookkit.analyses.cam.methods import METHODS
 from hookkit.analyses.targets import Target
 from hookkit.core.entry import entry_name
+from hookkit.core.keywords import Default, KeywordOptions, keyword_options
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_bool, check_choice, check_int, check_tensor_like, fail
 
 
 class CamKeywords(TypedDict, total=False):
-    """``cam``'s keywords besides ``as_tensor`` and ``out`` (which choose what it returns), typed for checkers."""
+    """``cam``'s keywords besides ``as_tensor`` and ``out`` (which choose what it returns, so its
+    signature names them), declared once: name, type and default (their meaning: ``hookkit.cam``'s docstring)."""
 
-    reshape: Callable[[Any], Any] | str | None
-    prefix_tokens: int | None
-    aug_smooth: bool
-    eigen_smooth: bool
-    batch_size: int | None
-    eval: bool
-    shard_size: int | str
-    progress: bool | None
+    reshape: Annotated[Callable[[Any], Any] | str | None, Default(None)]
+    prefix_tokens: Annotated[int | None, Default(None)]
+    aug_smooth: Annotated[bool, Default(False)]
+    eigen_smooth: Annotated[bool, Default(False)]
+    batch_size: Annotated[int | None, Default(None)]
+    eval: Annotated[bool, Default(True)]
+    shard_size: Annotated[int | str, Default(16 * 2**20)]
+    progress: Annotated[bool | None, Default(None)]
 
 
-@dataclass(frozen=True)
-class CamOptions:
-    """``cam``'s keyword arguments with their defaults (their meaning: ``hookkit.cam``'s docstring); the same
-    names as ``CamKeywords`` with ``as_tensor`` and ``out`` (tests/test_cam.py checks that they stay so)."""
+@keyword_options(CamKeywords)
+class CamOptions(KeywordOptions):
+    """The keywords of one call of ``cam``: ``CamKeywords``' fields and ``as_tensor`` / ``out``, as a frozen dataclass."""
 
-    reshape: Callable[[Any], Any] | str | None = None
-    prefix_tokens: int | None = None
-    aug_smooth: bool = False
-    eigen_smooth: bool = False
-    batch_size: int | None = None
-    eval: bool = True
     as_tensor: bool = False
     out: Any = None
-    shard_size: int | str = 16 * 2**20
-    progress: bool | None = None
-
-    @classmethod
-    def of(cls, **options: Any) -> CamOptions:
-        """The options of one call; an unknown keyword is refused as Python refuses it for ``cam()``."""
-        for k in options:
-            if k not in cls.__dataclass_fields__:
-                raise TypeError(f"{entry_name()}() got an unexpected keyword argument {k!r}")
-        return cls(**options)
 
     def check(self, method: Any) -> None:
         """Errors name the public function the user called and the argument."""

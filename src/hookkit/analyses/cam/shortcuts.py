@@ -50,4 +50,4 @@ def _one_layer(model: Any, layer: Any, inputs: Any, target: Target, eval: bool, 
     if len(named) != 1:
         names = ", ".join(n or "(root)" for n, _ in named[:6]) + (", ..." if len(named) > 6 else "")
         raise InvalidArgument(f"{fn}(): layer must match exactly one layer; {shown(layer)} matched {len(named)}: {names}")
-    return run_cam(model, named[0][1], inputs, method, target, CamOptions(eval=eval))
+    return run_cam(model, named[0][1], inputs, method, target, CamOptions.of(eval=eval))
