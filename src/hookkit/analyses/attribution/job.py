@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.analyses.attribution import inputs as several_inputs
 from hookkit.analyses.attribution import perturbation
 from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, METHODS, NEURON_METHODS, PATH_METHODS, PERTURBATION_METHODS
@@ -33,6 +34,8 @@ from hookkit.core.validate import (
 
 #: the methods that take ``n_samples`` (the perturbation ones default to captum's, in perturbation.py)
 SAMPLED_METHODS = ("gradient_shap", *perturbation.DEFAULT_SAMPLES)
+#: the methods whose ``baselines`` are the inputs' (a tuple for several inputs), at the inputs or at a layer
+INPUT_BASELINE_METHODS = (*PATH_METHODS, "deeplift_shap", "gradient_shap")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Job:
     tap: Any = None
     kind: str = ""
     scores: dict = field(default_factory=dict)
+    packing: Any = None  # several input tensors side by side in ``x`` (inputs.Packing)
 
 
 def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target, opts: AttributeOptions) -> Job:
@@ -98,12 +102,19 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     check_runnable(be, model, fn=fn)
     opts = _checked_options(opts, method)
     name, found, neuron = _checked_layer(model, layer, method, opts)
-    x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
+    packed = None
+    if several_inputs.is_several(be, inputs):  # captum's inputs=(x1, x2): packed side by side (inputs.py)
+        packed = several_inputs.packing(be, inputs)
+        several_inputs.check_several(opts, method, packed, layer is None or neuron is not None)
+        x = packed.pack(inputs)
+    else:
+        x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
     to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
-    if to_inputs and method not in PERTURBATION_METHODS and be.dtype_kind(x) != "float":
+    floats = packed.float_inputs() if packed is not None else be.dtype_kind(x) == "float"
+    if to_inputs and method not in PERTURBATION_METHODS and not floats:
         what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
         fail(
             fn,
@@ -113,7 +124,12 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
         )
     check_target(target, shape[0])
     m, ops = be.family("tensor_math"), be.family("attribution")
-    job = Job(be, m, ops, model, name, found, x, shape[0], method, target, opts, neuron)
+    job = Job(be, m, ops, model, name, found, x, shape[0], method, target, opts, neuron, packing=packed)
+    if packed is not None and (
+        method in INPUT_BASELINE_METHODS or (method in PERTURBATION_METHODS and (layer is None or neuron is not None))
+    ):
+        base = several_inputs.packed_baselines(be, opts.baselines, x, packed, distribution=method in ("deeplift_shap", "gradient_shap"))
+        job.opts = opts = replace(opts, baselines=base)
     kwargs = opts.forward_kwargs
     if kwargs is not None and not (isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
         fail(fn, "forward_kwargs", "None or a dict of the model's keyword arguments", kwargs, kind=ArgumentTypeError)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hookkit.analyses.attribution.inputs import unpacked
 from hookkit.analyses.attribution.job import AttributeOptions, check_call
 from hookkit.analyses.attribution.methods import RUNNERS
 from hookkit.analyses.attribution.steps import delta
@@ -110,8 +111,8 @@ def attribute(
             job.tap = tap
             attr = RUNNERS[job.kind](job)
             if return_delta:
-                return job.be.detach(attr), delta(job, attr)
-            return job.be.detach(attr)
+                return unpacked(job, job.be.detach(attr)), delta(job, attr)
+            return unpacked(job, job.be.detach(attr))
         finally:
             if tap is not None:
                 tap.remove()
