@@ -246,7 +246,9 @@ def unpacked(job: Job, attr: Any) -> Any:
     p = job.packing
     if p is None or not attributes_inputs(job):
         return attr
-    return p.unpack(attr)
+    parts = p.unpack(attr, cast=False)  # float attributions of token ids stay float
+    be = job.be
+    return tuple(be.cast(t, d) if k == "float" and be.dtype_name(t) != d else t for t, d, k in zip(parts, p.dtypes, p.kinds))
 
 
 def attributes_inputs(job: Job) -> bool:
