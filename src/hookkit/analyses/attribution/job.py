@@ -102,34 +102,17 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     check_runnable(be, model, fn=fn)
     opts = _checked_options(opts, method)
     name, found, neuron = _checked_layer(model, layer, method, opts)
-    packed = None
-    if several_inputs.is_several(be, inputs):  # captum's inputs=(x1, x2): packed side by side (inputs.py)
-        packed = several_inputs.packing(be, inputs)
-        several_inputs.check_several(opts, method, packed, layer is None or neuron is not None)
-        x = packed.pack(inputs)
-    else:
-        x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
+    x, packed = _inputs(be, inputs, opts, method, layer is None or neuron is not None)
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
-    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
     floats = packed.float_inputs() if packed is not None else be.dtype_kind(x) == "float"
-    if to_inputs and method not in PERTURBATION_METHODS and not floats:
-        what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
-        fail(
-            fn,
-            "inputs",
-            f"floating-point for {what} (the path runs through the inputs); for token ids attribute at the embedding layer",
-            inputs,
-        )
+    _check_floats(floats, inputs, method, layer, neuron)
     check_target(target, shape[0])
     m, ops = be.family("tensor_math"), be.family("attribution")
+    if packed is not None:
+        opts = _packed_baselines(be, opts, x, packed, method, layer is None or neuron is not None)
     job = Job(be, m, ops, model, name, found, x, shape[0], method, target, opts, neuron, packing=packed)
-    if packed is not None and (
-        method in INPUT_BASELINE_METHODS or (method in PERTURBATION_METHODS and (layer is None or neuron is not None))
-    ):
-        base = several_inputs.packed_baselines(be, opts.baselines, x, packed, distribution=method in ("deeplift_shap", "gradient_shap"))
-        job.opts = opts = replace(opts, baselines=base)
     kwargs = opts.forward_kwargs
     if kwargs is not None and not (isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
         fail(fn, "forward_kwargs", "None or a dict of the model's keyword arguments", kwargs, kind=ArgumentTypeError)
@@ -138,6 +121,37 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
         job.base = _baselines(be, opts.baselines, x)
     job.kind = ("input" if layer is None else "neuron" if neuron is not None else "layer") + ":" + method
     return job
+
+
+def _check_floats(floats: bool, inputs: Any, method: str, layer: Any, neuron: Any) -> None:
+    """Floating-point inputs where the path runs through them (not token ids)."""
+    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
+    if to_inputs and method not in PERTURBATION_METHODS and not floats:
+        what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
+        fail(
+            entry_name(),
+            "inputs",
+            f"floating-point for {what} (the path runs through the inputs); for token ids attribute at the embedding layer",
+            inputs,
+        )
+
+
+def _packed_baselines(be: Any, opts: AttributeOptions, x: Any, packed: Any, method: str, to_inputs: bool) -> AttributeOptions:
+    """With several inputs, the inputs' ``baselines`` (a tuple) packed as the inputs are."""
+    if method in INPUT_BASELINE_METHODS or (method in PERTURBATION_METHODS and to_inputs):
+        dist = method in ("deeplift_shap", "gradient_shap")
+        return replace(opts, baselines=several_inputs.packed_baselines(be, opts.baselines, x, packed, distribution=dist))
+    return opts
+
+
+def _inputs(be: Any, inputs: Any, opts: AttributeOptions, method: str, to_inputs: bool) -> tuple[Any, Any]:
+    """``(x, packing)``: the inputs as one tensor; several tensors (captum's ``inputs=(x1, x2)``) packed
+    side by side, their per-input options checked (inputs.py), else ``packing`` None."""
+    if not several_inputs.is_several(be, inputs):
+        return check_tensor_like(inputs, be, fn=entry_name(), arg="inputs"), None
+    packed = several_inputs.packing(be, inputs)
+    several_inputs.check_several(opts, method, packed, to_inputs)
+    return packed.pack(inputs), packed
 
 
 def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:
