@@ -104,6 +104,12 @@ def test_several_inputs_equal_the_packed_model(fw, rng):
         want = split(np_(fw, hookkit.attribute(twin, None, t(pack(img, tab)), method, target=[2, 0, 1], **packed_kw)))
         for g, w in zip(got, want):
             np.testing.assert_allclose(np_(fw, g), w, **TOL, err_msg=method)
+    for method in ("integrated_gradients", "gradient", "feature_ablation"):  # the neuron variants: to the inputs
+        got = hookkit.attribute(model, "conv", (t(img), t(tab)), method, neuron=(1, 2, 2), n_steps=8)
+        want = split(np_(fw, hookkit.attribute(twin, "inner.conv", t(pack(img, tab)), method, neuron=(1, 2, 2), n_steps=8)))
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np_(fw, g), w, **TOL, err_msg=f"neuron {method}")
+        assert np.abs(w).max() == 0  # the table is not on the neuron's path
     assert hooks_left(model) == []
 
 
@@ -256,6 +262,8 @@ def test_per_sample_masks_by_hand(fw, rng):
         fw, hookkit.attribute(model, None, fw.tensor(x), "feature_ablation", target=1, baselines=fw.tensor(b), feature_mask=masks)
     )
     shap = np_(fw, hookkit.attribute(model, None, fw.tensor(x), "shapley", target=1, baselines=fw.tensor(b), feature_mask=masks))
+    one_row = hookkit.attribute(model, None, fw.tensor(x), "shapley", target=1, baselines=fw.tensor(b), feature_mask=masks, max_memory=1)
+    np.testing.assert_allclose(np_(fw, one_row), shap, **TOL)  # chunks of one sample: each takes its own mask rows
     for j in range(3):
         xj, bj = x[j : j + 1], b
         want = np.zeros(6)
