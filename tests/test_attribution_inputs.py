@@ -188,6 +188,9 @@ def test_several_inputs_delta_layer_and_mixed_dtypes(fw, rng):
     got = hookkit.attribute(model, "conv", x, target=1, baselines=(fw.tensor(img[:1]), 0.0))
     want = hookkit.attribute(twin, "inner.conv", fw.tensor(pack(img, tab)), target=1, baselines=fw.tensor(pack(img[:1], np.zeros((1, 3)))))
     np.testing.assert_allclose(np_(fw, got), np_(fw, want), **TOL)
+    got = hookkit.attribute(model, "act", x, "feature_ablation", target=1)  # the layer's units, the inputs as given
+    want = hookkit.attribute(twin, "inner.act", fw.tensor(pack(img, tab)), "feature_ablation", target=1)
+    np.testing.assert_allclose(np_(fw, got), np_(fw, want), **TOL)
     # token ids beside float features (perturbation methods): each tensor keeps its dtype in the forward
     fw.seed(0)
     emb, lin = fw.nn.Embedding(10, 2), fw.linear(2 * 4 + 3, 2)

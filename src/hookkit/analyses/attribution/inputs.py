@@ -209,8 +209,6 @@ def broadcast_mask(be: Any, mask: Any, shape: tuple[int, ...], n: int, arg: str,
             f"the same grouping for every sample ([1, ...]) for feature_permutation (a feature's values move across the batch), shaped like one sample of {where} {list(shape)}",
             f"{len(arr)} different masks",
         )
-    if (arr < 0).any():
-        fail(fn, arg, "feature ids >= 0", f"ids down to {int(arr.min())}")
     return np.ascontiguousarray(arr)
 
 
