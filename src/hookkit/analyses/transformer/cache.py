@@ -22,6 +22,7 @@ import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
 from hookkit.analyses.transformer.cache_patterns import pattern_targets, patterns_kept
+from hookkit.analyses.transformer.dla_post_norms import no_heads, post_norm_components
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import UnsupportedModel
@@ -559,6 +560,8 @@ class LogitAttribution:
 
     def heads(self, row: int | None = None) -> np.ndarray:
         """``[n_layers, n_heads]``: each head's contribution (batch row ``row``; None: the mean)."""
+        if not self.n_heads:
+            no_heads(self.n_layers)
         v = self.to_numpy()
         v = v.mean(1) if row is None else v[:, row]
         at = {label: k for k, label in enumerate(self.labels)}
@@ -581,7 +584,10 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
     each head's bias, each MLP, the final norm's and unembedding's biases) to the logit of
     ``tokens`` (one per batch row, or one for all) at position ``pos``, or to the logit difference
     with ``incorrect_tokens``, through the final norm's cached scale and weight: ``[components,
-    batch]`` with ``.labels``; the rows sum to what the model computed.
+    batch]`` with ``.labels``; the rows sum to what the model computed. Where the attention and MLP
+    outputs pass a norm before the residual stream (Gemma 2), heads are not additive: the rows are the
+    embeddings and each block's normed ``attn_out`` and ``mlp_out``, summing to the logit before the
+    final softcapping (``heads()`` says why it has none).
 
     >>> dla = hookkit.logit_attribution(gpt2, ids, tokens=answer, incorrect_tokens=other)   # doctest: +SKIP
     >>> dla.plot()
@@ -606,22 +612,22 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
             )
         ),
     )
-    if cache._info.post_norms:
-        raise UnsupportedModel(
-            f"logit_attribution(): {type(model).__name__}'s attention and MLP outputs pass a norm before the residual stream, "
-            "so per-head contributions do not sum to the logits; use run_with_cache and cache.logit_attrs(cache.decompose_resid(...))"
-        )
     n = cache.n_layers
-    heads, labels = cache.stack_head_results(-1, return_labels=True, pos_slice=pos)
     m = be.family("tensor_math")
-    items = [heads[k] for k in range(len(labels))]
-    items += [cache.b_O(i) + heads[0] * 0 for i in range(n)]
-    labels += [f"{i}_attn_bias" for i in range(n)]
-    items += [_slice(cache[f"blocks.{i}.hook_mlp_out"], pos, 1) for i in range(n)]
-    labels += [f"{i}_mlp_out" for i in range(n)]
-    embeds, el = cache._embeds()
-    items = [_slice(t, pos, 1) for t in embeds] + items
-    labels = el + labels
+    if cache._info.post_norms:  # heads are not additive: each block's normed attention and MLP outputs
+        items, labels = post_norm_components(cache, pos)
+        n_heads = 0
+    else:
+        heads, labels = cache.stack_head_results(-1, return_labels=True, pos_slice=pos)
+        items = [heads[k] for k in range(len(labels))]
+        items += [cache.b_O(i) + heads[0] * 0 for i in range(n)]
+        labels += [f"{i}_attn_bias" for i in range(n)]
+        items += [_slice(cache[f"blocks.{i}.hook_mlp_out"], pos, 1) for i in range(n)]
+        labels += [f"{i}_mlp_out" for i in range(n)]
+        embeds, el = cache._embeds()
+        items = [_slice(t, pos, 1) for t in embeds] + items
+        labels = el + labels
+        n_heads = be.shape(heads)[0] // max(n, 1)
     stack = m.stack(items, 0)  # [components, batch, d_model]
     weight, bias = cache.final_norm()
     directions = cache.tokens_to_residual_directions(tokens)
@@ -632,7 +638,7 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
     values = m.sum(scaled * (directions * weight if weight is not None else directions), [-1])
     const = m.sum((bias if bias is not None else weight * 0) * directions, [-1]) + _unembed_bias(be, m, b_u, tokens, incorrect_tokens)
     values = m.cat([values, m.reshape(const + values[0] * 0, [1, -1])], 0)
-    return LogitAttribution(values, [*labels, "bias"], be, n, be.shape(heads)[0] // max(n, 1))
+    return LogitAttribution(values, [*labels, "bias"], be, n, n_heads)
 
 
 def _unembed_bias(be: Any, m: Any, b_u: Any, tokens: Any, incorrect: Any) -> Any:
