@@ -233,6 +233,41 @@ _OPT_POST_NORM = {  # OPT-350m: each norm after its residual add (hook_resid_mid
 
 _PADDLE_ATTN = _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj")
 
+
+def _ln(k: int, path: str) -> dict[str, Point]:
+    return {
+        f"blocks.{{i}}.ln{k}.hook_scale": Point(path, IN, FIRST, norm("scale", "layer")),
+        f"blocks.{{i}}.ln{k}.hook_normalized": Point(path, IN, FIRST, norm("normalized", "layer")),
+    }
+
+
+def _paddle_decoder(pre_norm: bool) -> dict[str, Point]:
+    """``nn.TransformerDecoderLayer``: self-attention, cross-attention over the encoder's output, FFN.
+    TransformerLens has no cross-attention vocabulary of its own; its TransformerBridge names T5's
+    decoder blocks so, and so do these: ``cross_attn.hook_q|k|v|z`` (k and v over the source
+    positions), ``hook_cross_attn_out``, ``hook_resid_mid2`` (after the cross-attention), and the norms
+    ``ln1`` (before/after self-attention), ``ln2`` (cross-attention), ``ln3`` (FFN)."""
+    cross = _projections("{b}.cross_attn.q_proj", "{b}.cross_attn.k_proj", "{b}.cross_attn.v_proj")
+    out: dict[str, Point] = {"blocks.{i}.hook_resid_pre": Point("{b}", IN, FIRST)}
+    out |= _ln(1, "{b}.norm1") if pre_norm else {}
+    out |= {f"blocks.{{i}}.attn.hook_{k}": p for k, p in _PADDLE_ATTN.items()}
+    out["blocks.{i}.attn.hook_z"] = Point("{b}.self_attn.out_proj", IN, FIRST, split(0, 1))
+    out["blocks.{i}.hook_attn_out"] = Point("{b}.self_attn")
+    # pre-norm: the residual stream is the next norm's input; post-norm: the last norm's output
+    out |= {"blocks.{i}.hook_resid_mid": Point("{b}.norm2", IN, FIRST)} | _ln(2, "{b}.norm2") if pre_norm else {}
+    out |= {} if pre_norm else _ln(1, "{b}.norm1") | {"blocks.{i}.hook_resid_mid": Point("{b}.norm1")}
+    out |= {f"blocks.{{i}}.cross_attn.hook_{k}": p for k, p in cross.items()}
+    out["blocks.{i}.cross_attn.hook_z"] = Point("{b}.cross_attn.out_proj", IN, FIRST, split(0, 1))
+    out["blocks.{i}.hook_cross_attn_out"] = Point("{b}.cross_attn")
+    if pre_norm:
+        out["blocks.{i}.hook_resid_mid2"] = out["blocks.{i}.hook_mlp_in"] = Point("{b}.norm3", IN, FIRST)
+        out |= _ln(3, "{b}.norm3")
+    else:
+        out |= _ln(2, "{b}.norm2") | {"blocks.{i}.hook_resid_mid2": Point("{b}.norm2")}
+    out |= {f"blocks.{{i}}.{k}": p for k, p in _mlp("{b}.linear1", "{b}.linear2", "{b}.linear2").items()}
+    out |= {} if pre_norm else _ln(3, "{b}.norm3")
+    return out | {"blocks.{i}.hook_resid_post": Point("{b}")} | _final("norm", "layer")
+
 NAME_FAMILIES: list[NameFamily] = [
     NameFamily(
         "gpt2",
@@ -360,6 +395,8 @@ NAME_FAMILIES: list[NameFamily] = [
         | _final("norm", "layer"),
         when=("normalize_before", True),
     ),
+    NameFamily("paddle-decoder", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(False), when=("normalize_before", False)),
+    NameFamily("paddle-decoder-pre-norm", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(True), when=("normalize_before", True)),
 ]
 
 

@@ -262,14 +262,12 @@ class ActivationCache(Mapping):
         if mode not in ("all", "attn", "mlp"):
             fail("decompose_resid", "mode", "'all', 'attn' or 'mlp'", mode)
         items, labels = self._embeds() if incl_embeds else ([], [])
-        for i in range(layer):
-            for part in ("attn", "mlp"):
-                if mode in ("all", part):
+        parts = ("attn", "cross_attn", "mlp") if "blocks.0.hook_cross_attn_out" in self._values else ("attn", "mlp")  # decoders
+        for i in range(layer + (1 if mlp_input and layer < self.n_layers else 0)):
+            for part in parts:
+                if mode in ("all", part.replace("cross_", "")) and (i < layer or part != "mlp"):
                     items.append(self[f"blocks.{i}.hook_{part}_out"])
                     labels.append(f"{i}_{part}_out")
-        if mlp_input and mode != "mlp" and layer < self.n_layers:
-            items.append(self[f"blocks.{layer}.hook_attn_out"])
-            labels.append(f"{layer}_attn_out")
         stack = self._stack(items, labels, pos_slice, False)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
