@@ -357,7 +357,10 @@ def test_paddle_decoder_cross_attention_names_are_edited_and_refused_by_name():
     with hookkit.ablate(model, "blocks.0.hook_cross_attn_out"), hookkit.capture(model, "blocks.0.hook_resid_mid*") as cap:
         model(tgt, memory)
     close(cap["blocks.0.hook_resid_mid2"].numpy(), cap["blocks.0.hook_resid_mid"].numpy())  # nothing added by the cross-attention
-    with hookkit.edit(model, "blocks.0.cross_attn.hook_v", lambda v, ev: v * 0), hookkit.capture(model, "blocks.0.cross_attn.hook_z") as cap:
+    with (
+        hookkit.edit(model, "blocks.0.cross_attn.hook_v", lambda v, ev: v * 0),
+        hookkit.capture(model, "blocks.0.cross_attn.hook_z") as cap,
+    ):
         model(tgt, memory)
     assert float(cap["blocks.0.cross_attn.hook_z"].abs().max()) == 0.0
     with pytest.raises(hookkit.LayerNotFound, match="closest: blocks.0.cross_attn.hook_z"):

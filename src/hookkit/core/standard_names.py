@@ -200,7 +200,10 @@ _OPT_ATTN = {
     "blocks.{i}.hook_resid_pre": Point("{b}", IN, FIRST),
     "blocks.{i}.ln1.hook_scale": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("scale", "layer")),
     "blocks.{i}.ln1.hook_normalized": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("normalized", "layer")),
-    **{f"blocks.{{i}}.attn.hook_{k}": p for k, p in _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj").items()},
+    **{
+        f"blocks.{{i}}.attn.hook_{k}": p
+        for k, p in _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj").items()
+    },
     "blocks.{i}.attn.hook_z": Point("{b}.self_attn.out_proj", IN, FIRST, split(0, 1)),
     "blocks.{i}.hook_attn_out": Point("{b}.self_attn"),
 }
@@ -267,6 +270,7 @@ def _paddle_decoder(pre_norm: bool) -> dict[str, Point]:
     out |= {f"blocks.{{i}}.{k}": p for k, p in _mlp("{b}.linear1", "{b}.linear2", "{b}.linear2").items()}
     out |= {} if pre_norm else _ln(3, "{b}.norm3")
     return out | {"blocks.{i}.hook_resid_post": Point("{b}")} | _final("norm", "layer")
+
 
 NAME_FAMILIES: list[NameFamily] = [
     NameFamily(
@@ -396,7 +400,9 @@ NAME_FAMILIES: list[NameFamily] = [
         when=("normalize_before", True),
     ),
     NameFamily("paddle-decoder", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(False), when=("normalize_before", False)),
-    NameFamily("paddle-decoder-pre-norm", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(True), when=("normalize_before", True)),
+    NameFamily(
+        "paddle-decoder-pre-norm", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(True), when=("normalize_before", True)
+    ),
 ]
 
 

@@ -462,7 +462,7 @@ def names(model: Layer) -> list[str]:
             "names",
             "model",
             "a model of a family with standard names (GPT-2, GPT-NeoX, GPT-J, Llama, Mistral, Qwen2, Gemma 2, Phi, OPT, BERT, "
-            "Paddle nn.TransformerEncoder; or one registered with register_names)",
+            "Paddle nn.TransformerEncoder and nn.TransformerDecoder; or one registered with register_names)",
             model,
             kind=ArgumentTypeError,
         )
