@@ -365,3 +365,32 @@ def test_paddle_decoder_cross_attention_names_are_edited_and_refused_by_name():
     assert float(cap["blocks.0.cross_attn.hook_z"].abs().max()) == 0.0
     with pytest.raises(hookkit.LayerNotFound, match="closest: blocks.0.cross_attn.hook_z"):
         hookkit.capture(model, "blocks.0.cross_attn.hook_zz")
+
+
+# -- gradients at views (heads, unflattened values) -----------------------------------------------------------
+def test_gradients_reach_names_that_are_views_of_the_models_tensor():
+    """capture(grads=True) and attribution_patching at names computed from the model's tensor (GPT-2's
+    hook_q, a slice of the fused c_attn split into heads; OPT's unflattened mlp.hook_pre): the gradient
+    is the model's, laid out as the name is."""
+    torch.manual_seed(0)
+    gpt2 = T.GPT2LMHeadModel(T.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16)).eval()
+    cases = [(gpt2, "blocks.0.attn.hook_q", gpt2.transformer.h[0].attn.c_attn, lambda g: g[..., :32].reshape(2, 5, 4, 8))]
+    model = opt()
+    cases.append((model, "blocks.0.mlp.hook_pre", model.model.decoder.layers[0].fc1, lambda g: g.reshape(2, 5, 64)))
+    for m, name, module, layout in cases:
+        seen = {}
+
+        def keep(mod, grad_in, grad_out, seen=seen):
+            seen["g"] = grad_out[0]
+
+        handle = module.register_full_backward_hook(keep)
+        try:
+            with hookkit.capture(m, name, grads=True) as cap:
+                m(IDS).logits.square().sum().backward()
+        finally:
+            handle.remove()
+        close(cap.grads[name], layout(seen["g"]))
+        assert not module._forward_hooks and not module._forward_pre_hooks
+    metric = lambda out: out.logits[:, -1, 3] - out.logits[:, -1, 4]  # noqa: E731
+    est = hookkit.attribution_patching(gpt2, IDS[:1], IDS[1:], "blocks.*.attn.hook_q", metric)
+    assert est.shape == (2, 5) and np.isfinite(est).all() and np.abs(est).max() > 0

@@ -34,7 +34,7 @@ from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.core.weakmap import IdentityWeakMap
-from hookkit.sites.names_flat import FlatView, stamp_of, with_stamp
+from hookkit.sites.names_flat import FlatView, grad_view, stamp_of, with_stamp
 from hookkit.sites.operations import SourceUnavailable
 from hookkit.sites.parts import WHOLE, Part
 from hookkit.sites.seen_backend import SeenBackend
@@ -266,7 +266,9 @@ class _PointBackend(SeenBackend):
                 rec, state = part.get(be, t)
                 new = fn(point, args, kwargs, rec)
                 if new is None or new is rec:
-                    return None
+                    if not grad_view(be, part, rec):
+                        return None
+                    new = rec  # the view put back, so a gradient reaching the model's tensor reaches it
                 value = part.put(be, t, state, new, point.name)
                 pos = iter(range(len(found)))
                 return map_tensors(output, lambda x: value if next(pos) == index else x, be.is_tensor)
@@ -281,7 +283,9 @@ class _PointBackend(SeenBackend):
             rec, state = part.get(be, t)
             new = fn(point, args, kwargs, rec)
             if new is None or new is rec:
-                return None
+                if not grad_view(be, part, rec):
+                    return None
+                new = rec
             value = part.put(be, t, state, new, point.name)
             if isinstance(key, int):
                 return (*args[:key], value, *args[key + 1 :]), kwargs

@@ -15,7 +15,7 @@ from typing import Any
 from hookkit.backends import Backend
 from hookkit.core.errors import InvalidArgument
 from hookkit.core.weakmap import IdentityWeakMap
-from hookkit.sites.parts import Part
+from hookkit.sites.parts import WHOLE, Part
 from hookkit.sites.values import shape_str
 
 
@@ -127,3 +127,11 @@ def with_stamp(be: Any, part: Part, handle: Any) -> Any:
     if not isinstance(part, FlatView):
         return handle
     return _Both(handle, part.stamp.hold(be))
+
+
+def grad_view(be: Any, part: Part, rec: Any) -> bool:
+    """Whether ``rec``, a view computed from the model's tensor (heads, an unflattened value), must be
+    put back unchanged so that a gradient reaching the model's tensor reaches it (``capture(grads=True)``,
+    ``attribution_patching``): a writable view, under autograd. The norms' computed values are not."""
+    inner = part.inner if isinstance(part, FlatView) else part
+    return part is not WHOLE and not inner.kind.startswith("standard-norm") and be.requires_grad(rec)
