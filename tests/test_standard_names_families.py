@@ -123,6 +123,9 @@ def test_opt_mlp_names_are_written_back_flattened_at_the_right_positions():
         with hookkit.edit(model, "blocks.0.ln2.hook_scale", lambda t, ev: t * 2):
             model(IDS)
     assert not block._forward_pre_hooks and not block.fc1._forward_hooks  # removed, also when the forward raised
+    with hookkit.capture(model, "blocks.0.mlp.hook_pre"):
+        twin = copy.deepcopy(model)  # the copy carries an inert stamp of the block
+    close(twin(IDS).logits, model(IDS).logits)
     with pytest.raises(hookkit.LayerNotFound, match="closest: blocks.0.hook_mlp_out"):
         hookkit.capture(model, "blocks.0.hook_mlp_outt")
 

@@ -9,6 +9,7 @@ stamps it; TransformerLens's bridge does the same (``_UnflattenTokens``).
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -19,24 +20,43 @@ from hookkit.sites.parts import WHOLE, Part
 from hookkit.sites.values import shape_str
 
 
+def _gone() -> None:
+    return None
+
+
 class Stamp:
-    """The leading dims (``[batch, pos]``) of one block's first tensor input at its current call."""
+    """The leading dims (``[batch, pos]``) of one block's first tensor input at its current call (per
+    thread: two threads may run the model on batches of different sizes)."""
 
-    __slots__ = ("block", "lead", "users", "native", "be")
+    __slots__ = ("block", "local", "users", "native", "be")
 
-    def __init__(self, block: Any):
-        self.block = weakref.ref(block)
-        self.lead: list[int] | None = None
+    def __init__(self, block: Any = None):
+        self.block: Any = weakref.ref(block) if block is not None else _gone
+        self.local = threading.local()
         self.users = 0
         self.native: Any = None
         self.be: Any = None
 
+    # A deep copy or pickle of the model copies its hook dicts, and this stamp's bound method with them:
+    # the copy gets an inert stamp (as the router's hooks do).
+    def __reduce__(self) -> tuple:
+        return (Stamp, ())
+
+    def __deepcopy__(self, memo: dict) -> Stamp:
+        return Stamp()
+
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> None:
         be = self.be
+        if be is None:  # an inert copy
+            return
         for t in [*args, *(kwargs or {}).values()]:
             if be.is_tensor(t):
-                self.lead = list(be.shape(t))[:-1]
+                self.local.lead = list(be.shape(t))[:-1]
                 return
+
+    @property
+    def lead(self) -> list[int] | None:
+        return getattr(self.local, "lead", None)
 
     def hold(self, be: Any) -> _StampHandle:
         """Count one more user; the first places the block's native pre-hook."""
@@ -51,7 +71,8 @@ class Stamp:
         self.users -= 1
         if self.users == 0 and self.native is not None:
             self.native.remove()
-            self.native, self.lead = None, None
+            self.native = None
+            self.local = threading.local()
 
 
 class _StampHandle:
