@@ -405,3 +405,20 @@ def test_gradients_reach_names_that_are_views_of_the_models_tensor():
     metric = lambda out: out.logits[:, -1, 3] - out.logits[:, -1, 4]  # noqa: E731
     est = hookkit.attribution_patching(gpt2, IDS[:1], IDS[1:], "blocks.*.attn.hook_q", metric)
     assert est.shape == (2, 5) and np.isfinite(est).all() and np.abs(est).max() > 0
+
+
+def test_paddle_transformer_names_its_encoder_and_decoder_separately():
+    paddle = pytest.importorskip("paddle")
+    paddle.seed(0)
+    model = paddle.nn.Transformer(32, 4, 2, 2, 64, dropout=0.0)
+    model.eval()
+    src, tgt = paddle.randn([2, 7, 32]), paddle.randn([2, 5, 32])
+    with pytest.raises(TypeError, match="nn.TransformerDecoder"):
+        hookkit.names(model)  # one blocks list per model: its encoder's and its decoder's names are theirs
+    with (
+        hookkit.capture(model.encoder, "blocks.1.hook_resid_post") as enc,
+        hookkit.capture(model.decoder, "blocks.1.cross_attn.hook_k") as dec,
+    ):
+        model(src, tgt)
+    memory = model.encoder.norm(enc["blocks.1.hook_resid_post"])  # the encoder's output, the decoder's memory
+    close(dec["blocks.1.cross_attn.hook_k"].numpy(), model.decoder.layers[1].cross_attn.k_proj(memory).reshape([2, 7, 4, 8]).numpy())
