@@ -333,8 +333,9 @@ def test_paddle_transformer_decoder_names_equal_a_hand_computation(pre_norm):
         close(c(f"blocks.{i}.ln1.hook_scale"), ((xc * xc).mean(-1, keepdim=True) + block.norm1._epsilon).sqrt().numpy())
         mid = x + attn_out if pre_norm else block.norm1(ln1_in)
         close(c(f"blocks.{i}.hook_resid_mid"), mid.numpy())
-        cq, ck, cv, _, cz = mha(paddle, block.cross_attn, block.norm2(mid) if pre_norm else mid, memory, None)
-        for name, t in (("q", cq), ("k", ck), ("v", cv), ("z", cz)):  # k and v over the 7 source positions
+        cq, ck, cv, cscores, cz = mha(paddle, block.cross_attn, block.norm2(mid) if pre_norm else mid, memory, None)
+        cpattern = paddle.nn.functional.softmax(cscores, -1)  # [batch, head, 5 target, 7 source positions]
+        for name, t in (("q", cq), ("k", ck), ("v", cv), ("z", cz), ("attn_scores", cscores), ("pattern", cpattern)):
             close(c(f"blocks.{i}.cross_attn.hook_{name}"), t.numpy())
         cross_out = block.cross_attn.out_proj(cz.reshape([2, 5, 32]))
         close(c(f"blocks.{i}.hook_cross_attn_out"), cross_out.numpy())
@@ -374,6 +375,14 @@ def test_paddle_decoder_cross_attention_names_are_edited_and_refused_by_name():
     ):
         model(tgt, memory)
     assert float(cap["blocks.0.cross_attn.hook_z"].abs().max()) == 0.0
+    uniform = paddle.full([2, 4, 5, 7], 1 / 7)  # every target position attends equally to the 7 source positions
+    with (
+        hookkit.edit(model, "blocks.0.cross_attn.hook_pattern", lambda p, ev: uniform),
+        hookkit.capture(model, "blocks.0.cross_attn.hook_[vz]") as cap,
+    ):
+        model(tgt, memory)
+    v = cap["blocks.0.cross_attn.hook_v"]
+    close(cap["blocks.0.cross_attn.hook_z"].numpy(), v.mean(1, keepdim=True).expand([2, 5, 4, 8]).numpy())
     with pytest.raises(hookkit.LayerNotFound, match="closest: blocks.0.cross_attn.hook_z"):
         hookkit.capture(model, "blocks.0.cross_attn.hook_zz")
 

@@ -260,6 +260,9 @@ def _paddle_decoder(pre_norm: bool) -> dict[str, Point]:
     out |= {"blocks.{i}.hook_resid_mid": Point("{b}.norm2", IN, FIRST)} | _ln(2, "{b}.norm2") if pre_norm else {}
     out |= {} if pre_norm else _ln(1, "{b}.norm1") | {"blocks.{i}.hook_resid_mid": Point("{b}.norm1")}
     out |= {f"blocks.{{i}}.cross_attn.hook_{k}": p for k, p in cross.items()}
+    # nn.MultiHeadAttention computes its attention eagerly: the softmax's input and output ([batch, head, pos, src_pos])
+    out["blocks.{i}.cross_attn.hook_attn_scores"] = Point("{b}.cross_attn::softmax_0", IN, FIRST)
+    out["blocks.{i}.cross_attn.hook_pattern"] = Point("{b}.cross_attn::softmax_0")
     out["blocks.{i}.cross_attn.hook_z"] = Point("{b}.cross_attn.out_proj", IN, FIRST, split(0, 1))
     out["blocks.{i}.hook_cross_attn_out"] = Point("{b}.cross_attn")
     if pre_norm:
