@@ -358,6 +358,10 @@ def test_paddle_transformer_decoder_names_equal_a_hand_computation(pre_norm):
         close((stack.sum(0) + cache["blocks.0.hook_resid_pre"]).numpy(), x.numpy())
         mid_stack = cache.decompose_resid(layer=1, mlp_input=True, incl_embeds=False)
         close((mid_stack.sum(0) + cache["blocks.0.hook_resid_pre"]).numpy(), c("blocks.1.hook_resid_mid2"))
+        # the MLP's input is the stream after the cross-attention, through the FFN's norm (ln3)
+        acc, labels = cache.accumulated_resid(layer=1, mlp_input=True, apply_ln=True, return_labels=True)
+        assert labels == ["0_pre", "1_pre", "1_mid2"]
+        close(acc[-1].numpy(), c("blocks.1.ln3.hook_normalized"))
 
 
 def test_paddle_decoder_cross_attention_names_are_edited_and_refused_by_name():

@@ -45,6 +45,7 @@ class ModelFacts:
     norm_offset: float
     model: Any  # a weak reference
     post_norms: bool = False
+    cross_attn: bool = False  # a decoder with cross-attention: the MLP reads resid_mid2 through ln3
     weights: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -217,9 +218,10 @@ class ActivationCache(Mapping):
                 continue
             items.append(self[f"blocks.{i}.hook_resid_pre"])
             labels.append(f"{i}_pre")
-            if (incl_mid and i < layer) or (mlp_input and i == layer):
-                items.append(self[f"blocks.{i}.hook_resid_mid"])
-                labels.append(f"{i}_mid")
+            if incl_mid and i < layer or mlp_input and i == layer:
+                mid = "mid2" if mlp_input and i == layer and self._info.cross_attn else "mid"
+                items.append(self[f"blocks.{i}.hook_resid_{mid}"])
+                labels.append(f"{i}_{mid}")
         stack = self._stack(items, labels, pos_slice, False)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
@@ -262,7 +264,7 @@ class ActivationCache(Mapping):
         if mode not in ("all", "attn", "mlp"):
             fail("decompose_resid", "mode", "'all', 'attn' or 'mlp'", mode)
         items, labels = self._embeds() if incl_embeds else ([], [])
-        parts = ("attn", "cross_attn", "mlp") if "blocks.0.hook_cross_attn_out" in self._values else ("attn", "mlp")  # decoders
+        parts = ("attn", "cross_attn", "mlp") if self._info.cross_attn else ("attn", "mlp")
         for i in range(layer + (1 if mlp_input and layer < self.n_layers else 0)):
             for part in parts:
                 if mode in ("all", part.replace("cross_", "")) and (i < layer or part != "mlp"):
@@ -375,7 +377,7 @@ class ActivationCache(Mapping):
     ) -> Any:
         """``residual_stack`` (``[components, batch, pos, d_model]``) centred (LayerNorm families)
         and divided by the cached scale of the norm that reads the residual stream at ``layer``
-        (None or -1: the final norm; ``mlp_input``: the block's second norm). No weight, no bias.
+        (None or -1: the final norm; ``mlp_input``: the norm before the MLP, a decoder's third). No weight, no bias.
 
         ``pos_slice``: the positions kept (None: all; an int: that one, its dim dropped; a slice).
         ``batch_slice``: the batch rows kept (None: all; an int; a slice). ``has_batch_dim``: whether
@@ -385,7 +387,7 @@ class ActivationCache(Mapping):
         if layer == self.n_layers:
             scale = self["ln_final.hook_scale"]
         else:
-            scale = self[f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale"]
+            scale = self[f"blocks.{layer}.ln{(3 if self._info.cross_attn else 2) if mlp_input else 1}.hook_scale"]
         scale = _slice(_slice(scale, batch_slice, 0), pos_slice, 1 if not isinstance(batch_slice, int) else 0)
         if has_batch_dim:
             residual_stack = _slice(residual_stack, batch_slice, 1)
@@ -538,6 +540,7 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
         group.remove()
     values.update({n: be.detach(t) if device is None else be.to(be.detach(t), device) for n, t in computed.items()})
     info = ModelFacts(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
+    info.cross_attn = "blocks.{i}.hook_resid_mid2" in fam.points
     return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
 
 
