@@ -362,6 +362,12 @@ def test_paddle_transformer_decoder_names_equal_a_hand_computation(pre_norm):
         acc, labels = cache.accumulated_resid(layer=1, mlp_input=True, apply_ln=True, return_labels=True)
         assert labels == ["0_pre", "1_pre", "1_mid2"]
         close(acc[-1].numpy(), c("blocks.1.ln3.hook_normalized"))
+        full, labels = cache.get_full_resid_decomposition(expand_neurons=False, return_labels=True)
+        assert labels[:8] == [*(f"L0H{h}" for h in range(4)), *(f"L0C{h}" for h in range(4))]  # self-, then cross-attention heads
+        close((full.sum(0) + cache["blocks.0.hook_resid_pre"]).numpy(), x.numpy())  # no embeddings: the stack's input
+        cross = cache.W_O(0, "cross_attn")  # [head, d_head, d_model]
+        per_head = paddle.einsum("bthd,hdm->btm", cache["blocks.0.cross_attn.hook_z"], cross)
+        close((per_head + cache.b_O(0, "cross_attn")).numpy(), c("blocks.0.hook_cross_attn_out"))
 
 
 def test_paddle_decoder_cross_attention_names_are_edited_and_refused_by_name():

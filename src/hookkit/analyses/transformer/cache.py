@@ -146,17 +146,20 @@ class ActivationCache(Mapping):
             raise UnsupportedModel(f"this model has no standard name {name!r}, which this method needs")
         return point.module
 
-    def W_O(self, layer: int) -> Any:
-        """``[n_heads, d_head, d_model]`` of block ``layer`` (its output projection)."""
-        z = self[f"blocks.{layer}.attn.hook_z"]
+    def _out_proj(self, layer: int, attn: str) -> tuple[Any, Any]:
+        """``(W [n_heads, d_head, d_model], b)`` of the output projection of block ``layer``'s ``attn``."""
+        z = self[f"blocks.{layer}.{attn}.hook_z"]
         h, d = self._be.shape(z)[-2:]
-        w, _ = self._linear(f"O{layer}", self._module_of(f"blocks.{layer}.attn.hook_z"), h * d, z)
-        return self._m.reshape(w, [h, d, -1])
+        w, b = self._linear(f"{attn}O{layer}", self._module_of(f"blocks.{layer}.{attn}.hook_z"), h * d, z)
+        return self._m.reshape(w, [h, d, -1]), b
 
-    def b_O(self, layer: int) -> Any:
-        z = self[f"blocks.{layer}.attn.hook_z"]
-        h, d = self._be.shape(z)[-2:]
-        return self._linear(f"O{layer}", self._module_of(f"blocks.{layer}.attn.hook_z"), h * d, z)[1]
+    def W_O(self, layer: int, attn: str = "attn") -> Any:
+        """``[n_heads, d_head, d_model]`` of block ``layer`` (its output projection; ``attn="cross_attn"``:
+        a decoder's cross-attention's)."""
+        return self._out_proj(layer, attn)[0]
+
+    def b_O(self, layer: int, attn: str = "attn") -> Any:
+        return self._out_proj(layer, attn)[1]
 
     def W_out(self, layer: int) -> Any:
         """``[d_mlp, d_model]``: the MLP's output projection of block ``layer``."""
@@ -280,12 +283,14 @@ class ActivationCache(Mapping):
             return self[f"blocks.{layer - 1}.hook_resid_post"]
         return self[f"blocks.{layer}.hook_resid_{'mid' if mlp_input else 'pre'}"]
 
-    def _heads(self, i: int, pos_slice: Any) -> tuple[list[Any], list[str]]:
-        """Each head's output in block ``i`` (``z`` times its slice of ``W_O``) and its label."""
-        z = _slice(self[f"blocks.{i}.attn.hook_z"], pos_slice, 1)
-        per_head = self._m.einsum("...hd,hdm->h...m", z, self.W_O(i))
+    def _heads(self, i: int, pos_slice: Any, attn: str = "attn") -> tuple[list[Any], list[str]]:
+        """Each head's output in block ``i`` (``z`` times its slice of ``W_O``) and its label
+        (``"L0H3"``; a decoder's cross-attention heads ``"L0C3"``)."""
+        z = _slice(self[f"blocks.{i}.{attn}.hook_z"], pos_slice, 1)
+        per_head = self._m.einsum("...hd,hdm->h...m", z, self.W_O(i, attn))
         n = self._be.shape(per_head)[0]
-        return [per_head[h] for h in range(n)], [f"L{i}H{h}" for h in range(n)]
+        tag = "C" if attn == "cross_attn" else "H"
+        return [per_head[h] for h in range(n)], [f"L{i}{tag}{h}" for h in range(n)]
 
     def _mlps(self, layer: int, expand_neurons: bool, pos_slice: Any) -> tuple[list[Any], list[str], list[Any]]:
         """The MLPs before ``layer``: per neuron (with their output biases) or whole."""
@@ -449,7 +454,8 @@ class ActivationCache(Mapping):
         return_labels: bool = False,
     ) -> Any:
         """Every head, every neuron (``expand_neurons``) or MLP, the embeddings and the biases summed
-        (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``.
+        (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``
+        (a decoder's cross-attention heads too, ``"L0C3"``).
 
         ``mlp_input``: the residual stream the MLP of ``layer`` reads (after its attention).
         ``apply_ln``: pass the stack through ``apply_ln_to_stack`` at ``layer``. ``pos_slice``: the
@@ -459,11 +465,13 @@ class ActivationCache(Mapping):
         layer = self._layer(layer)
         items, labels = [], []
         with_mid = mlp_input and layer < self.n_layers
+        attns = ("attn", "cross_attn") if self._info.cross_attn else ("attn",)  # a decoder: its cross-attention heads too
         for i in range(layer + (1 if with_mid else 0)):
-            found, tags = self._heads(i, pos_slice)
-            items += found
-            labels += tags
-        bias = [self.b_O(i) for i in range(layer + (1 if with_mid else 0))]
+            for attn in attns:
+                found, tags = self._heads(i, pos_slice, attn)
+                items += found
+                labels += tags
+        bias = [self.b_O(i, attn) for i in range(layer + (1 if with_mid else 0)) for attn in attns]
         found, tags, more = self._mlps(layer, expand_neurons, pos_slice)
         items, labels, bias = items + found, labels + tags, bias + more
         embeds, el = self._embeds()
