@@ -273,6 +273,9 @@ def test_gemma2_logit_attribution_sums_to_the_logit_before_softcapping():
     close(dla.values[4], (cache["blocks.1.hook_mlp_out"][:, -1] / scale * direction).sum(-1))
     with pytest.raises(hookkit.UnsupportedModel, match="not additive"):
         dla.heads()
+    with pytest.raises(hookkit.UnsupportedModel, match="do not sum to it; decompose_resid"):
+        cache.get_full_resid_decomposition()
+    close(cache.decompose_resid().sum(0), cache["blocks.1.hook_resid_post"])  # what does sum
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")
     fig = dla.plot(row=1)

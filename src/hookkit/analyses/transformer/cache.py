@@ -22,7 +22,7 @@ import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
 from hookkit.analyses.transformer.cache_patterns import pattern_targets, patterns_kept
-from hookkit.analyses.transformer.dla_post_norms import no_heads, post_norm_components
+from hookkit.analyses.transformer.dla_post_norms import no_full_decomposition, no_heads, post_norm_components
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import UnsupportedModel
@@ -463,6 +463,8 @@ class ActivationCache(Mapping):
         return the components' labels.
         """
         layer = self._layer(layer)
+        if self._info.post_norms:
+            no_full_decomposition()
         items, labels = [], []
         with_mid = mlp_input and layer < self.n_layers
         attns = ("attn", "cross_attn") if self._info.cross_attn else ("attn",)  # a decoder: its cross-attention heads too

@@ -43,3 +43,13 @@ def no_heads(n_layers: int) -> None:
         f"embeddings and each of the {n_layers} blocks' normed attn_out and mlp_out (labels), summing to the logit "
         "before the final softcapping"
     )
+
+
+def no_full_decomposition() -> None:
+    """Refuse ``get_full_resid_decomposition`` on a post-norm family: its heads and neurons do not sum
+    to the residual stream (TransformerBridge returns them anyway; the sum would be silently wrong)."""
+    raise UnsupportedModel(
+        "get_full_resid_decomposition: this model's attention and MLP outputs pass a norm before the residual stream, "
+        "so its heads and neurons do not sum to it; decompose_resid() gives the normed attn_out and mlp_out, which do "
+        "(stack_head_results() still gives each head's output before the norm)"
+    )
