@@ -165,35 +165,6 @@ _GPTJ = {  # parallel, one norm
     **_final("ln_f", "layer"),
 }
 
-_LLAMA = {
-    "hook_embed": Point("embed_tokens"),
-    **_pre_norm(
-        "{b}.input_layernorm",
-        "{b}.self_attn",
-        _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj"),
-        "{b}.self_attn.o_proj",
-        "{b}.post_attention_layernorm",
-        _gated_mlp("{b}.mlp"),
-        "rms",
-    ),
-    **_rotary("{b}.self_attn"),
-    **_final("norm", "rms"),
-}
-
-_GEMMA2 = {
-    **_LLAMA,
-    "blocks.{i}.ln1_post.hook_scale": Point("{b}.post_attention_layernorm", IN, FIRST, norm("scale", "rms")),
-    "blocks.{i}.ln1_post.hook_normalized": Point("{b}.post_attention_layernorm", IN, FIRST, norm("normalized", "rms")),
-    "blocks.{i}.hook_attn_out": Point("{b}.post_attention_layernorm"),
-    "blocks.{i}.hook_resid_mid": Point("{b}.pre_feedforward_layernorm", IN, FIRST),
-    "blocks.{i}.hook_mlp_in": Point("{b}.pre_feedforward_layernorm", IN, FIRST),
-    "blocks.{i}.ln2.hook_scale": Point("{b}.pre_feedforward_layernorm", IN, FIRST, norm("scale", "rms")),
-    "blocks.{i}.ln2.hook_normalized": Point("{b}.pre_feedforward_layernorm", IN, FIRST, norm("normalized", "rms")),
-    "blocks.{i}.ln2_post.hook_scale": Point("{b}.post_feedforward_layernorm", IN, FIRST, norm("scale", "rms")),
-    "blocks.{i}.ln2_post.hook_normalized": Point("{b}.post_feedforward_layernorm", IN, FIRST, norm("normalized", "rms")),
-    "blocks.{i}.hook_mlp_out": Point("{b}.post_feedforward_layernorm"),
-}
-
 _OPT_ATTN = {
     "hook_embed": Point("embed_tokens"),
     "hook_pos_embed": Point("embed_positions"),
@@ -234,8 +205,6 @@ _OPT_POST_NORM = {  # OPT-350m: each norm after its residual add (hook_resid_mid
     **_final("final_layer_norm", "layer"),
 }
 
-_PADDLE_ATTN = _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj")
-
 
 def _ln(k: int, path: str) -> dict[str, Point]:
     return {
@@ -273,6 +242,38 @@ def _paddle_decoder(pre_norm: bool) -> dict[str, Point]:
     out |= {f"blocks.{{i}}.{k}": p for k, p in _mlp("{b}.linear1", "{b}.linear2", "{b}.linear2").items()}
     out |= {} if pre_norm else _ln(3, "{b}.norm3")
     return out | {"blocks.{i}.hook_resid_post": Point("{b}")} | _final("norm", "layer")
+
+
+_LLAMA = {
+    "hook_embed": Point("embed_tokens"),
+    **_pre_norm(
+        "{b}.input_layernorm",
+        "{b}.self_attn",
+        _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj"),
+        "{b}.self_attn.o_proj",
+        "{b}.post_attention_layernorm",
+        _gated_mlp("{b}.mlp"),
+        "rms",
+    ),
+    **_rotary("{b}.self_attn"),
+    **_final("norm", "rms"),
+}
+
+_GEMMA2 = {
+    **_LLAMA,
+    "blocks.{i}.ln1_post.hook_scale": Point("{b}.post_attention_layernorm", IN, FIRST, norm("scale", "rms")),
+    "blocks.{i}.ln1_post.hook_normalized": Point("{b}.post_attention_layernorm", IN, FIRST, norm("normalized", "rms")),
+    "blocks.{i}.hook_attn_out": Point("{b}.post_attention_layernorm"),
+    "blocks.{i}.hook_resid_mid": Point("{b}.pre_feedforward_layernorm", IN, FIRST),
+    "blocks.{i}.hook_mlp_in": Point("{b}.pre_feedforward_layernorm", IN, FIRST),
+    "blocks.{i}.ln2.hook_scale": Point("{b}.pre_feedforward_layernorm", IN, FIRST, norm("scale", "rms")),
+    "blocks.{i}.ln2.hook_normalized": Point("{b}.pre_feedforward_layernorm", IN, FIRST, norm("normalized", "rms")),
+    "blocks.{i}.ln2_post.hook_scale": Point("{b}.post_feedforward_layernorm", IN, FIRST, norm("scale", "rms")),
+    "blocks.{i}.ln2_post.hook_normalized": Point("{b}.post_feedforward_layernorm", IN, FIRST, norm("normalized", "rms")),
+    "blocks.{i}.hook_mlp_out": Point("{b}.post_feedforward_layernorm"),
+}
+
+_PADDLE_ATTN = _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj")
 
 
 NAME_FAMILIES: list[NameFamily] = [
