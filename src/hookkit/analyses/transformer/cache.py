@@ -14,6 +14,7 @@ Weights (``W_O``, ``W_out``, ``W_U``) are read by calling the model's own projec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -45,7 +46,6 @@ class ModelFacts:
     norm_offset: float
     model: Any  # a weak reference
     post_norms: bool = False
-    cross_attn: bool = False  # a decoder with cross-attention: the MLP reads resid_mid2 through ln3
     weights: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -120,6 +120,15 @@ class ActivationCache(Mapping):
     @property
     def n_layers(self) -> int:
         return self._info.n_layers
+
+    @functools.cached_property
+    def _cross_attn(self) -> bool:
+        """Whether the model is a decoder with cross-attention (its MLP reads ``resid_mid2`` through ``ln3``)."""
+        model = self._info.model()
+        if model is None:  # the model is gone: what was kept says
+            return any(n.endswith("hook_resid_mid2") or ".cross_attn." in n for n in self._values)
+        found = name_family(self._be.unwrap(model))
+        return found is not None and "blocks.{i}.hook_resid_mid2" in found[0].points
 
     # -- weights, read once ---------------------------------------------------------------------------
     def _model(self) -> Any:
@@ -222,7 +231,7 @@ class ActivationCache(Mapping):
             items.append(self[f"blocks.{i}.hook_resid_pre"])
             labels.append(f"{i}_pre")
             if incl_mid and i < layer or mlp_input and i == layer:
-                mid = "mid2" if mlp_input and i == layer and self._info.cross_attn else "mid"
+                mid = "mid2" if mlp_input and i == layer and self._cross_attn else "mid"
                 items.append(self[f"blocks.{i}.hook_resid_{mid}"])
                 labels.append(f"{i}_{mid}")
         stack = self._stack(items, labels, pos_slice, False)
@@ -267,7 +276,7 @@ class ActivationCache(Mapping):
         if mode not in ("all", "attn", "mlp"):
             fail("decompose_resid", "mode", "'all', 'attn' or 'mlp'", mode)
         items, labels = self._embeds() if incl_embeds else ([], [])
-        parts = ("attn", "cross_attn", "mlp") if self._info.cross_attn else ("attn", "mlp")
+        parts = ("attn", "cross_attn", "mlp") if self._cross_attn else ("attn", "mlp")
         for i in range(layer + (1 if mlp_input and layer < self.n_layers else 0)):
             for part in parts:
                 if mode in ("all", part.replace("cross_", "")) and (i < layer or part != "mlp"):
@@ -392,7 +401,7 @@ class ActivationCache(Mapping):
         if layer == self.n_layers:
             scale = self["ln_final.hook_scale"]
         else:
-            scale = self[f"blocks.{layer}.ln{(3 if self._info.cross_attn else 2) if mlp_input else 1}.hook_scale"]
+            scale = self[f"blocks.{layer}.ln{(3 if self._cross_attn else 2) if mlp_input else 1}.hook_scale"]
         scale = _slice(_slice(scale, batch_slice, 0), pos_slice, 1 if not isinstance(batch_slice, int) else 0)
         if has_batch_dim:
             residual_stack = _slice(residual_stack, batch_slice, 1)
@@ -467,7 +476,7 @@ class ActivationCache(Mapping):
             no_full_decomposition()
         items, labels = [], []
         with_mid = mlp_input and layer < self.n_layers
-        attns = ("attn", "cross_attn") if self._info.cross_attn else ("attn",)  # a decoder: its cross-attention heads too
+        attns = ("attn", "cross_attn") if self._cross_attn else ("attn",)  # a decoder: its cross-attention heads too
         for i in range(layer + (1 if with_mid else 0)):
             for attn in attns:
                 found, tags = self._heads(i, pos_slice, attn)
@@ -550,7 +559,6 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
         group.remove()
     values.update({n: be.detach(t) if device is None else be.to(be.detach(t), device) for n, t in computed.items()})
     info = ModelFacts(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
-    info.cross_attn = "blocks.{i}.hook_resid_mid2" in fam.points
     return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
 
 
