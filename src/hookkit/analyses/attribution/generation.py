@@ -68,7 +68,10 @@ class GenerationAttribution:
         return [str(t) for t in (given if given is not None else self.ids)]
 
     def html(self, tokens: Sequence[str] | None = None) -> str:
-        """The token heat map as a self-contained HTML table (token texts escaped)."""
+        """The token heat map as a self-contained HTML table (token texts escaped):
+        ``res.html(tokenizer.convert_ids_to_tokens(res.ids))``.
+
+        ``tokens``: the labels of ``ids`` (default: ``self.tokens``, else the ids themselves)."""
         return token_heatmap(self.token_attr, self.labels(tokens), self.n_input, self.method, self.scores.tolist())
 
     def _repr_html_(self) -> str:
