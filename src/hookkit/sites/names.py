@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.architectures import first_present, read_path
+from hookkit.core.architectures import INTERFACE, attention_family, first_present, read_path
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import InvalidArgument, LayerNotFound, UnsupportedModel, shown
 from hookkit.core.router import register_inner_targets
@@ -34,12 +34,14 @@ from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.core.weakmap import IdentityWeakMap
+from hookkit.sites.attention_values import PATTERN, SCORES, AttnValue, attn_value
 from hookkit.sites.operations import SourceUnavailable
 from hookkit.sites.parts import WHOLE, Part
 from hookkit.sites.seen_backend import SeenBackend
 from hookkit.sites.values import shape_str
 
 _EPS = ("eps", "variance_epsilon", "_epsilon", "epsilon")
+SCORES_NAME, PATTERN_NAME = "blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.hook_pattern"
 
 
 # -- views: the value TransformerLens shows, from the tensor at the boundary --------------------------
@@ -355,14 +357,31 @@ def table(model: Layer) -> dict[str, NamePoint]:
     last = [(n, p) for n, p in templates if n.startswith("ln_final")]
     be = backend_for(model)
     for i, group in [(0, first), *[(b, per_block) for b in range(len(blocks))], (0, last)]:
-        d_head = head_size(read_path(root, module_path(fam, blocks_path, Point(fam.attn), i)), fam)
+        attn = read_path(root, module_path(fam, blocks_path, Point(fam.attn), i))
+        d_head = head_size(attn, fam)
+        computed = _computed(attn, fam) if group is per_block else {}
         for template, point in group:
+            if template == "blocks.{i}.attn.hook_z":  # TransformerLens's order: scores and pattern before z
+                out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
+                computed = {}
             module = _target(model, root, module_path(fam, blocks_path, point, i))
             if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
                 continue  # not in this model (an optional norm, a learned position embedding)
             name = template.format(i=i)
             out[name] = _point(name, module, fam, point, d_head)
+        out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
     return out
+
+
+def _computed(attn: Any, fam: NameFamily) -> dict[str, AttnValue]:
+    """``hook_attn_scores`` and ``hook_pattern`` of an attention whose library hands its call to a
+    replaceable attention function (``sites.attention_values``), unless the family names them itself."""
+    if SCORES_NAME in fam.points or attn is None:
+        return {}
+    family = attention_family(attn)
+    if family is None or family.scores != INTERFACE:
+        return {}
+    return {SCORES_NAME: attn_value(attn, SCORES), PATTERN_NAME: attn_value(attn, PATTERN)}
 
 
 @functools.lru_cache(maxsize=256)
@@ -431,12 +450,12 @@ def _refuse(model: Any, spec: str, offered: dict[str, NamePoint]) -> None:
             f"hookkit knows no standard names for {type(model).__name__}; a family is one entry of "
             "hookkit.core.standard_names (register_names, docs/standard-names.md)",
         )
-    if spec.endswith(("hook_pattern", "hook_attn_scores")):
+    if spec.endswith(("hook_pattern", "hook_attn_scores")) and not any(n.endswith(("hook_pattern", "hook_attn_scores")) for n in offered):
         raise LayerNotFound(
             spec,
             [],
-            "attention patterns and scores are computed beside the model's attention: run_with_cache keeps hook_pattern and hook_attn_scores, "
-            "hookkit.attention_patterns reads patterns; they are not hook sites",
+            f"the attention of {type(model).__name__} does not hand its scores to a function hookkit can route (transformers' "
+            "AttentionInterface) and its family names no operation for them: no hook_pattern or hook_attn_scores",
         )
     names = list(offered)
     close = close_matches(spec, names, n=8, cutoff=0.6) or close_matches(spec.rsplit(".", 1)[-1], names)

@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
-from hookkit.analyses.transformer.cache_patterns import pattern_targets, patterns_kept
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import UnsupportedModel
@@ -477,9 +476,9 @@ class ActivationCache(Mapping):
         return (stack, labels) if return_labels else stack
 
 
-def _names_filter(model: Any, names_filter: Any, computed: list[str]) -> list[str]:
-    """The names ``names_filter`` keeps among those offered (the model's, then ``computed``)."""
-    offered = names(model) + computed
+def _names_filter(model: Any, names_filter: Any) -> list[str]:
+    """The names ``names_filter`` keeps among those the model offers."""
+    offered = names(model)
     if names_filter is None:
         return offered
     if callable(names_filter):
@@ -505,7 +504,7 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     """Run ``model`` on ``inputs`` once, unmodified (its own attention kernels), and return
     ``(output, cache)``: the values at TransformerLens's standard names (``names_filter``: None for
     every name, a name, a glob, a list, or a function name -> bool), detached (the model's own
-    tensors, as TransformerLens keeps them; moved to ``device`` when given).
+    tensors, as TransformerLens keeps them, never copied; moved to ``device`` when given).
 
     >>> logits, cache = hookkit.run_with_cache(gpt2, ids, names_filter="blocks.*.hook_resid_post")   # doctest: +SKIP
     >>> cache["blocks.0.hook_resid_post"].shape
@@ -517,9 +516,8 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
         names(model)  # refuses, naming the families
     assert found is not None
     fam, _, blocks = found
-    patterns = pattern_targets(be.unwrap(model), found)
-    wanted = _names_filter(model, names_filter, list(patterns))
-    sites = resolve(model, [n for n in wanted if n not in patterns]) if len(wanted) > len(set(wanted) & set(patterns)) else []
+    wanted = _names_filter(model, names_filter)
+    sites = resolve(model, wanted) if wanted else []
     values: dict[str, Any] = {}
 
     def keep(site: Any) -> Callable[[Any], None]:
@@ -533,11 +531,9 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
 
     group = attach_sites(model, sites, keep, OBSERVER)
     try:
-        with patterns_kept(model, be, patterns, [n for n in wanted if n in patterns]) as computed:
-            output = call_model(model, inputs)
+        output = call_model(model, inputs)
     finally:
         group.remove()
-    values.update({n: be.detach(t) if device is None else be.to(be.detach(t), device) for n, t in computed.items()})
     info = ModelFacts(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
     return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
 
