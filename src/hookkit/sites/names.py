@@ -152,6 +152,11 @@ class NamePoint:
     def module(self) -> Any:
         return self._module()
 
+    @property
+    def token_axis(self) -> int | None:
+        """The axis of (query) token positions where it is not the model's: 2 for ``[batch, head, query_pos, key_pos]``."""
+        return 2 if self.name.endswith(("attn.hook_pattern", "attn.hook_attn_scores")) else None
+
     @staticmethod
     def site_backend(point: NamePoint, backend: Any) -> Any:
         """The backend the router places this name's hooks with (see ``router._hooks_for``)."""
