@@ -28,7 +28,7 @@ from hookkit.core.entry import public_entry
 from hookkit.core.errors import InvalidArgument, LayerNotFound, UnsupportedModel, shown
 from hookkit.core.router import register_inner_targets
 from hookkit.core.select import register_spec_kind, select
-from hookkit.core.standard_names import NameFamily, Point, head_size, module_path, name_family
+from hookkit.core.standard_names import NAME_FAMILIES, NameFamily, Point, head_size, module_path, name_family
 from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
@@ -115,12 +115,13 @@ class NormView(Part):
 
     def get(self, be: Backend, t: Any) -> tuple[Any, Any]:
         m = be.family("tensor_math")
-        x = t - m.mean(t, [-1], keepdim=True) if self.norm == "layer" else t
         ref, scale = self.last
-        if ref is None or ref() is not t:  # the other view has not read this input: compute (the scale is small)
-            scale = (m.mean(x * x, [-1], keepdim=True) + self.eps) ** 0.5
-            self.last[:] = [_weak(t), scale]
-        return (scale if self.which == "scale" else x / scale), None
+        if ref is None or ref() is not t:  # the other view has not read this input
+            if self.which != "scale":
+                return m.norm_normalized(t, self.norm, self.eps), None
+            scale = m.norm_scale(t, self.norm, self.eps)
+            self.last[:] = [_weak(t), scale]  # small: kept for the other view of the same input
+        return (scale if self.which == "scale" else m.norm_normalized(t, self.norm, self.eps, scale)), None
 
     def put(self, be: Backend, t: Any, state: Any, new: Any, where: str) -> Any:
         raise UnsupportedModel(
@@ -349,7 +350,27 @@ def _target(model: Any, root: Any, path: str) -> Any:
 
 def table(model: Layer) -> dict[str, NamePoint]:
     """Every standard name ``model`` offers -> its point, in TransformerLens's order (embeddings,
-    then block by block, then the final norm); empty when the family is unknown."""
+    then block by block, then the final norm); empty when the family is unknown. Kept per model
+    while the backend's ``tree_watch`` says its modules are where they were (and no family was
+    registered meanwhile): a verb's set-up does not walk the families again."""
+    families = tuple(map(id, NAME_FAMILIES))
+    kept = _tables.get(model)
+    if kept is not None and kept[2] == families and kept[1]() is not None:
+        return kept[0]
+    be = backend_for(model)
+    named: list[tuple[str, Any]] = []
+    out = _table(model, named)
+    watch = be.tree_watch(be.unwrap(model), named) if out else None
+    if watch is not None:
+        _tables[model] = (out, watch, families)
+    return out
+
+
+_tables: IdentityWeakMap[tuple[dict[str, NamePoint], Callable[[], Any], tuple]] = IdentityWeakMap()
+
+
+def _table(model: Layer, named: list[tuple[str, Any]]) -> dict[str, NamePoint]:
+    """``table`` computed; ``named`` gets the ``(path, module)`` pairs it read."""
     found = name_family(backend_for(model).unwrap(model))
     if found is None:
         return {}
@@ -362,16 +383,23 @@ def table(model: Layer) -> dict[str, NamePoint]:
     last = [(n, p) for n, p in templates if n.startswith("ln_final")]
     be = backend_for(model)
     for i, group in [(0, first), *[(b, per_block) for b in range(len(blocks))], (0, last)]:
-        attn = read_path(root, module_path(fam, blocks_path, Point(fam.attn), i))
+        attn_path = module_path(fam, blocks_path, Point(fam.attn), i)
+        attn = read_path(root, attn_path)
+        if be.is_layer(attn):
+            named.append((attn_path, attn))
         d_head = head_size(attn, fam)
         computed = _computed(attn, fam) if group is per_block else {}
         for template, point in group:
             if template == "blocks.{i}.attn.hook_z":  # TransformerLens's order: scores and pattern before z
                 out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
                 computed = {}
-            module = _target(model, root, module_path(fam, blocks_path, point, i))
+            path = module_path(fam, blocks_path, point, i)
+            module = _target(model, root, path)
             if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
                 continue  # not in this model (an optional norm, a learned position embedding)
+            layer = module if be.is_layer(module) else getattr(module, "layer", None)
+            if layer is not None:
+                named.append((path.split("::")[0], layer))
             name = template.format(i=i)
             out[name] = _point(name, module, fam, point, d_head)
         out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
@@ -424,7 +452,7 @@ def select_names(model: Any, layers: Any, select: Callable, selection: type) -> 
     for spec in specs:
         if not is_standard(spec):
             continue
-        hits = [n for n in offered if glob_match(spec, n)]
+        hits = [spec] if spec in offered else [n for n in offered if glob_match(spec, n)]
         if not hits:
             _refuse(model, spec, offered)
         chosen.update(hits)
