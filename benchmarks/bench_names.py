@@ -158,7 +158,9 @@ def main() -> None:
     if theirs is not None:
         worst = max(float((mine[n].float() - theirs[n].float()).abs().max()) for n in mine if n in theirs and n != "hook_pos_embed")
         print(f"names both offer: largest difference {worst:.2e}")
-    print(f"machine: {machine()}; GPT-2 config 12 blocks x 256, 4 x 128 tokens, eager attention, one thread, CPU time; glibc keeps freed memory: {kept_freed}")
+    print(
+        f"machine: {machine()}; GPT-2 config 12 blocks x 256, 4 x 128 tokens, eager attention, one thread, CPU time; glibc keeps freed memory: {kept_freed}"
+    )
     rows = []
     for name in res:
         r = res[name]

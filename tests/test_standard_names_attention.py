@@ -145,8 +145,9 @@ def test_sdpa_and_eager_models_give_the_same_edited_result(make):
     eager, sdpa = make("eager"), make("sdpa")
     got = {}
     for label, model in (("eager", eager), ("sdpa", sdpa)):
-        with hookkit.edit(model, "blocks.*.attn.hook_pattern", no_first_key), hookkit.edit(
-            model, "blocks.1.attn.hook_attn_scores", forbid_key_1
+        with (
+            hookkit.edit(model, "blocks.*.attn.hook_pattern", no_first_key),
+            hookkit.edit(model, "blocks.1.attn.hook_attn_scores", forbid_key_1),
         ):
             got[label] = model(IDS).logits
     assert_close(got["sdpa"], got["eager"], n_ops=N_OPS)
@@ -269,9 +270,16 @@ def test_an_edited_pattern_equals_transformer_bridge_run_with_hooks(make, arch, 
         arch, hf_model=copy.deepcopy(model), tokenizer=T.PreTrainedTokenizerFast.from_pretrained(tmp_path)
     )
     theirs = bridge.run_with_hooks(
-        IDS, fwd_hooks=[("blocks.0.attn.hook_pattern", lambda p, hook: no_first_key(p)), ("blocks.1.attn.hook_attn_scores", lambda s, hook: forbid_key_1(s))]
+        IDS,
+        fwd_hooks=[
+            ("blocks.0.attn.hook_pattern", lambda p, hook: no_first_key(p)),
+            ("blocks.1.attn.hook_attn_scores", lambda s, hook: forbid_key_1(s)),
+        ],
     )
-    with hookkit.edit(model, "blocks.0.attn.hook_pattern", no_first_key), hookkit.edit(model, "blocks.1.attn.hook_attn_scores", forbid_key_1):
+    with (
+        hookkit.edit(model, "blocks.0.attn.hook_pattern", no_first_key),
+        hookkit.edit(model, "blocks.1.attn.hook_attn_scores", forbid_key_1),
+    ):
         mine = model(IDS).logits
     assert_close(mine, theirs, n_ops=N_OPS)
 
@@ -303,3 +311,42 @@ def test_paddle_encoder_pattern_and_scores_are_editable_and_equal_a_hand_computa
     assert_close(cap["blocks.0.attn.hook_z"].numpy(), z.numpy(), n_ops=N_OPS)
     assert not np.allclose(edited.numpy(), bare.numpy())
     np.testing.assert_array_equal(model(src).numpy(), bare.numpy())  # removed with the context
+
+
+# -- what run_with_cache keeps ------------------------------------------------------------------------------
+class AddsInPlace(torch.nn.LayerNorm):
+    """A final norm that writes into its input (the last block's output) before normalizing it."""
+
+    def forward(self, x):
+        x.add_(1.0)
+        return super().forward(x)
+
+
+def test_run_with_cache_keeps_references_and_sees_a_tensor_written_in_place_after():
+    model = gpt2("sdpa")
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(model, IDS, names_filter=["blocks.*.hook_resid_post", "blocks.*.attn.hook_[qkv]"])
+    # references, not copies: q, k and v are views of the fused projection's one output
+    q, k, v = (cache[f"blocks.0.attn.hook_{n}"] for n in "qkv")
+    assert q.untyped_storage().data_ptr() == k.untyped_storage().data_ptr() == v.untyped_storage().data_ptr()
+    ln = AddsInPlace(32)
+    ln.load_state_dict(model.transformer.ln_f.state_dict())
+    model.transformer.ln_f = ln
+    seen = {}
+    plain = model.transformer.h[1].register_forward_hook(
+        lambda m, a, o: seen.__setitem__("post", (o[0] if isinstance(o, tuple) else o).clone())
+    )
+    try:
+        with torch.no_grad():
+            _, cache = hookkit.run_with_cache(model, IDS, names_filter=["blocks.*.hook_resid_post", "ln_final.hook_scale"])
+    finally:
+        plain.remove()
+    assert torch.equal(cache["blocks.1.hook_resid_post"], seen["post"])  # as the block returned it, before the norm wrote into it
+    assert names_point(model, "ln_final.hook_scale") is ln  # the names follow the model's modules
+    model.train()
+    with pytest.raises(hookkit.UnsupportedModel, match="blocks.1.hook_resid_post.*in training mode"):
+        hookkit.run_with_cache(model, IDS, names_filter="blocks.1.hook_resid_post")
+
+
+def names_point(model, name):
+    return hookkit.select(model, name)[0][1].module

@@ -126,7 +126,9 @@ class _Slot:
                 _slots.pop(layer, None)
 
     # -- one attention call ------------------------------------------------------------------------
-    def __call__(self, original: Callable, module: Any, query: Any, key: Any, value: Any, mask: Any, args: tuple, kwargs: dict, impl: str) -> Any:
+    def __call__(
+        self, original: Callable, module: Any, query: Any, key: Any, value: Any, mask: Any, args: tuple, kwargs: dict, impl: str
+    ) -> Any:
         fam = self.be.family("attention")
         site = _values.get(self.layer()) or {}
         scaling = kwargs.get("scaling")

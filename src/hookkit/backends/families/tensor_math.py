@@ -143,6 +143,11 @@ class TensorMath:
         x = t - self.mean(t, [-1], keepdim=True) if kind == "layer" else t
         return x / (self.norm_scale(t, kind, eps) if scale is None else scale)
 
+    def version(self, t: Any) -> int | None:
+        """How many times ``t``'s storage was written in place (shared by its views and detached
+        copies); None where the framework does not count. A changed number means changed values."""
+        return None
+
     def seed(self, seed: int) -> None:
         """Seed the framework's global random generator (what ``randn_like`` draws from): the same
         seed gives the same noise (smoothgrad), as the framework's own ``manual_seed`` does."""

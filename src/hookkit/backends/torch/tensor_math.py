@@ -100,6 +100,9 @@ class TorchTensorMath(TensorMath):
     def eigh(self, t: Any) -> tuple[Any, Any]:
         return tuple(torch.linalg.eigh(t))
 
+    def version(self, t: Any) -> int | None:
+        return int(t._version)
+
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
