@@ -394,16 +394,25 @@ def _table(model: Layer, named: list[tuple[str, Any]]) -> dict[str, NamePoint]:
                 out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
                 computed = {}
             path = module_path(fam, blocks_path, point, i)
-            module = _target(model, root, path)
-            if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
-                continue  # not in this model (an optional norm, a learned position embedding)
-            layer = module if be.is_layer(module) else getattr(module, "layer", None)
-            if layer is not None:
-                named.append((path.split("::")[0], layer))
-            name = template.format(i=i)
-            out[name] = _point(name, module, fam, point, d_head)
+            module = _module_at(model, root, path, named)
+            if module is not None:
+                name = template.format(i=i)
+                out[name] = _point(name, module, fam, point, d_head)
         out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
     return out
+
+
+def _module_at(model: Any, root: Any, path: str, named: list[tuple[str, Any]]) -> Any:
+    """The layer or operation site at ``path`` (None where this model has none: an optional norm, a
+    learned position embedding); ``named`` gets the layer holding it."""
+    be = backend_for(model)
+    module = _target(model, root, path)
+    if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
+        return None
+    layer = module if be.is_layer(module) else getattr(module, "layer", None)
+    if layer is not None:
+        named.append((path.split("::")[0], layer))
+    return module
 
 
 def _computed(attn: Any, fam: NameFamily) -> dict[str, AttnValue]:
