@@ -105,15 +105,19 @@ def test_every_reading_verb_takes_them_and_leaves_the_output_alone(make, attn):
     bare = model(IDS).logits
     before = library_functions()
     with hookkit.capture(model, ["blocks.*.attn.hook_pattern", "blocks.*.attn.hook_attn_scores", "blocks.*.attn.hook_*"]) as cap:
-        with hookkit.ActivationStats(model, "blocks.*.attn.hook_pattern") as stats:
+        with hookkit.ActivationStats(model, "blocks.*.attn.hook_pattern", train_only=False) as stats, torch.no_grad():
             out = model(IDS).logits
-    assert torch.equal(out, bare)  # reading: the library's own kernel (or the same eager operations)
+        assert torch.equal(out, bare)  # reading: the library's own kernel (or the same eager operations)
+        with_grads = model(IDS).logits  # recording gradients: the eager operations, so that they reach the pattern
+        assert cap["blocks.0.attn.hook_pattern"].grad_fn is None  # capture detaches
+    assert_close(with_grads, bare, n_ops=N_OPS)
     for i in range(2):
         s, p, _ = hand_attention(*qkv(cap, i))
         assert_close(cap[f"blocks.{i}.attn.hook_attn_scores"], s, n_ops=N_OPS)
         assert_close(cap[f"blocks.{i}.attn.hook_pattern"], p, n_ops=N_OPS)
-    means = stats.stats["blocks.0.attn.hook_pattern"]["mean"] if hasattr(stats, "stats") else None
-    assert means is None or len(means) == 1
+    assert stats.names == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
+    mean = np.asarray(stats.layer_stats("blocks.1.attn.hook_pattern")["mean"], dtype=float)
+    np.testing.assert_allclose(mean, 0.2, rtol=1e-6)  # each query's row sums to 1 over 5 keys
     assert_left_as_found(model, before, attn)
 
 
@@ -350,3 +354,24 @@ def test_run_with_cache_keeps_references_and_sees_a_tensor_written_in_place_afte
 
 def names_point(model, name):
     return hookkit.select(model, name)[0][1].module
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_attribution_patching_reaches_the_pattern_through_the_eager_path(attn):
+    model = gpt2(attn)
+    clean, corrupt = IDS[:1], IDS[1:]
+
+    def metric(out):
+        return out.logits[:, -1, 3] - out.logits[:, -1, 4]
+
+    est = hookkit.attribution_patching(model, clean, corrupt, "blocks.*.attn.hook_pattern", metric)
+    assert est.shape == (2, 5)  # [layers, query positions]
+    # by hand: (clean - corrupted pattern) times the metric's gradient at the corrupted pattern, per query
+    with torch.no_grad(), hookkit.capture(model, "blocks.1.attn.hook_pattern") as src:
+        model(clean)
+    held = {}
+    with hookkit.edit(model, "blocks.1.attn.hook_pattern", lambda p, ev: held.setdefault("p", p.detach().requires_grad_())):
+        metric(model(corrupt)).sum().backward()
+    want = ((src["blocks.1.attn.hook_pattern"] - held["p"].detach()) * held["p"].grad).sum((1, 3))[0]
+    assert_close(torch.as_tensor(est[1]), want, n_ops=N_OPS, scale=float(want.abs().max()))
+    assert float(want.abs().max()) > 0

@@ -12,7 +12,8 @@ The router places its hooks through ``AttnBackend``, which routes the module's a
   of ``"scores"``; then the pattern (their softmax, float32) to the hooks of ``"pattern"``;
 - if no hook changed a value, returns what the library's own function (SDPA, flash, eager) returns:
   reading changes nothing of the output. An eager float32 call whose arguments it knows is run by the
-  slot itself with the eager functions' own operations (the same result, the scores not computed twice);
+  slot itself with the eager functions' own operations (the same result, the scores not computed twice),
+  and so is a call in a forward that records gradients (so that they reach the scores and pattern);
 - if a hook returned a new value, runs the rest of that call eagerly from it: softmax of the edited
   scores, the edited pattern, dropout as the model's eager path, ``pattern @ v``; the rest of the layer
   is unchanged. The model's attention implementation is never changed.
@@ -139,7 +140,10 @@ class _Slot:
             flag = kwargs.get("is_causal")
             causal = bool(getattr(module, "is_causal", True) if flag is None else flag)
         unknown = _unknown(self.be, args, kwargs)
-        own = impl == "eager" and not unknown and self.be.dtype_name(query) == "float32"
+        # run by the slot with the eager operations: an eager float32 call (the same result), or a forward
+        # recording gradients (so that they reach the scores and pattern; SDPA's output does not depend on them)
+        grads = self.be.grad_enabled() and self.be.requires_grad(query)
+        own = not unknown and (grads or (impl == "eager" and self.be.dtype_name(query) == "float32"))
         n_heads = self.be.shape(query)[1]
         scores = fam.scores(
             query,
