@@ -132,13 +132,7 @@ class _Slot:
     ) -> Any:
         fam = self.be.family("attention")
         site = _values.get(self.layer()) or {}
-        scaling = kwargs.get("scaling")
-        if scaling is None:
-            scaling = getattr(module, "scaling", None) or self.be.shape(query)[-1] ** -0.5
-        causal = False
-        if impl != "eager" and mask is None:  # SDPA / flash: causal from the flag when no mask is given
-            flag = kwargs.get("is_causal")
-            causal = bool(getattr(module, "is_causal", True) if flag is None else flag)
+        scaling, causal = _scaling_and_causal(self.be, module, query, mask, kwargs, impl)
         unknown = _unknown(self.be, args, kwargs)
         # run by the slot with the eager operations: an eager float32 call (the same result), or a forward
         # recording gradients (so that they reach the scores and pattern; SDPA's output does not depend on them)
@@ -149,7 +143,7 @@ class _Slot:
             query,
             key,
             range(n_heads),
-            float(scaling),
+            scaling,
             mask=mask,
             causal=causal,
             position_bias=kwargs.get("position_bias"),
@@ -182,6 +176,19 @@ class _Slot:
                 _check(self.be, new, value, which)
                 value, edited = new, True
         return value, edited
+
+
+def _scaling_and_causal(be: Any, module: Any, query: Any, mask: Any, kwargs: dict, impl: str) -> tuple[float, bool]:
+    """The scaling of an attention call (its ``scaling=``, the module's, ``d_head ** -0.5``) and whether
+    it is causal without a mask (SDPA / flash: their ``is_causal`` flag)."""
+    scaling = kwargs.get("scaling")
+    if scaling is None:
+        scaling = getattr(module, "scaling", None) or be.shape(query)[-1] ** -0.5
+    causal = False
+    if impl != "eager" and mask is None:
+        flag = kwargs.get("is_causal")
+        causal = bool(getattr(module, "is_causal", True) if flag is None else flag)
+    return float(scaling), causal
 
 
 def _check(be: Any, new: Any, old: Any, which: str) -> None:

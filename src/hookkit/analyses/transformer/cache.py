@@ -485,10 +485,13 @@ def _names_filter(model: Any, names_filter: Any) -> list[str]:
         return [n for n in offered if names_filter(n)]
     if isinstance(names_filter, str) or (isinstance(names_filter, list) and all(isinstance(s, str) for s in names_filter)):
         specs = [names_filter] if isinstance(names_filter, str) else names_filter
-        kept = {n for s in specs for n in offered if glob_match(s, n)}
+        known = set(offered)
+        kept: set[str] = set()
         for s in specs:
-            if not any(glob_match(s, n) for n in offered):
+            hits = [s] if s in known else [n for n in offered if glob_match(s, n)]  # a name as itself, a glob scanned
+            if not hits:
                 resolve(model, s)  # refused, with the close names
+            kept.update(hits)
         return [n for n in offered if n in kept]
     fail(
         "run_with_cache",
