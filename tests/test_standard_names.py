@@ -246,9 +246,9 @@ def test_decompositions_sum_back_to_the_residual_stream_and_the_logits(make):
     w_u, _ = cache.W_U()
     normalized = cache["ln_final.hook_normalized"][:, -1]
     close(attrs.sum(0), (normalized * w_u[:, tokens].T).sum(-1))
-    if make is gemma2:  # heads and neurons pass a norm before the residual stream: no per-head sum
-        with pytest.raises(hookkit.UnsupportedModel, match="do not sum to the logits"):
-            hookkit.logit_attribution(model, IDS, tokens=tokens)
+    if make is gemma2:  # heads pass a norm before the residual stream: normed attn_out/mlp_out rows (test_standard_names_families.py)
+        dla = hookkit.logit_attribution(model, IDS, tokens=tokens)
+        close(dla.values.sum(0), logits[torch.arange(2), -1, tokens], atol=1e-4)
         return
     for expand in (True, False):
         close(cache.get_full_resid_decomposition(expand_neurons=expand).sum(0), final)
@@ -519,8 +519,9 @@ def test_every_family_offers_its_names_and_they_chain(kind):
             cache["blocks.0.ln1.hook_normalized"] * model.encoder.layer[0].attention.output.LayerNorm.weight
             + model.encoder.layer[0].attention.output.LayerNorm.bias,
         )
-    elif kind == "opt":  # no MLP names (its layer flattens batch and positions around the MLP)
+    elif kind == "opt":  # its MLP names are unflattened (test_standard_names_families.py)
         close(cache["blocks.0.hook_resid_mid"], cache["blocks.0.hook_resid_pre"] + cache["blocks.0.hook_attn_out"])
+        close(cache["blocks.0.hook_resid_post"], cache["blocks.0.hook_resid_mid"] + cache["blocks.0.hook_mlp_out"])
     else:
         parallel = "blocks.0.hook_resid_mid" not in cache
         mid = cache["blocks.0.hook_resid_pre"] + cache["blocks.0.hook_attn_out"]

@@ -47,11 +47,16 @@ def norm(which: str, kind: str) -> tuple:
     return ("norm", which, kind)
 
 
+def unflatten(inner: tuple = WHOLE) -> tuple:
+    """A tensor the block flattened to ``[batch * pos, d]`` (OPT's MLP) as ``[batch, pos, d]``, then ``inner``."""
+    return ("unflatten", inner)
+
+
 @dataclasses.dataclass(frozen=True)
 class Point:
     """A tensor at a module boundary: ``path`` (see the module docstring), ``event`` (``"out"``: an
     output, ``index`` among its tensors; ``"in"``: an input, ``index`` a position or ``"first"``)
-    and ``view`` (``WHOLE``, ``split``, ``interleaved``, ``HEADS_FIRST``, ``norm``). A path holding
+    and ``view`` (``WHOLE``, ``split``, ``interleaved``, ``HEADS_FIRST``, ``norm``, ``unflatten``). A path holding
     ``"::"`` is an operation inside a module's forward (``hookkit.ops``): ``"{b}.attn::apply_rotary_pos_emb_0"``."""
 
     path: str
@@ -136,6 +141,109 @@ def _rotary(attn: str) -> dict[str, Point]:
     return {"blocks.{i}.attn.hook_rot_q": Point(op, view=HEADS_FIRST), "blocks.{i}.attn.hook_rot_k": Point(op, index=1, view=HEADS_FIRST)}
 
 
+def _partial_rotary(attn: str, q: int, k: int, view: tuple) -> dict[str, Point]:
+    """``hook_rot_q|k`` of partial rotary families (GPT-J, Phi): the whole query and key after the first
+    ``rotary_dim`` dims were rotated, the outputs of the ``torch.cat`` calls that join both parts again
+    (``cat_{q}``, ``cat_{k}``), as TransformerLens means them."""
+    return {
+        "blocks.{i}.attn.hook_rot_q": Point(f"{attn}::cat_{q}", view=view),
+        "blocks.{i}.attn.hook_rot_k": Point(f"{attn}::cat_{k}", view=view),
+    }
+
+
+_GPTJ = {  # parallel, one norm
+    "hook_embed": Point("wte"),
+    **_pre_norm(
+        "{b}.ln_1",
+        "{b}.attn",
+        _projections("{b}.attn.q_proj", "{b}.attn.k_proj", "{b}.attn.v_proj"),
+        "{b}.attn.out_proj",
+        None,
+        _mlp("{b}.mlp.fc_in", "{b}.mlp.fc_out", "{b}.mlp"),
+        "layer",
+    ),
+    **_final("ln_f", "layer"),
+}
+
+_OPT_ATTN = {
+    "hook_embed": Point("embed_tokens"),
+    "hook_pos_embed": Point("embed_positions"),
+    "blocks.{i}.hook_resid_pre": Point("{b}", IN, FIRST),
+    "blocks.{i}.ln1.hook_scale": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("scale", "layer")),
+    "blocks.{i}.ln1.hook_normalized": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("normalized", "layer")),
+    **{
+        f"blocks.{{i}}.attn.hook_{k}": p
+        for k, p in _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj").items()
+    },
+    "blocks.{i}.attn.hook_z": Point("{b}.self_attn.out_proj", IN, FIRST, split(0, 1)),
+    "blocks.{i}.hook_attn_out": Point("{b}.self_attn"),
+}
+# OPT's decoder layer flattens its residual stream to [batch * pos, d_model] around the MLP and its norm:
+# those names are unflattened (the block's [batch, pos]) on read and flattened back on write
+_OPT_MLP = {
+    "blocks.{i}.mlp.hook_pre": Point("{b}.fc1", view=unflatten()),
+    "blocks.{i}.mlp.hook_post": Point("{b}.fc2", IN, FIRST, unflatten()),
+    "blocks.{i}.hook_mlp_out": Point("{b}.fc2", view=unflatten()),
+}
+_OPT = {  # do_layer_norm_before (every OPT but 350m)
+    **_OPT_ATTN,
+    "blocks.{i}.hook_resid_mid": Point("{b}::add_0"),  # residual + attention, before the flattening
+    "blocks.{i}.hook_mlp_in": Point("{b}.final_layer_norm", IN, FIRST, unflatten()),
+    "blocks.{i}.ln2.hook_scale": Point("{b}.final_layer_norm", IN, FIRST, unflatten(norm("scale", "layer"))),
+    "blocks.{i}.ln2.hook_normalized": Point("{b}.final_layer_norm", IN, FIRST, unflatten(norm("normalized", "layer"))),
+    **_OPT_MLP,
+    "blocks.{i}.hook_resid_post": Point("{b}"),
+    **_final("final_layer_norm", "layer"),
+}
+_OPT_POST_NORM = {  # OPT-350m: each norm after its residual add (hook_resid_mid after the first, as BERT's)
+    **_OPT_ATTN,
+    "blocks.{i}.hook_resid_mid": Point("{b}.self_attn_layer_norm"),
+    **_OPT_MLP,
+    "blocks.{i}.ln2.hook_scale": Point("{b}.final_layer_norm", IN, FIRST, norm("scale", "layer")),
+    "blocks.{i}.ln2.hook_normalized": Point("{b}.final_layer_norm", IN, FIRST, norm("normalized", "layer")),
+    "blocks.{i}.hook_resid_post": Point("{b}"),
+    **_final("final_layer_norm", "layer"),
+}
+
+
+def _ln(k: int, path: str) -> dict[str, Point]:
+    return {
+        f"blocks.{{i}}.ln{k}.hook_scale": Point(path, IN, FIRST, norm("scale", "layer")),
+        f"blocks.{{i}}.ln{k}.hook_normalized": Point(path, IN, FIRST, norm("normalized", "layer")),
+    }
+
+
+def _paddle_decoder(pre_norm: bool) -> dict[str, Point]:
+    """``nn.TransformerDecoderLayer``: self-attention, cross-attention over the encoder's output, FFN.
+    TransformerLens has no cross-attention vocabulary of its own; its TransformerBridge names T5's
+    decoder blocks so, and so do these: ``cross_attn.hook_q|k|v|z`` (k and v over the source
+    positions), ``hook_cross_attn_out``, ``hook_resid_mid2`` (after the cross-attention), and the norms
+    ``ln1`` (before/after self-attention), ``ln2`` (cross-attention), ``ln3`` (FFN)."""
+    cross = _projections("{b}.cross_attn.q_proj", "{b}.cross_attn.k_proj", "{b}.cross_attn.v_proj")
+    out: dict[str, Point] = {"blocks.{i}.hook_resid_pre": Point("{b}", IN, FIRST)}
+    out |= _ln(1, "{b}.norm1") if pre_norm else {}
+    out |= {f"blocks.{{i}}.attn.hook_{k}": p for k, p in _PADDLE_ATTN.items()}
+    out["blocks.{i}.attn.hook_z"] = Point("{b}.self_attn.out_proj", IN, FIRST, split(0, 1))
+    out["blocks.{i}.hook_attn_out"] = Point("{b}.self_attn")
+    # pre-norm: the residual stream is the next norm's input; post-norm: the last norm's output
+    out |= {"blocks.{i}.hook_resid_mid": Point("{b}.norm2", IN, FIRST)} | _ln(2, "{b}.norm2") if pre_norm else {}
+    out |= {} if pre_norm else _ln(1, "{b}.norm1") | {"blocks.{i}.hook_resid_mid": Point("{b}.norm1")}
+    out |= {f"blocks.{{i}}.cross_attn.hook_{k}": p for k, p in cross.items()}
+    # nn.MultiHeadAttention computes its attention eagerly: the softmax's input and output ([batch, head, pos, src_pos])
+    out["blocks.{i}.cross_attn.hook_attn_scores"] = Point("{b}.cross_attn::softmax_0", IN, FIRST)
+    out["blocks.{i}.cross_attn.hook_pattern"] = Point("{b}.cross_attn::softmax_0")
+    out["blocks.{i}.cross_attn.hook_z"] = Point("{b}.cross_attn.out_proj", IN, FIRST, split(0, 1))
+    out["blocks.{i}.hook_cross_attn_out"] = Point("{b}.cross_attn")
+    if pre_norm:
+        out["blocks.{i}.hook_resid_mid2"] = out["blocks.{i}.hook_mlp_in"] = Point("{b}.norm3", IN, FIRST)
+        out |= _ln(3, "{b}.norm3")
+    else:
+        out |= _ln(2, "{b}.norm2") | {"blocks.{i}.hook_resid_mid2": Point("{b}.norm2")}
+    out |= {f"blocks.{{i}}.{k}": p for k, p in _mlp("{b}.linear1", "{b}.linear2", "{b}.linear2").items()}
+    out |= {} if pre_norm else _ln(3, "{b}.norm3")
+    return out | {"blocks.{i}.hook_resid_post": Point("{b}")} | _final("norm", "layer")
+
+
 _LLAMA = {
     "hook_embed": Point("embed_tokens"),
     **_pre_norm(
@@ -171,6 +279,7 @@ _PADDLE_ATTN = {
     "attn_scores": Point("{b}.self_attn::softmax_0", IN, FIRST),
     "pattern": Point("{b}.self_attn::softmax_0"),
 }
+
 
 NAME_FAMILIES: list[NameFamily] = [
     NameFamily(
@@ -213,24 +322,7 @@ NAME_FAMILIES: list[NameFamily] = [
             **_final("final_layer_norm", "layer"),
         },
     ),
-    NameFamily(
-        "gpt-j",  # parallel, one norm
-        ("GPTJBlock",),
-        "{b}.attn",
-        {
-            "hook_embed": Point("wte"),
-            **_pre_norm(
-                "{b}.ln_1",
-                "{b}.attn",
-                _projections("{b}.attn.q_proj", "{b}.attn.k_proj", "{b}.attn.v_proj"),
-                "{b}.attn.out_proj",
-                None,
-                _mlp("{b}.mlp.fc_in", "{b}.mlp.fc_out", "{b}.mlp"),
-                "layer",
-            ),
-            **_final("ln_f", "layer"),
-        },
-    ),
+    NameFamily("gpt-j", ("GPTJBlock",), "{b}.attn", {**_GPTJ, **_partial_rotary("{b}.attn", 1, 0, WHOLE)}),
     NameFamily("llama", ("LlamaDecoderLayer", "MistralDecoderLayer", "Qwen2DecoderLayer"), "{b}.self_attn", _LLAMA, norm="rms"),
     NameFamily("gemma2", ("Gemma2DecoderLayer",), "{b}.self_attn", _GEMMA2, norm="rms", norm_offset=1.0, post_norms=True),
     NameFamily(
@@ -248,30 +340,12 @@ NAME_FAMILIES: list[NameFamily] = [
                 _mlp("{b}.mlp.fc1", "{b}.mlp.fc2", "{b}.mlp"),
                 "layer",
             ),
+            **_partial_rotary("{b}.self_attn", 0, 1, HEADS_FIRST),
             **_final("final_layernorm", "layer"),
         },
     ),
-    NameFamily(
-        "opt",  # its decoder layer flattens batch and positions around the MLP: no MLP names yet
-        ("OPTDecoderLayer",),
-        "{b}.self_attn",
-        {
-            "hook_embed": Point("embed_tokens"),
-            "hook_pos_embed": Point("embed_positions"),
-            "blocks.{i}.hook_resid_pre": Point("{b}", IN, FIRST),
-            "blocks.{i}.ln1.hook_scale": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("scale", "layer")),
-            "blocks.{i}.ln1.hook_normalized": Point("{b}.self_attn_layer_norm", IN, FIRST, norm("normalized", "layer")),
-            **{
-                f"blocks.{{i}}.attn.hook_{k}": p
-                for k, p in _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj").items()
-            },
-            "blocks.{i}.attn.hook_z": Point("{b}.self_attn.out_proj", IN, FIRST, split(0, 1)),
-            "blocks.{i}.hook_attn_out": Point("{b}.self_attn"),
-            "blocks.{i}.hook_resid_mid": Point("{b}::add_0"),  # residual + attention, before the flattening
-            "blocks.{i}.hook_resid_post": Point("{b}"),
-            **_final("final_layer_norm", "layer"),
-        },
-    ),
+    NameFamily("opt", ("OPTDecoderLayer",), "{b}.self_attn", _OPT, when=("do_layer_norm_before", True)),
+    NameFamily("opt-post-norm", ("OPTDecoderLayer",), "{b}.self_attn", _OPT_POST_NORM, when=("do_layer_norm_before", False)),
     NameFamily(
         "bert",  # post-norm encoder: resid_mid after the first norm, as TransformerLens's HookedEncoder
         ("BertLayer",),
@@ -333,6 +407,10 @@ NAME_FAMILIES: list[NameFamily] = [
         )
         | _final("norm", "layer"),
         when=("normalize_before", True),
+    ),
+    NameFamily("paddle-decoder", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(False), when=("normalize_before", False)),
+    NameFamily(
+        "paddle-decoder-pre-norm", ("TransformerDecoderLayer",), "{b}.self_attn", _paddle_decoder(True), when=("normalize_before", True)
     ),
 ]
 

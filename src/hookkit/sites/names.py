@@ -35,6 +35,7 @@ from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.sites.attention_values import PATTERN, SCORES, AttnValue, attn_value
+from hookkit.sites.names_flat import FlatView, grad_view, stamp_of, with_stamp
 from hookkit.sites.operations import SourceUnavailable
 from hookkit.sites.parts import WHOLE, Part
 from hookkit.sites.seen_backend import SeenBackend
@@ -257,7 +258,8 @@ class _PointBackend(SeenBackend):
     """The model's backend, but a name's hooks go on its module's input or output (one per backend)."""
 
     def hook_forward_pre(self, point: NamePoint, fn: Callable) -> Any:
-        return _placer(self._real, point.module).hook_forward_pre(point.module, lambda m, args, kwargs: fn(point, args, kwargs))
+        handle = _placer(self._real, point.module).hook_forward_pre(point.module, lambda m, args, kwargs: fn(point, args, kwargs))
+        return with_stamp(self._real, point.part, handle)
 
     def hook_forward(self, point: NamePoint, fn: Callable) -> Any:
         be, part = self._real, point.part
@@ -272,12 +274,14 @@ class _PointBackend(SeenBackend):
                 rec, state = part.get(be, t)
                 new = fn(point, args, kwargs, rec)
                 if new is None or new is rec:
-                    return None
+                    if not grad_view(be, part, rec):
+                        return None
+                    new = rec  # the view put back, so a gradient reaching the model's tensor reaches it
                 value = part.put(be, t, state, new, point.name)
                 pos = iter(range(len(found)))
                 return map_tensors(output, lambda x: value if next(pos) == index else x, be.is_tensor)
 
-            return _placer(be, point.module).hook_forward(point.module, on_output)
+            return with_stamp(be, part, _placer(be, point.module).hook_forward(point.module, on_output))
 
         def on_input(m: Any, args: tuple, kwargs: dict) -> Any:
             slot = _in_slot(be, args, kwargs, point.index)
@@ -287,13 +291,15 @@ class _PointBackend(SeenBackend):
             rec, state = part.get(be, t)
             new = fn(point, args, kwargs, rec)
             if new is None or new is rec:
-                return None
+                if not grad_view(be, part, rec):
+                    return None
+                new = rec
             value = part.put(be, t, state, new, point.name)
             if isinstance(key, int):
                 return (*args[:key], value, *args[key + 1 :]), kwargs
             return args, {**kwargs, key: value}
 
-        return _placer(be, point.module).hook_forward_pre(point.module, on_input)
+        return with_stamp(be, part, _placer(be, point.module).hook_forward_pre(point.module, on_input))
 
     def drop_forward_hooks(self, point: Any, match: Callable) -> int:
         return 0
@@ -308,9 +314,11 @@ def _points_of(module: Any) -> list[NamePoint]:
     return [] if made is None else list(made.values())
 
 
-def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None) -> Part:
+def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None, block: Any = None) -> Part:
     if not point.view:
         return WHOLE
+    if point.view[0] == "unflatten":  # [batch * pos, d] inside the block (OPT's MLP): [batch, pos, d]
+        return FlatView(_view(fam, Point(point.path, view=point.view[1]), module, d_head), stamp_of(block))
     if point.view[0] == "heads_first":
         return HeadsFirstView()
     if point.view[0] == "norm":
@@ -324,7 +332,7 @@ def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None) -> Par
     return HeadsView(point.view[0], point.view[1], point.view[2], d_head)
 
 
-def _point(name: str, module: Any, fam: NameFamily, point: Point, d_head: int | None) -> NamePoint:
+def _point(name: str, module: Any, fam: NameFamily, point: Point, d_head: int | None, block: Any = None) -> NamePoint:
     owner = getattr(module, "layer", None) if hasattr(type(module), "site_backend") else module  # an operation: its layer's
     made = _points.get(owner)
     if made is None:
@@ -333,7 +341,7 @@ def _point(name: str, module: Any, fam: NameFamily, point: Point, d_head: int | 
     if found is None:
         event = "out" if point.event == "out" else "in"
         index = point.index if isinstance(point.index, int) or event == "in" else 0
-        found = made[name] = NamePoint(name, module, event, index, _view(fam, point, module, d_head))
+        found = made[name] = NamePoint(name, module, event, index, _view(fam, point, module, d_head, block))
     return found
 
 
@@ -397,7 +405,7 @@ def _table(model: Layer, named: list[tuple[str, Any]]) -> dict[str, NamePoint]:
             module = _module_at(model, root, path, named)
             if module is not None:
                 name = template.format(i=i)
-                out[name] = _point(name, module, fam, point, d_head)
+                out[name] = _point(name, module, fam, point, d_head, blocks[i])
         out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
     return out
 
@@ -519,7 +527,7 @@ def names(model: Layer) -> list[str]:
             "names",
             "model",
             "a model of a family with standard names (GPT-2, GPT-NeoX, GPT-J, Llama, Mistral, Qwen2, Gemma 2, Phi, OPT, BERT, "
-            "Paddle nn.TransformerEncoder; or one registered with register_names)",
+            "Paddle nn.TransformerEncoder and nn.TransformerDecoder; or one registered with register_names)",
             model,
             kind=ArgumentTypeError,
         )

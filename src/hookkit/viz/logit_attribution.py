@@ -21,17 +21,19 @@ def plot_logit_attribution(dla: Any, row: int | None = None, ax: Any = None) -> 
         raise IndexError(f"plot: row {row} is out of range (the batch has {v.shape[1]} rows)")
     v = v.mean(1) if row is None else v[:, row]
     at = {label: k for k, label in enumerate(dla.labels)}
-    grid = np.array([[v[at[f"L{i}H{h}"]] for h in range(dla.n_heads)] + [v[at[f"{i}_mlp_out"]]] for i in range(dla.n_layers)])
+    # a post-norm family (Gemma 2) has no per-head rows: each block's normed attention output instead
+    heads = [[f"L{i}H{h}" for h in range(dla.n_heads)] if dla.n_heads else [f"{i}_attn_out"] for i in range(dla.n_layers)]
+    grid = np.array([[v[at[h]] for h in heads[i]] + [v[at[f"{i}_mlp_out"]]] for i in range(dla.n_layers)])
     fig = ax.figure if ax is not None else plt.figure(figsize=(1.5 + 0.5 * grid.shape[1], 1.0 + 0.4 * grid.shape[0]))
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     lim = float(np.abs(grid).max()) or 1.0
     im = ax.imshow(grid, aspect="auto", cmap="RdBu", vmin=-lim, vmax=lim)
-    ax.set_xticks(range(grid.shape[1]), [f"H{h}" for h in range(dla.n_heads)] + ["MLP"], fontsize=7)
+    ax.set_xticks(range(grid.shape[1]), ([f"H{h}" for h in range(dla.n_heads)] if dla.n_heads else ["attn"]) + ["MLP"], fontsize=7)
     ax.set_yticks(range(dla.n_layers), [f"L{i}" for i in range(dla.n_layers)], fontsize=7)
     rest = ", ".join(
         f"{label} {v[k]:+.3g}"
         for k, label in enumerate(dla.labels)
-        if not label.startswith("L") and "mlp_out" not in label and "attn_bias" not in label
+        if not label.startswith("L") and not label.endswith(("mlp_out", "attn_out", "attn_bias"))
     )
     ax.set_title(f"direct logit attribution ({'mean over the batch' if row is None else f'row {row}'})", fontsize=8)
     ax.set_xlabel(rest, fontsize=7, wrap=True)

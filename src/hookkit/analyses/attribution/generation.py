@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.analyses.attribution.heatmap import token_heatmap
 from hookkit.analyses.attribution.template import attribute
 from hookkit.analyses.passes import analysis_pass
 from hookkit.analyses.targets import logits_of
@@ -38,7 +39,9 @@ class GenerationAttribution:
     """``token_attr[t, i]``: target token ``t``'s score attributed to token ``i`` of the sequence
     ``ids`` (the inputs, then the targets); NaN where ``i`` is not before target ``t``'s position.
     ``input_attr``: its first ``n_input`` columns ``[n_target, n_input]``; ``seq_attr``: their sum over
-    the targets (captum's ``seq_attr``); ``scores``: each target's score."""
+    the targets (captum's ``seq_attr``); ``scores``: each target's score. ``tokens``: the texts of ``ids``
+    for the heat map's labels (``res.tokens = tokenizer.convert_ids_to_tokens(res.ids)``; default the ids).
+    ``html()`` (a notebook shows it) and ``hookkit.report(..., attributions=res)`` draw the heat map."""
 
     token_attr: np.ndarray
     ids: list[int]
@@ -47,6 +50,7 @@ class GenerationAttribution:
     scores: np.ndarray
     method: str
     contrast_ids: list[int] | None = field(default=None)
+    tokens: list[str] | None = field(default=None)
 
     @property
     def input_attr(self) -> np.ndarray:
@@ -56,11 +60,25 @@ class GenerationAttribution:
     def seq_attr(self) -> np.ndarray:
         return self.input_attr.sum(0)
 
+    def labels(self, tokens: Sequence[str] | None = None) -> list[str]:
+        """The texts of ``ids``: ``tokens``, else ``self.tokens``, else the ids."""
+        given = tokens if tokens is not None else self.tokens
+        if given is not None and len(given) != len(self.ids):
+            fail(entry_name("GenerationAttribution"), "tokens", f"one text per token of ids ({len(self.ids)})", f"{len(given)} texts")
+        return [str(t) for t in (given if given is not None else self.ids)]
+
+    def html(self, tokens: Sequence[str] | None = None) -> str:
+        """The token heat map as a self-contained HTML table (token texts escaped)."""
+        return token_heatmap(self.token_attr, self.labels(tokens), self.n_input, self.method, self.scores.tolist())
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
     def plot(self, tokens: Sequence[str] | None = None, *, ax: Any = None, figsize: tuple[float, float] | None = None) -> Any:
         """A heat map: one row per target token, one column per token before it (inputs, then the
         generated prefix); ``tokens``: the labels of ``ids`` (default: the ids). Returns the matplotlib
         Figure (pyplot is not used: nothing is left open)."""
-        labels = [str(t) for t in (tokens if tokens is not None else self.ids)]
+        labels = self.labels(tokens)
         data = self.token_attr
         if ax is None:
             from matplotlib.figure import Figure
@@ -105,7 +123,7 @@ def attribute_generation(
     ``input_ids``: one sequence ``[T]`` or ``[1, T]``. ``target_ids``: the tokens to explain (``[M]``);
     None generates ``max_new_tokens`` greedily (argmax) first. ``method``: "integrated_gradients" or
     "gradient_x_activation" at the embedding layer (``layer``: default the model's
-    ``get_input_embeddings()``), from ``baseline_id`` tokens; or "feature_ablation", "shapley",
+    ``get_input_embeddings()``, else its one embedding layer with a row per vocabulary token), from ``baseline_id`` tokens; or "feature_ablation", "shapley",
     "shapley_sampling", "kernel_shap", "lime" over the token ids, a token replaced by ``baseline_id``.
     ``contrast_ids``: an alternative target per position: the score is ``p(target) - p(contrast)``.
     ``attribute_prefix=False``: the generated tokens before a target stay as they are (never scaled or
@@ -139,7 +157,7 @@ def attribute_generation(
             fail(fn, "contrast_ids", f"one alternative token per target token ({len(targets)})", f"{len(contrast)} tokens")
     if baseline_id >= vocab:
         fail(fn, "baseline_id", f"a token id in [0, {vocab - 1}]", baseline_id)
-    name = _embedding_name(be, model, layer) if method in GRADIENT_METHODS else None
+    name = _embedding_name(be, model, layer, vocab) if method in GRADIENT_METHODS else None
     full = np.concatenate([ids, targets])
     t_in, m = len(ids), len(targets)
     out = np.full((m, t_in + m - 1), np.nan)
@@ -212,12 +230,27 @@ def _score(be: Any, token: int, contrast: int | None) -> Any:
     return score
 
 
-def _embedding_name(be: Any, model: Any, layer: Any) -> Any:
+def _embedding_name(be: Any, model: Any, layer: Any, vocab: int) -> Any:
+    """``layer`` when given; else the model's ``get_input_embeddings()`` (transformers, PaddleNLP), else
+    its one token-embedding layer with a row per token of the vocabulary (the backend knows the class)."""
     if layer is not None:
         return layer
     get = getattr(model, "get_input_embeddings", None)
     emb = get() if callable(get) else None
-    for name, found in be.named_layers(model):
+    named = list(be.named_layers(model))
+    for name, found in named:
         if emb is not None and found is emb:
             return name
-    fail(entry_name(), "layer", "the embedding layer's name (the model has no get_input_embeddings())", layer)
+    ops = be.family("attribution")
+    tables = [(name, ops.embedding_rows(found)) for name, found in named]
+    tables = [(name, rows) for name, rows in tables if rows is not None]
+    fits = [name for name, rows in tables if rows == vocab]
+    if len(fits) == 1:
+        return fits[0]
+    seen = ", ".join(f"{n or '(root)'!r} ({r} rows)" for n, r in tables) or "none"
+    fail(
+        entry_name(),
+        "layer",
+        f"the embedding layer's name: the model has no get_input_embeddings() and not one embedding layer with {vocab} rows (its vocabulary); embedding layers: {seen}",
+        layer,
+    )

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.analyses.attribution import inputs as several_inputs
 from hookkit.analyses.attribution import perturbation
 from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.methods import INPUT_METHODS, LAYER_METHODS, METHODS, NEURON_METHODS, PATH_METHODS, PERTURBATION_METHODS
@@ -33,6 +34,8 @@ from hookkit.core.validate import (
 
 #: the methods that take ``n_samples`` (the perturbation ones default to captum's, in perturbation.py)
 SAMPLED_METHODS = ("gradient_shap", *perturbation.DEFAULT_SAMPLES)
+#: the methods whose ``baselines`` are the inputs' (a tuple for several inputs), at the inputs or at a layer
+INPUT_BASELINE_METHODS = (*PATH_METHODS, "deeplift_shap", "gradient_shap")
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Job:
     tap: Any = None
     kind: str = ""
     scores: dict = field(default_factory=dict)
+    packing: Any = None  # several input tensors side by side in ``x`` (inputs.Packing)
 
 
 def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target, opts: AttributeOptions) -> Job:
@@ -98,22 +102,17 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     check_runnable(be, model, fn=fn)
     opts = _checked_options(opts, method)
     name, found, neuron = _checked_layer(model, layer, method, opts)
-    x = check_tensor_like(inputs, be, fn=fn, arg="inputs")
+    x, packed = _inputs(be, inputs, opts, method, layer is None or neuron is not None)
     shape = be.shape(x)
     if len(shape) < 1 or shape[0] < 1:
         fail(fn, "inputs", "a batch [N, ...] with N >= 1", inputs)
-    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
-    if to_inputs and method not in PERTURBATION_METHODS and be.dtype_kind(x) != "float":
-        what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
-        fail(
-            fn,
-            "inputs",
-            f"floating-point for {what} (the path runs through the inputs); for token ids attribute at the embedding layer",
-            inputs,
-        )
+    floats = packed.float_inputs() if packed is not None else be.dtype_kind(x) == "float"
+    _check_floats(floats, inputs, method, layer, neuron)
     check_target(target, shape[0])
     m, ops = be.family("tensor_math"), be.family("attribution")
-    job = Job(be, m, ops, model, name, found, x, shape[0], method, target, opts, neuron)
+    if packed is not None:
+        opts = _packed_baselines(be, opts, x, packed, method, layer is None or neuron is not None)
+    job = Job(be, m, ops, model, name, found, x, shape[0], method, target, opts, neuron, packing=packed)
     kwargs = opts.forward_kwargs
     if kwargs is not None and not (isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
         fail(fn, "forward_kwargs", "None or a dict of the model's keyword arguments", kwargs, kind=ArgumentTypeError)
@@ -122,6 +121,37 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
         job.base = _baselines(be, opts.baselines, x)
     job.kind = ("input" if layer is None else "neuron" if neuron is not None else "layer") + ":" + method
     return job
+
+
+def _check_floats(floats: bool, inputs: Any, method: str, layer: Any, neuron: Any) -> None:
+    """Floating-point inputs where the path runs through them (not token ids)."""
+    to_inputs = layer is None or neuron is not None or method in ("conductance", "guided_gradcam")
+    if to_inputs and method not in PERTURBATION_METHODS and not floats:
+        what = "layer=None" if layer is None else f"method={method!r}" + (" with neuron=" if neuron is not None else "")
+        fail(
+            entry_name(),
+            "inputs",
+            f"floating-point for {what} (the path runs through the inputs); for token ids attribute at the embedding layer",
+            inputs,
+        )
+
+
+def _packed_baselines(be: Any, opts: AttributeOptions, x: Any, packed: Any, method: str, to_inputs: bool) -> AttributeOptions:
+    """With several inputs, the inputs' ``baselines`` (a tuple) packed as the inputs are."""
+    if method in INPUT_BASELINE_METHODS or (method in PERTURBATION_METHODS and to_inputs):
+        dist = method in ("deeplift_shap", "gradient_shap")
+        return replace(opts, baselines=several_inputs.packed_baselines(be, opts.baselines, x, packed, distribution=dist))
+    return opts
+
+
+def _inputs(be: Any, inputs: Any, opts: AttributeOptions, method: str, to_inputs: bool) -> tuple[Any, Any]:
+    """``(x, packing)``: the inputs as one tensor; several tensors (captum's ``inputs=(x1, x2)``) packed
+    side by side, their per-input options checked (inputs.py), else ``packing`` None."""
+    if not several_inputs.is_several(be, inputs):
+        return check_tensor_like(inputs, be, fn=entry_name(), arg="inputs"), None
+    packed = several_inputs.packing(be, inputs)
+    several_inputs.check_several(opts, method, packed, to_inputs)
+    return packed.pack(inputs), packed
 
 
 def _checked_options(opts: AttributeOptions, method: str) -> AttributeOptions:

@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hookkit.analyses.attribution import inputs
 from hookkit.analyses.attribution import steps as st
 from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
-from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
+from hookkit.core.validate import InvalidArgument, fail
 
 if TYPE_CHECKING:
     from hookkit.analyses.attribution.job import AttributeOptions, Job
@@ -42,16 +43,20 @@ LASSO_ALPHA, KERNEL_WIDTH = 0.01, 1.0  # captum's Lime: SkLearnLasso(alpha=0.01)
 # -- features: which elements of one sample each feature holds ----------------------------------------
 @dataclass
 class Features:
-    """``F`` features over a sample of ``shape``: a partition (``ids[e]``: element ``e``'s feature) or,
-    for occlusion, windows (``windows[f]``: a tuple of slices), which may overlap."""
+    """``F`` features over a sample of ``shape``: a partition (``ids[e]``: element ``e``'s feature; ``ids[j, e]``
+    with one grouping per sample, inputs.py) or, for occlusion, windows (``windows[f]``: a tuple of slices, or
+    of position arrays over several inputs), which may overlap."""
 
     shape: tuple[int, ...]
     count: int
     ids: np.ndarray | None = None
     windows: list[tuple[slice, ...]] | None = None
 
-    def masks(self, z: np.ndarray) -> np.ndarray:
-        """Element masks ``[k, *shape]`` (1: replaced) of coalitions ``z [k, F]``."""
+    def masks(self, z: np.ndarray, j0: int = 0, j1: int = 1) -> np.ndarray:
+        """Element masks ``[k, *shape]`` (1: replaced) of coalitions ``z [k, F]``; ``[k, j1 - j0, *shape]``
+        for samples ``j0:j1`` with one grouping per sample."""
+        if self.ids is not None and self.ids.ndim == 2:
+            return z[:, self.ids[j0:j1]].reshape((len(z), j1 - j0, *self.shape))
         if self.ids is not None:
             return z[:, self.ids].reshape((len(z), *self.shape))
         out = np.zeros((len(z), *self.shape), dtype=np.uint8)
@@ -65,6 +70,8 @@ class Features:
         """Per-feature attributions ``[N, F]`` onto the elements ``[N, *shape]``: each element gets its
         feature's value (overlapping windows: the mean over the windows holding it, as captum's occlusion)."""
         n = len(phi)
+        if self.ids is not None and self.ids.ndim == 2:
+            return np.take_along_axis(phi, self.ids, 1).reshape((n, *self.shape))
         if self.ids is not None:
             return phi[:, self.ids].reshape((n, *self.shape))
         total, times = np.zeros((n, *self.shape)), np.zeros(self.shape)
@@ -74,30 +81,26 @@ class Features:
             times[w] += 1
         return total / np.maximum(times, 1)
 
+    def row(self, j: int) -> np.ndarray:
+        """Sample ``j``'s element ids ``[E]``."""
+        assert self.ids is not None
+        return self.ids[j] if self.ids.ndim == 2 else self.ids
+
 
 def _features(job: Job, shape: tuple[int, ...]) -> Features:
-    fn, opts = entry_name(), job.opts
+    opts = job.opts
     where = "the inputs" if job.layer is None or job.neuron is not None else f"layer {job.name!r}'s value"
+    several = job.packing is not None and where == "the inputs"  # several input tensors, packed (inputs.py)
     if job.method == "occlusion":
-        return _windows(opts, shape, where)
+        return inputs.packed_windows(Features, job, job.packing, _windows) if several else _windows(opts, shape, where)
     mask = opts.feature_mask
+    if several and mask is not None:
+        return inputs.mask_features(Features, inputs.packed_mask(job.be, mask, job.packing, job.method), shape)
     if mask is None:  # captum's default: every element its own feature
         size = int(np.prod(shape))
         return Features(shape, size, ids=np.arange(size))
-    arr = np.asarray(job.be.to_numpy(mask) if job.be.is_tensor(mask) else mask)
-    if arr.dtype.kind not in "iu":
-        fail(fn, "feature_mask", "integer feature ids (a tensor or array of ints)", f"dtype {arr.dtype}", kind=ArgumentTypeError)
-    if arr.shape[1:] == shape and len(arr) > 0 and (arr == arr[:1]).all():
-        arr = arr[0]  # one mask per sample, all the same: the shared mask
-    if arr.shape != shape:
-        fail(
-            fn,
-            "feature_mask",
-            f"ints shaped like one sample of {where} {list(shape)} (or [1, ...] of it), the same for every sample",
-            f"shape {list(arr.shape)}",
-        )
-    uniq, ids = np.unique(arr.reshape(-1), return_inverse=True)
-    return Features(shape, len(uniq), ids=ids.reshape(-1))
+    arr = inputs.broadcast_mask(job.be, mask, shape, job.n, "feature_mask", where, job.method)
+    return inputs.mask_features(Features, arr, shape)
 
 
 def _windows(opts: AttributeOptions, shape: tuple[int, ...], where: str) -> Features:
@@ -174,8 +177,9 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
         b = j1 - j0
         for c0, c1 in spans(k_all, plan.points):
             k = c1 - c0
-            # [k, 1, *shape] masks against [1, b, *shape] samples: broadcast, never tiled; rows c * b + j
-            mask = m.reshape(_like(job, feats.masks(z[c0:c1]), value), [k, 1, *feats.shape])
+            # [k, 1, *shape] masks (or [k, b, ...], one grouping per sample) against [1, b, *shape] samples:
+            # broadcast, never tiled; rows c * b + j
+            mask = m.reshape(_like(job, feats.masks(z[c0:c1], j0, j1), value), [k, -1, *feats.shape])
             keep = 1 - mask
             if bases:
                 rep = m.reshape(m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0), [k, b, *feats.shape])
@@ -404,9 +408,10 @@ def lime(job: Job) -> Any:
     b = job.be.to_numpy(base).astype(np.float64).reshape(job.n, -1)
     phi = np.zeros((job.n, f))
     for j in range(job.n):  # the perturbed row is x where kept, b elsewhere: its dot products per feature
-        xx = np.bincount(feats.ids, x[j] * x[j], f)
-        xb = np.bincount(feats.ids, x[j] * b[j], f)
-        bb = np.bincount(feats.ids, b[j] * b[j], f)
+        ids = feats.row(j)
+        xx = np.bincount(ids, x[j] * x[j], f)
+        xb = np.bincount(ids, x[j] * b[j], f)
+        bb = np.bincount(ids, b[j] * b[j], f)
         dot = kept @ xx + (1 - kept) @ xb
         norms = np.sqrt(xx.sum()) * np.sqrt(kept @ xx + (1 - kept) @ bb)
         d = 1.0 - dot / np.maximum(norms, 1e-8)  # torch's CosineSimilarity clamps the norms at eps=1e-8

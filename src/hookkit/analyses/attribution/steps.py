@@ -61,9 +61,10 @@ def forward(job: Job, x: Any, samples: Sequence[int]) -> Any:
             if job.be.is_tensor(v) and len(job.be.shape(v)) and job.be.shape(v)[0] == job.n and not same:
                 v = job.m.index_select(v, 0, list(samples))
             kwargs[k] = v
+    model = job.model if job.packing is None else job.packing.caller(job.model)  # several inputs (inputs.py)
     if job.tap is None:
-        return job.model(x, **kwargs)
-    return job.tap.run(job.model, x, kwargs)
+        return model(x, **kwargs)
+    return job.tap.run(model, x, kwargs)
 
 
 def _check_ran(job: Job) -> None:

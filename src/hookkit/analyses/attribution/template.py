@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hookkit.analyses.attribution.inputs import unpacked
 from hookkit.analyses.attribution.job import AttributeOptions, check_call
 from hookkit.analyses.attribution.methods import RUNNERS
 from hookkit.analyses.attribution.steps import delta
@@ -86,9 +87,13 @@ def attribute(
     "feature_ablation", "feature_permutation" (values permuted across the batch; ``permutation`` to fix
     it), "shapley" (exact, up to 12 features), "shapley_sampling", "kernel_shap", "lime" (captum's
     kernel and Lasso). ``feature_mask``: ints shaped like one sample, one feature per id (default:
-    every element). ``n_samples``: orders / coalitions of the random ones, drawn with ``seed``. With
+    every element); ``[N, ...]``: each sample its own grouping; axes of size 1 broadcast. ``n_samples``: orders / coalitions of the random ones, drawn with ``seed``. With
     ``neuron=``, the neuron's value is explained by perturbing the inputs. The
     perturbed copies run many per forward, as many as ``internal_batch_size`` / ``max_memory`` allow.
+
+    Several input tensors (``model(x1, x2)``): ``inputs=(x1, x2)``, ``baselines`` / ``feature_mask`` /
+    ``sliding_window_shapes`` / ``strides`` as tuples of the same length, the attributions a tuple shaped
+    like the inputs; feature ids are shared across the tensors (docs/attribution.md).
 
     >>> attr = hookkit.attribute(model, "features.3", x, target=7)                       # doctest: +SKIP
     >>> attr, delta = hookkit.attribute(model, None, x, n_steps=64, return_delta=True)     # doctest: +SKIP
@@ -110,8 +115,8 @@ def attribute(
             job.tap = tap
             attr = RUNNERS[job.kind](job)
             if return_delta:
-                return job.be.detach(attr), delta(job, attr)
-            return job.be.detach(attr)
+                return unpacked(job, job.be.detach(attr)), delta(job, attr)
+            return unpacked(job, job.be.detach(attr))
         finally:
             if tap is not None:
                 tap.remove()

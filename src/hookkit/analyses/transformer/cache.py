@@ -14,6 +14,7 @@ Weights (``W_O``, ``W_out``, ``W_U``) are read by calling the model's own projec
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
+from hookkit.analyses.transformer.dla_post_norms import no_full_decomposition, no_heads, post_norm_components
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import UnsupportedModel
@@ -118,6 +120,15 @@ class ActivationCache(Mapping):
     def n_layers(self) -> int:
         return self._info.n_layers
 
+    @functools.cached_property
+    def _cross_attn(self) -> bool:
+        """Whether the model is a decoder with cross-attention (its MLP reads ``resid_mid2`` through ``ln3``)."""
+        model = self._info.model()
+        if model is None:  # the model is gone: what was kept says
+            return any(n.endswith("hook_resid_mid2") or ".cross_attn." in n for n in self._values)
+        found = name_family(self._be.unwrap(model))
+        return found is not None and "blocks.{i}.hook_resid_mid2" in found[0].points
+
     # -- weights, read once ---------------------------------------------------------------------------
     def _model(self) -> Any:
         model = self._info.model()
@@ -143,17 +154,20 @@ class ActivationCache(Mapping):
             raise UnsupportedModel(f"this model has no standard name {name!r}, which this method needs")
         return point.module
 
-    def W_O(self, layer: int) -> Any:
-        """``[n_heads, d_head, d_model]`` of block ``layer`` (its output projection)."""
-        z = self[f"blocks.{layer}.attn.hook_z"]
+    def _out_proj(self, layer: int, attn: str) -> tuple[Any, Any]:
+        """``(W [n_heads, d_head, d_model], b)`` of the output projection of block ``layer``'s ``attn``."""
+        z = self[f"blocks.{layer}.{attn}.hook_z"]
         h, d = self._be.shape(z)[-2:]
-        w, _ = self._linear(f"O{layer}", self._module_of(f"blocks.{layer}.attn.hook_z"), h * d, z)
-        return self._m.reshape(w, [h, d, -1])
+        w, b = self._linear(f"{attn}O{layer}", self._module_of(f"blocks.{layer}.{attn}.hook_z"), h * d, z)
+        return self._m.reshape(w, [h, d, -1]), b
 
-    def b_O(self, layer: int) -> Any:
-        z = self[f"blocks.{layer}.attn.hook_z"]
-        h, d = self._be.shape(z)[-2:]
-        return self._linear(f"O{layer}", self._module_of(f"blocks.{layer}.attn.hook_z"), h * d, z)[1]
+    def W_O(self, layer: int, attn: str = "attn") -> Any:
+        """``[n_heads, d_head, d_model]`` of block ``layer`` (its output projection; ``attn="cross_attn"``:
+        a decoder's cross-attention's)."""
+        return self._out_proj(layer, attn)[0]
+
+    def b_O(self, layer: int, attn: str = "attn") -> Any:
+        return self._out_proj(layer, attn)[1]
 
     def W_out(self, layer: int) -> Any:
         """``[d_mlp, d_model]``: the MLP's output projection of block ``layer``."""
@@ -215,9 +229,10 @@ class ActivationCache(Mapping):
                 continue
             items.append(self[f"blocks.{i}.hook_resid_pre"])
             labels.append(f"{i}_pre")
-            if (incl_mid and i < layer) or (mlp_input and i == layer):
-                items.append(self[f"blocks.{i}.hook_resid_mid"])
-                labels.append(f"{i}_mid")
+            if incl_mid and i < layer or mlp_input and i == layer:
+                mid = "mid2" if mlp_input and i == layer and self._cross_attn else "mid"
+                items.append(self[f"blocks.{i}.hook_resid_{mid}"])
+                labels.append(f"{i}_{mid}")
         stack = self._stack(items, labels, pos_slice, False)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
@@ -260,14 +275,12 @@ class ActivationCache(Mapping):
         if mode not in ("all", "attn", "mlp"):
             fail("decompose_resid", "mode", "'all', 'attn' or 'mlp'", mode)
         items, labels = self._embeds() if incl_embeds else ([], [])
-        for i in range(layer):
-            for part in ("attn", "mlp"):
-                if mode in ("all", part):
+        parts = ("attn", "cross_attn", "mlp") if self._cross_attn else ("attn", "mlp")
+        for i in range(layer + (1 if mlp_input and layer < self.n_layers else 0)):
+            for part in parts:
+                if mode in ("all", part.replace("cross_", "")) and (i < layer or part != "mlp"):
                     items.append(self[f"blocks.{i}.hook_{part}_out"])
                     labels.append(f"{i}_{part}_out")
-        if mlp_input and mode != "mlp" and layer < self.n_layers:
-            items.append(self[f"blocks.{layer}.hook_attn_out"])
-            labels.append(f"{layer}_attn_out")
         stack = self._stack(items, labels, pos_slice, False)
         if apply_ln:
             stack = self.apply_ln_to_stack(stack, layer, mlp_input=mlp_input, pos_slice=pos_slice)
@@ -278,12 +291,14 @@ class ActivationCache(Mapping):
             return self[f"blocks.{layer - 1}.hook_resid_post"]
         return self[f"blocks.{layer}.hook_resid_{'mid' if mlp_input else 'pre'}"]
 
-    def _heads(self, i: int, pos_slice: Any) -> tuple[list[Any], list[str]]:
-        """Each head's output in block ``i`` (``z`` times its slice of ``W_O``) and its label."""
-        z = _slice(self[f"blocks.{i}.attn.hook_z"], pos_slice, 1)
-        per_head = self._m.einsum("...hd,hdm->h...m", z, self.W_O(i))
+    def _heads(self, i: int, pos_slice: Any, attn: str = "attn") -> tuple[list[Any], list[str]]:
+        """Each head's output in block ``i`` (``z`` times its slice of ``W_O``) and its label
+        (``"L0H3"``; a decoder's cross-attention heads ``"L0C3"``)."""
+        z = _slice(self[f"blocks.{i}.{attn}.hook_z"], pos_slice, 1)
+        per_head = self._m.einsum("...hd,hdm->h...m", z, self.W_O(i, attn))
         n = self._be.shape(per_head)[0]
-        return [per_head[h] for h in range(n)], [f"L{i}H{h}" for h in range(n)]
+        tag = "C" if attn == "cross_attn" else "H"
+        return [per_head[h] for h in range(n)], [f"L{i}{tag}{h}" for h in range(n)]
 
     def _mlps(self, layer: int, expand_neurons: bool, pos_slice: Any) -> tuple[list[Any], list[str], list[Any]]:
         """The MLPs before ``layer``: per neuron (with their output biases) or whole."""
@@ -375,7 +390,7 @@ class ActivationCache(Mapping):
     ) -> Any:
         """``residual_stack`` (``[components, batch, pos, d_model]``) centred (LayerNorm families)
         and divided by the cached scale of the norm that reads the residual stream at ``layer``
-        (None or -1: the final norm; ``mlp_input``: the block's second norm). No weight, no bias.
+        (None or -1: the final norm; ``mlp_input``: the norm before the MLP, a decoder's third). No weight, no bias.
 
         ``pos_slice``: the positions kept (None: all; an int: that one, its dim dropped; a slice).
         ``batch_slice``: the batch rows kept (None: all; an int; a slice). ``has_batch_dim``: whether
@@ -385,7 +400,7 @@ class ActivationCache(Mapping):
         if layer == self.n_layers:
             scale = self["ln_final.hook_scale"]
         else:
-            scale = self[f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale"]
+            scale = self[f"blocks.{layer}.ln{(3 if self._cross_attn else 2) if mlp_input else 1}.hook_scale"]
         scale = _slice(_slice(scale, batch_slice, 0), pos_slice, 1 if not isinstance(batch_slice, int) else 0)
         if has_batch_dim:
             residual_stack = _slice(residual_stack, batch_slice, 1)
@@ -447,7 +462,8 @@ class ActivationCache(Mapping):
         return_labels: bool = False,
     ) -> Any:
         """Every head, every neuron (``expand_neurons``) or MLP, the embeddings and the biases summed
-        (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``.
+        (``"bias"``): ``[components, batch, pos, d_model]``, summing to the residual stream at ``layer``
+        (a decoder's cross-attention heads too, ``"L0C3"``).
 
         ``mlp_input``: the residual stream the MLP of ``layer`` reads (after its attention).
         ``apply_ln``: pass the stack through ``apply_ln_to_stack`` at ``layer``. ``pos_slice``: the
@@ -455,13 +471,17 @@ class ActivationCache(Mapping):
         return the components' labels.
         """
         layer = self._layer(layer)
+        if self._info.post_norms:
+            no_full_decomposition()
         items, labels = [], []
         with_mid = mlp_input and layer < self.n_layers
+        attns = ("attn", "cross_attn") if self._cross_attn else ("attn",)  # a decoder: its cross-attention heads too
         for i in range(layer + (1 if with_mid else 0)):
-            found, tags = self._heads(i, pos_slice)
-            items += found
-            labels += tags
-        bias = [self.b_O(i) for i in range(layer + (1 if with_mid else 0))]
+            for attn in attns:
+                found, tags = self._heads(i, pos_slice, attn)
+                items += found
+                labels += tags
+        bias = [self.b_O(i, attn) for i in range(layer + (1 if with_mid else 0)) for attn in attns]
         found, tags, more = self._mlps(layer, expand_neurons, pos_slice)
         items, labels, bias = items + found, labels + tags, bias + more
         embeds, el = self._embeds()
@@ -594,6 +614,8 @@ class LogitAttribution:
 
     def heads(self, row: int | None = None) -> np.ndarray:
         """``[n_layers, n_heads]``: each head's contribution (batch row ``row``; None: the mean)."""
+        if not self.n_heads:
+            no_heads(self.n_layers)
         v = self.to_numpy()
         v = v.mean(1) if row is None else v[:, row]
         at = {label: k for k, label in enumerate(self.labels)}
@@ -616,7 +638,10 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
     each head's bias, each MLP, the final norm's and unembedding's biases) to the logit of
     ``tokens`` (one per batch row, or one for all) at position ``pos``, or to the logit difference
     with ``incorrect_tokens``, through the final norm's cached scale and weight: ``[components,
-    batch]`` with ``.labels``; the rows sum to what the model computed.
+    batch]`` with ``.labels``; the rows sum to what the model computed. Where the attention and MLP
+    outputs pass a norm before the residual stream (Gemma 2), heads are not additive: the rows are the
+    embeddings and each block's normed ``attn_out`` and ``mlp_out``, summing to the logit before the
+    final softcapping (``heads()`` says why it has none).
 
     >>> dla = hookkit.logit_attribution(gpt2, ids, tokens=answer, incorrect_tokens=other)   # doctest: +SKIP
     >>> dla.plot()
@@ -641,22 +666,22 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
             )
         ),
     )
-    if cache._info.post_norms:
-        raise UnsupportedModel(
-            f"logit_attribution(): {type(model).__name__}'s attention and MLP outputs pass a norm before the residual stream, "
-            "so per-head contributions do not sum to the logits; use run_with_cache and cache.logit_attrs(cache.decompose_resid(...))"
-        )
     n = cache.n_layers
-    heads, labels = cache.stack_head_results(-1, return_labels=True, pos_slice=pos)
     m = be.family("tensor_math")
-    items = [heads[k] for k in range(len(labels))]
-    items += [cache.b_O(i) + heads[0] * 0 for i in range(n)]
-    labels += [f"{i}_attn_bias" for i in range(n)]
-    items += [_slice(cache[f"blocks.{i}.hook_mlp_out"], pos, 1) for i in range(n)]
-    labels += [f"{i}_mlp_out" for i in range(n)]
-    embeds, el = cache._embeds()
-    items = [_slice(t, pos, 1) for t in embeds] + items
-    labels = el + labels
+    if cache._info.post_norms:  # heads are not additive: each block's normed attention and MLP outputs
+        items, labels = post_norm_components(cache, pos)
+        n_heads = 0
+    else:
+        heads, labels = cache.stack_head_results(-1, return_labels=True, pos_slice=pos)
+        items = [heads[k] for k in range(len(labels))]
+        items += [cache.b_O(i) + heads[0] * 0 for i in range(n)]
+        labels += [f"{i}_attn_bias" for i in range(n)]
+        items += [_slice(cache[f"blocks.{i}.hook_mlp_out"], pos, 1) for i in range(n)]
+        labels += [f"{i}_mlp_out" for i in range(n)]
+        embeds, el = cache._embeds()
+        items = [_slice(t, pos, 1) for t in embeds] + items
+        labels = el + labels
+        n_heads = be.shape(heads)[0] // max(n, 1)
     stack = m.stack(items, 0)  # [components, batch, d_model]
     weight, bias = cache.final_norm()
     directions = cache.tokens_to_residual_directions(tokens)
@@ -667,7 +692,7 @@ def logit_attribution(model: Layer, inputs: Any, tokens: Any, incorrect_tokens: 
     values = m.sum(scaled * (directions * weight if weight is not None else directions), [-1])
     const = m.sum((bias if bias is not None else weight * 0) * directions, [-1]) + _unembed_bias(be, m, b_u, tokens, incorrect_tokens)
     values = m.cat([values, m.reshape(const + values[0] * 0, [1, -1])], 0)
-    return LogitAttribution(values, [*labels, "bias"], be, n, be.shape(heads)[0] // max(n, 1))
+    return LogitAttribution(values, [*labels, "bias"], be, n, n_heads)
 
 
 def _unembed_bias(be: Any, m: Any, b_u: Any, tokens: Any, incorrect: Any) -> Any:

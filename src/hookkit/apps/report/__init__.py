@@ -55,6 +55,7 @@ def report(
     scalars: dict[str, Any] | None = None,
     graph: Any = None,
     features: Any = None,
+    attributions: Any = None,
 ) -> pathlib.Path:
     """Write the HTML report and return its path.
 
@@ -68,7 +69,9 @@ def report(
     statistics given, when it has no overlay of its own); ``report([], path, graph=g)``: the graph alone.
     ``features``: a ``hookkit.feature_views(...)`` result (or a list of them), shown as an "SAE features"
     section (tokens shown as its ``tokens=`` gave them); ``report([], path, features=views)``: the features alone.
-    ``dropout``: what plug-in dropout hooks did, ``{layer: {"kind", "p", "fraction", "calls"}}`` (the
+    ``attributions``: a ``hookkit.attribute_generation(...)`` result (or a list of them), each shown as its
+    token heat map (targets x the tokens before them; labels from its ``tokens``, escaped); such a result
+    may also be given as ``source``. ``dropout``: what plug-in dropout hooks did, ``{layer: {"kind", "p", "fraction", "calls"}}`` (the
     demo's table). ``figures``: ready PNGs to show, ``[{"section": ..., "caption": ..., "png": bytes}]``
     (as a folder's ``figures.json`` lists them). ``meta``: the header's facts, ``{"framework": ...,
     "model": ...}``, shown as "key: value".
@@ -91,6 +94,7 @@ def report(
         scalars=scalars,
         graph=graph,
         features=features,
+        attributions=attributions,
     )
     if isinstance(source, (str, os.PathLike)):
         m.add_folder(pathlib.Path(source))
@@ -135,6 +139,7 @@ class _Material:
     diffs: list[Any] = field(default_factory=list)
     graph: Any = None
     features: Any = None
+    attributions: Any = None
     folder: pathlib.Path | None = None
 
     def add_folder(self, folder: pathlib.Path) -> None:
@@ -156,10 +161,12 @@ class _Material:
             self.acts = obj
         elif hasattr(obj, "first_in"):  # a hookkit.diff result
             self.diffs.append(obj)
+        elif hasattr(obj, "token_attr"):  # a hookkit.attribute_generation result
+            self.attributions = [*_as_list(self.attributions), obj]
         else:
             from hookkit.core.validate import ArgumentTypeError, fail
 
-            kinds = "a folder, ActivationStats, GradientStats, WeightStats or a hookkit.diff result (or a list of them)"
+            kinds = "a folder, ActivationStats, GradientStats, WeightStats, a hookkit.diff or hookkit.attribute_generation result (or a list of them)"
             fail("report", "source", kinds, obj, kind=ArgumentTypeError)
 
     def check(self) -> None:
@@ -192,6 +199,14 @@ class _Material:
                     kind=ArgumentTypeError,
                 )
             self.features = list(given)
+        if self.attributions is not None:
+            from hookkit.analyses.attribution.generation import GenerationAttribution
+            from hookkit.core.validate import ArgumentTypeError, fail
+
+            if not all(isinstance(a, GenerationAttribution) for a in _as_list(self.attributions)):
+                what = "None or a hookkit.attribute_generation(...) result (or a list of them)"
+                fail("report", "attributions", what, self.attributions, kind=ArgumentTypeError)
+            self.attributions = _as_list(self.attributions)
 
     def sections(self) -> list[Section]:
         """The sections the material supports, in the page's order."""
@@ -223,7 +238,15 @@ class _Material:
             from hookkit.apps.report.sae_section import features_section
 
             sections.append(features_section(self.features))
+        if self.attributions:
+            from hookkit.apps.report.attribution_section import generation_section
+
+            sections.append(generation_section(self.attributions))
         return sections
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _load_folder(folder: pathlib.Path) -> dict[str, Any]:

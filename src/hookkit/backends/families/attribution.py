@@ -58,3 +58,8 @@ class AttributionOps:
     def on_host(self, like: Any) -> bool:
         """Whether ``like`` lives in host memory (a CPU tensor)."""
         return True
+
+    def embedding_rows(self, layer: Any) -> int | None:
+        """The rows of ``layer``'s table when it is the framework's token-embedding (lookup-table) layer,
+        else None: where a text model's token ids become vectors."""
+        raise NotImplementedError("attribution.embedding_rows is not implemented for this framework")

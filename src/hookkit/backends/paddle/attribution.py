@@ -13,6 +13,9 @@ from hookkit.backends.families.attribution import AttributionOps, SavedBytes, ho
 
 
 class PaddleAttributionOps(AttributionOps):
+    def embedding_rows(self, layer: Any) -> int | None:
+        return int(layer.weight.shape[0]) if isinstance(layer, paddle.nn.Embedding) else None
+
     def grads_or_none(self, output: Any, inputs: Sequence[Any]) -> tuple:
         return tuple(paddle.grad([output], list(inputs), allow_unused=True))
 

@@ -13,6 +13,9 @@ from hookkit.backends.torch.quantized import storage_keys
 
 
 class TorchAttributionOps(AttributionOps):
+    def embedding_rows(self, layer: Any) -> int | None:
+        return int(layer.num_embeddings) if isinstance(layer, torch.nn.Embedding) else None
+
     def grads_or_none(self, output: Any, inputs: Sequence[Any]) -> tuple:
         return torch.autograd.grad(output, list(inputs), allow_unused=True)
 
