@@ -192,6 +192,14 @@ def test_patch_ablate_steer_and_a_sweep_take_the_pattern():
             model(IDS)
     assert float(steered["blocks.0.attn.hook_pattern"][:, :, 1:, 1].max()) < 1e-6  # key 1 steered away
     assert torch.isfinite(clean_logits).all()
+    # positions= along the query axis (token_dim=2): only the last query's row comes from the clean run
+    with torch.no_grad(), hookkit.capture(model, "blocks.0.attn.hook_pattern") as base:
+        model(IDS)
+    with torch.no_grad(), hookkit.patch(model, "blocks.0.attn.hook_pattern", clean, positions=[4], token_dim=2):
+        with hookkit.capture(model, "blocks.0.attn.hook_pattern") as rows:
+            model(IDS)
+    got, want_clean, want_base = (c["blocks.0.attn.hook_pattern"] for c in (rows, clean, base))
+    assert torch.equal(got[:, :, 4], want_clean[:, :, 4]) and torch.equal(got[:, :, :4], want_base[:, :, :4])
 
 
 def test_a_patching_sweep_over_the_patterns_query_positions():
