@@ -383,3 +383,51 @@ def test_attribution_patching_reaches_the_pattern_through_the_eager_path(attn):
     want = ((src["blocks.1.attn.hook_pattern"] - held["p"].detach()) * held["p"].grad).sum((1, 3))[0]
     assert_close(torch.as_tensor(est[1]), want, n_ops=N_OPS, scale=float(want.abs().max()))
     assert float(want.abs().max()) > 0
+
+
+def _family(kind, attn):
+    from test_standard_names import _config, gemma2, pythia
+
+    torch.manual_seed(0)
+    model = {"gemma2": gemma2, "pythia": pythia}.get(kind, lambda: _config(kind))()
+    model.config._attn_implementation = attn
+    for m in model.modules():  # transformers' SDPA refuses Gemma 2's softcap: both sides without it
+        if getattr(m, "attn_logit_softcapping", None) is not None:
+            m.attn_logit_softcapping = None
+    return model
+
+
+@pytest.mark.parametrize("kind", ["pythia", "gemma2", "gptj", "mistral", "qwen2", "phi", "opt", "bert"])
+def test_every_family_edits_its_pattern_alike_on_eager_and_sdpa(kind):
+    """The edited run is the same whichever kernel the model was deployed with (softcapped Gemma 2,
+    partial rotary GPT-J / Phi, an encoder), and differs from the unedited one."""
+    got = {}
+    for attn in ("eager", "sdpa"):
+        model = _family(kind, attn)
+        out = model(IDS)
+        bare = out.logits if hasattr(out, "logits") else out.last_hidden_state
+        with torch.no_grad(), hookkit.edit(model, "blocks.0.attn.hook_pattern", no_first_key):
+            out = model(IDS)
+        got[attn] = out.logits if hasattr(out, "logits") else out.last_hidden_state
+        assert not torch.allclose(got[attn], bare)
+    assert_close(got["sdpa"], got["eager"], n_ops=N_OPS)
+
+
+@pytest.mark.parametrize(
+    "kind,attn", [("opt", "model.decoder.layers.0.self_attn"), ("gptj", "transformer.h.0.attn"), ("phi", "model.layers.0.self_attn")]
+)
+def test_the_attention_registry_knows_opt_gptj_and_phi_heads(kind, attn):
+    """Their attention modules are in the registry (so their patterns are names): heads= on the module
+    equals zeroing that head's slice of hook_z."""
+    model = _family(kind, "sdpa")
+    with torch.no_grad(), hookkit.ablate(model, attn, heads=[1]):
+        by_heads = model(IDS).logits
+
+    def zero_head_1(z, ev):
+        z = z.clone()
+        z[:, :, 1] = 0
+        return z
+
+    with torch.no_grad(), hookkit.edit(model, "blocks.0.attn.hook_z", zero_head_1):
+        by_name = model(IDS).logits
+    assert torch.equal(by_heads, by_name)

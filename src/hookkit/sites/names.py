@@ -396,7 +396,7 @@ def _table(model: Layer, named: list[tuple[str, Any]]) -> dict[str, NamePoint]:
         if be.is_layer(attn):
             named.append((attn_path, attn))
         d_head = head_size(attn, fam)
-        computed = _computed(attn, fam) if group is per_block else {}
+        computed = _computed(root, attn_path, fam) if group is per_block else {}
         for template, point in group:
             if template == "blocks.{i}.attn.hook_z":  # TransformerLens's order: scores and pattern before z
                 out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
@@ -423,15 +423,22 @@ def _module_at(model: Any, root: Any, path: str, named: list[tuple[str, Any]]) -
     return module
 
 
-def _computed(attn: Any, fam: NameFamily) -> dict[str, AttnValue]:
+def _computed(root: Any, attn_path: str, fam: NameFamily) -> dict[str, AttnValue]:
     """``hook_attn_scores`` and ``hook_pattern`` of an attention whose library hands its call to a
-    replaceable attention function (``sites.attention_values``), unless the family names them itself."""
-    if SCORES_NAME in fam.points or attn is None:
+    replaceable attention function (``sites.attention_values``), unless the family names them itself:
+    on the family's attention module, or its parent where the registry knows that one (BERT's
+    ``attention`` around ``attention.self``)."""
+    if SCORES_NAME in fam.points:
         return {}
-    family = attention_family(attn)
-    if family is None or family.scores != INTERFACE:
-        return {}
-    return {SCORES_NAME: attn_value(attn, SCORES), PATTERN_NAME: attn_value(attn, PATTERN)}
+    parts = attn_path.split(".")
+    for path in (attn_path, ".".join(parts[:-1]) if len(parts) > 1 else None):
+        attn = read_path(root, path) if path else None
+        family = attention_family(attn) if attn is not None else None
+        if family is not None:
+            if family.scores != INTERFACE:
+                return {}
+            return {SCORES_NAME: attn_value(attn, SCORES), PATTERN_NAME: attn_value(attn, PATTERN)}
+    return {}
 
 
 @functools.lru_cache(maxsize=256)
