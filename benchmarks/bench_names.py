@@ -9,7 +9,9 @@ thread, CPU time; variants interleaved, ONE forward per step, set-up and removal
 
 - ``bare``: the model alone;
 - ``bare + copies``: plain forward (pre-)hooks on the modules holding the names, each keeping a
-  clone of the value in TransformerLens's layout (the floor of any cache of these names);
+  clone of the value in TransformerLens's layout (the floor of a cache that copies);
+- ``bare + references``: the same hooks keeping the values detached, not copied (the floor of a cache
+  that keeps the model's own tensors, as TransformerLens and hookkit do);
 - ``hookkit run_with_cache``: ``hookkit.run_with_cache(model, ids)``, every name, the attention
   patterns (computed beside the model's attention) included;
 - ``hookkit, no patterns``: the same without ``hook_pattern`` (what ``bare + copies`` covers);
@@ -30,7 +32,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _harness import machine, ratio, run_interleaved, set_threads, spread, table  # noqa: E402
+from _harness import keep_freed_memory, machine, ratio, run_interleaved, set_threads, spread, table  # noqa: E402
 
 set_threads(1)
 
@@ -71,21 +73,29 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
         with torch.no_grad():
             model(ids)
 
-    def copies():
+    def plain_hooks(keep):
         kept: dict = {}
         handles = []
         for p in points:
+            if not isinstance(p.module, torch.nn.Module):
+                continue  # hook_attn_scores / hook_pattern: no module holds them
             if p.event == "out":
-                fn = lambda m, a, o, p=p: kept.__setitem__(p.name, p.part.get(be, o if torch.is_tensor(o) else o[p.index])[0].clone())  # noqa: E731
+                fn = lambda m, a, o, p=p: kept.__setitem__(p.name, keep(p.part.get(be, o if torch.is_tensor(o) else o[p.index])[0]))  # noqa: E731
                 handles.append(p.module.register_forward_hook(fn))
             else:
-                fn = lambda m, a, p=p: kept.__setitem__(p.name, p.part.get(be, a[0])[0].clone())  # noqa: E731
+                fn = lambda m, a, p=p: kept.__setitem__(p.name, keep(p.part.get(be, a[0])[0]))  # noqa: E731
                 handles.append(p.module.register_forward_pre_hook(fn))
         with torch.no_grad():
             model(ids)
         for h in handles:
             h.remove()
-        got["bare + copies"] = kept
+        return kept
+
+    def copies():
+        got["bare + copies"] = plain_hooks(lambda t: t.clone())
+
+    def references():
+        plain_hooks(lambda t: t.detach())
 
     def hookkit_cache():
         with torch.no_grad():
@@ -107,6 +117,7 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
     out = [
         ("bare", bare),
         ("bare + copies", copies),
+        ("bare + references", references),
         ("hookkit run_with_cache", hookkit_cache),
         ("hookkit, no patterns", hookkit_no_patterns),
         ("hookkit, SDPA model", hookkit_sdpa),
@@ -134,6 +145,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--reps", type=int, default=3)
     a = p.parse_args()
+    kept_freed = keep_freed_memory()  # every variant on the same stable allocator (see _harness)
     model, ids = build()
     got: dict = {}
     res = run_interleaved(variants(model, ids, got), rounds=a.rounds, reps=a.reps)
@@ -146,7 +158,9 @@ def main() -> None:
     if theirs is not None:
         worst = max(float((mine[n].float() - theirs[n].float()).abs().max()) for n in mine if n in theirs and n != "hook_pos_embed")
         print(f"names both offer: largest difference {worst:.2e}")
-    print(f"machine: {machine()}; GPT-2 config 12 blocks x 256, 4 x 128 tokens, eager attention, one thread, CPU time")
+    print(
+        f"machine: {machine()}; GPT-2 config 12 blocks x 256, 4 x 128 tokens, eager attention, one thread, CPU time; glibc keeps freed memory: {kept_freed}"
+    )
     rows = []
     for name in res:
         r = res[name]
@@ -156,10 +170,11 @@ def main() -> None:
                 r.error or f"{r.median_ms:.1f}",
                 f"{ratio(res, name, 'bare'):.3f}",
                 f"{ratio(res, name, 'bare + copies'):.3f}",
+                f"{ratio(res, name, 'bare + references'):.3f}",
                 spread(res, name, "bare + copies"),
             ]
         )
-    print(table(rows, ["variant", "ms / forward", "x bare", "x bare + copies", "IQR vs copies"]))
+    print(table(rows, ["variant", "ms / forward", "x bare", "x bare + copies", "x bare + references", "IQR vs copies"]))
     if theirs is not None:
         print(f"hookkit / bridge: {ratio(res, 'hookkit run_with_cache', 'bridge run_with_cache'):.3f}")
         print(f"hookkit on the SDPA model / bridge: {ratio(res, 'hookkit, SDPA model', 'bridge run_with_cache'):.3f}")

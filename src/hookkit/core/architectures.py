@@ -118,6 +118,9 @@ ATTENTION_FAMILIES: list[AttentionFamily] = [
         ("head_dim",),
         _HF,
     ),
+    AttentionFamily("opt", ("OPTAttention",), ("out_proj",), ("num_heads",), ("head_dim",), _HF),
+    AttentionFamily("gpt-j", ("GPTJAttention",), ("out_proj",), ("num_attention_heads",), ("head_dim",), _HF),
+    AttentionFamily("phi", ("PhiAttention",), ("dense",), ("config.num_attention_heads",), ("head_dim",), _HF),
     AttentionFamily(
         "bert",
         ("BertAttention", "RobertaAttention", "XLMRobertaAttention", "ElectraAttention", "CamembertAttention"),

@@ -273,7 +273,12 @@ _GEMMA2 = {
     "blocks.{i}.hook_mlp_out": Point("{b}.post_feedforward_layernorm"),
 }
 
-_PADDLE_ATTN = _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj")
+_PADDLE_ATTN = {
+    **_projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj"),
+    # nn.MultiHeadAttention computes its attention eagerly: the softmax's input and output, editable as they are
+    "attn_scores": Point("{b}.self_attn::softmax_0", IN, FIRST),
+    "pattern": Point("{b}.self_attn::softmax_0"),
+}
 
 
 NAME_FAMILIES: list[NameFamily] = [

@@ -23,17 +23,18 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend, backend_for
-from hookkit.core.architectures import first_present, read_path
+from hookkit.core.architectures import INTERFACE, attention_family, first_present, read_path
 from hookkit.core.entry import public_entry
 from hookkit.core.errors import InvalidArgument, LayerNotFound, UnsupportedModel, shown
 from hookkit.core.router import register_inner_targets
 from hookkit.core.select import register_spec_kind, select
-from hookkit.core.standard_names import NameFamily, Point, head_size, module_path, name_family
+from hookkit.core.standard_names import NAME_FAMILIES, NameFamily, Point, head_size, module_path, name_family
 from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
 from hookkit.core.weakmap import IdentityWeakMap
+from hookkit.sites.attention_values import PATTERN, SCORES, AttnValue, attn_value
 from hookkit.sites.names_flat import FlatView, grad_view, stamp_of, with_stamp
 from hookkit.sites.operations import SourceUnavailable
 from hookkit.sites.parts import WHOLE, Part
@@ -41,6 +42,7 @@ from hookkit.sites.seen_backend import SeenBackend
 from hookkit.sites.values import shape_str
 
 _EPS = ("eps", "variance_epsilon", "_epsilon", "epsilon")
+SCORES_NAME, PATTERN_NAME = "blocks.{i}.attn.hook_attn_scores", "blocks.{i}.attn.hook_pattern"
 
 
 # -- views: the value TransformerLens shows, from the tensor at the boundary --------------------------
@@ -114,12 +116,13 @@ class NormView(Part):
 
     def get(self, be: Backend, t: Any) -> tuple[Any, Any]:
         m = be.family("tensor_math")
-        x = t - m.mean(t, [-1], keepdim=True) if self.norm == "layer" else t
         ref, scale = self.last
-        if ref is None or ref() is not t:  # the other view has not read this input: compute (the scale is small)
-            scale = (m.mean(x * x, [-1], keepdim=True) + self.eps) ** 0.5
-            self.last[:] = [_weak(t), scale]
-        return (scale if self.which == "scale" else x / scale), None
+        if ref is None or ref() is not t:  # the other view has not read this input
+            if self.which != "scale":
+                return m.norm_normalized(t, self.norm, self.eps), None
+            scale = m.norm_scale(t, self.norm, self.eps)
+            self.last[:] = [_weak(t), scale]  # small: kept for the other view of the same input
+        return (scale if self.which == "scale" else m.norm_normalized(t, self.norm, self.eps, scale)), None
 
     def put(self, be: Backend, t: Any, state: Any, new: Any, where: str) -> Any:
         raise UnsupportedModel(
@@ -150,6 +153,11 @@ class NamePoint:
     @property
     def module(self) -> Any:
         return self._module()
+
+    @property
+    def token_axis(self) -> int | None:
+        """The axis of (query) token positions where it is not the model's: 2 for ``[batch, head, query_pos, key_pos]``."""
+        return 2 if self.name.endswith(("attn.hook_pattern", "attn.hook_attn_scores")) else None
 
     @staticmethod
     def site_backend(point: NamePoint, backend: Any) -> Any:
@@ -350,7 +358,27 @@ def _target(model: Any, root: Any, path: str) -> Any:
 
 def table(model: Layer) -> dict[str, NamePoint]:
     """Every standard name ``model`` offers -> its point, in TransformerLens's order (embeddings,
-    then block by block, then the final norm); empty when the family is unknown."""
+    then block by block, then the final norm); empty when the family is unknown. Kept per model
+    while the backend's ``tree_watch`` says its modules are where they were (and no family was
+    registered meanwhile): a verb's set-up does not walk the families again."""
+    families = tuple(map(id, NAME_FAMILIES))
+    kept = _tables.get(model)
+    if kept is not None and kept[2] == families and kept[1]() is not None:
+        return kept[0]
+    be = backend_for(model)
+    named: list[tuple[str, Any]] = []
+    out = _table(model, named)
+    watch = be.tree_watch(be.unwrap(model), named) if out else None
+    if watch is not None:
+        _tables[model] = (out, watch, families)
+    return out
+
+
+_tables: IdentityWeakMap[tuple[dict[str, NamePoint], Callable[[], Any], tuple]] = IdentityWeakMap()
+
+
+def _table(model: Layer, named: list[tuple[str, Any]]) -> dict[str, NamePoint]:
+    """``table`` computed; ``named`` gets the ``(path, module)`` pairs it read."""
     found = name_family(backend_for(model).unwrap(model))
     if found is None:
         return {}
@@ -363,14 +391,54 @@ def table(model: Layer) -> dict[str, NamePoint]:
     last = [(n, p) for n, p in templates if n.startswith("ln_final")]
     be = backend_for(model)
     for i, group in [(0, first), *[(b, per_block) for b in range(len(blocks))], (0, last)]:
-        d_head = head_size(read_path(root, module_path(fam, blocks_path, Point(fam.attn), i)), fam)
+        attn_path = module_path(fam, blocks_path, Point(fam.attn), i)
+        attn = read_path(root, attn_path)
+        if be.is_layer(attn):
+            named.append((attn_path, attn))
+        d_head = head_size(attn, fam)
+        computed = _computed(root, attn_path, fam) if group is per_block else {}
         for template, point in group:
-            module = _target(model, root, module_path(fam, blocks_path, point, i))
-            if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
-                continue  # not in this model (an optional norm, a learned position embedding)
-            name = template.format(i=i)
-            out[name] = _point(name, module, fam, point, d_head, blocks[i])
+            if template == "blocks.{i}.attn.hook_z":  # TransformerLens's order: scores and pattern before z
+                out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
+                computed = {}
+            path = module_path(fam, blocks_path, point, i)
+            module = _module_at(model, root, path, named)
+            if module is not None:
+                name = template.format(i=i)
+                out[name] = _point(name, module, fam, point, d_head, blocks[i])
+        out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
     return out
+
+
+def _module_at(model: Any, root: Any, path: str, named: list[tuple[str, Any]]) -> Any:
+    """The layer or operation site at ``path`` (None where this model has none: an optional norm, a
+    learned position embedding); ``named`` gets the layer holding it."""
+    be = backend_for(model)
+    module = _target(model, root, path)
+    if module is None or not (be.is_layer(module) or hasattr(type(module), "site_backend")):
+        return None
+    layer = module if be.is_layer(module) else getattr(module, "layer", None)
+    if layer is not None:
+        named.append((path.split("::")[0], layer))
+    return module
+
+
+def _computed(root: Any, attn_path: str, fam: NameFamily) -> dict[str, AttnValue]:
+    """``hook_attn_scores`` and ``hook_pattern`` of an attention whose library hands its call to a
+    replaceable attention function (``sites.attention_values``), unless the family names them itself:
+    on the family's attention module, or its parent where the registry knows that one (BERT's
+    ``attention`` around ``attention.self``)."""
+    if SCORES_NAME in fam.points:
+        return {}
+    parts = attn_path.split(".")
+    for path in (attn_path, ".".join(parts[:-1]) if len(parts) > 1 else None):
+        attn = read_path(root, path) if path else None
+        family = attention_family(attn) if attn is not None else None
+        if family is not None:
+            if family.scores != INTERFACE:
+                return {}
+            return {SCORES_NAME: attn_value(attn, SCORES), PATTERN_NAME: attn_value(attn, PATTERN)}
+    return {}
 
 
 @functools.lru_cache(maxsize=256)
@@ -408,7 +476,7 @@ def select_names(model: Any, layers: Any, select: Callable, selection: type) -> 
     for spec in specs:
         if not is_standard(spec):
             continue
-        hits = [n for n in offered if glob_match(spec, n)]
+        hits = [spec] if spec in offered else [n for n in offered if glob_match(spec, n)]
         if not hits:
             _refuse(model, spec, offered)
         chosen.update(hits)
@@ -439,12 +507,12 @@ def _refuse(model: Any, spec: str, offered: dict[str, NamePoint]) -> None:
             f"hookkit knows no standard names for {type(model).__name__}; a family is one entry of "
             "hookkit.core.standard_names (register_names, docs/standard-names.md)",
         )
-    if spec.endswith(("hook_pattern", "hook_attn_scores")):
+    if spec.endswith(("hook_pattern", "hook_attn_scores")) and not any(n.endswith(("hook_pattern", "hook_attn_scores")) for n in offered):
         raise LayerNotFound(
             spec,
             [],
-            "attention patterns and scores are computed beside the model's attention: run_with_cache keeps hook_pattern and hook_attn_scores, "
-            "hookkit.attention_patterns reads patterns; they are not hook sites",
+            f"the attention of {type(model).__name__} does not hand its scores to a function hookkit can route (transformers' "
+            "AttentionInterface) and its family names no operation for them: no hook_pattern or hook_attn_scores",
         )
     names = list(offered)
     close = close_matches(spec, names, n=8, cutoff=0.6) or close_matches(spec.rsplit(".", 1)[-1], names)

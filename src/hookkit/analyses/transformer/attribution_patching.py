@@ -89,7 +89,8 @@ def attribution_patching(
             per = m.permute(per, [0, 2, 1])  # [N, H, T]
             per = m.index_select(per, 2, setup.positions)
         else:
-            dims = [i for i in range(1, len(shape)) if i != setup.axis]
+            axis = getattr(s.module, "token_axis", None) or setup.axis  # a pattern: its query positions
+            dims = [i for i in range(1, len(shape)) if i != axis]
             per = m.sum(prod, dims) if dims else prod  # [N, T]
             per = m.index_select(per, 1, setup.positions)
         rows.append(be.to_numpy(per).astype(np.float64))

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
-from hookkit.analyses.transformer.cache_patterns import pattern_targets, patterns_kept
 from hookkit.analyses.transformer.dla_post_norms import no_full_decomposition, no_heads, post_norm_components
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
@@ -497,19 +496,22 @@ class ActivationCache(Mapping):
         return (stack, labels) if return_labels else stack
 
 
-def _names_filter(model: Any, names_filter: Any, computed: list[str]) -> list[str]:
-    """The names ``names_filter`` keeps among those offered (the model's, then ``computed``)."""
-    offered = names(model) + computed
+def _names_filter(model: Any, names_filter: Any) -> list[str]:
+    """The names ``names_filter`` keeps among those the model offers."""
+    offered = names(model)
     if names_filter is None:
         return offered
     if callable(names_filter):
         return [n for n in offered if names_filter(n)]
     if isinstance(names_filter, str) or (isinstance(names_filter, list) and all(isinstance(s, str) for s in names_filter)):
         specs = [names_filter] if isinstance(names_filter, str) else names_filter
-        kept = {n for s in specs for n in offered if glob_match(s, n)}
+        known = set(offered)
+        kept: set[str] = set()
         for s in specs:
-            if not any(glob_match(s, n) for n in offered):
+            hits = [s] if s in known else [n for n in offered if glob_match(s, n)]  # a name as itself, a glob scanned
+            if not hits:
                 resolve(model, s)  # refused, with the close names
+            kept.update(hits)
         return [n for n in offered if n in kept]
     fail(
         "run_with_cache",
@@ -525,7 +527,9 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     """Run ``model`` on ``inputs`` once, unmodified (its own attention kernels), and return
     ``(output, cache)``: the values at TransformerLens's standard names (``names_filter``: None for
     every name, a name, a glob, a list, or a function name -> bool), detached (the model's own
-    tensors, as TransformerLens keeps them; moved to ``device`` when given).
+    tensors, as TransformerLens keeps them, never copied; moved to ``device`` when given). A tensor
+    the model writes into in place after it was kept is seen by its version counter: those names are
+    kept again by a second forward that copies them (eval mode; refused in training mode).
 
     >>> logits, cache = hookkit.run_with_cache(gpt2, ids, names_filter="blocks.*.hook_resid_post")   # doctest: +SKIP
     >>> cache["blocks.0.hook_resid_post"].shape
@@ -537,29 +541,60 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
         names(model)  # refuses, naming the families
     assert found is not None
     fam, _, blocks = found
-    patterns = pattern_targets(be.unwrap(model), found)
-    wanted = _names_filter(model, names_filter, list(patterns))
-    sites = resolve(model, [n for n in wanted if n not in patterns]) if len(wanted) > len(set(wanted) & set(patterns)) else []
-    values: dict[str, Any] = {}
+    wanted = _names_filter(model, names_filter)
+    values = _kept(model, be, wanted, inputs, device, copy=False)
+    changed = _written_after(be, values)
+    if changed:  # the model wrote into a tensor after it was kept: those names again, copied when kept
+        if be.is_training(be.unwrap(model)):
+            raise UnsupportedModel(
+                f"run_with_cache(): the model wrote in place into the values of {', '.join(changed[:4])} after they were kept, and in "
+                "training mode a second forward (which would keep copies of them) need not compute the same values; call model.eval()"
+            )
+        values.update(_kept(model, be, changed, inputs, device, copy=True))
+    output = values.pop("")
+    info = ModelFacts(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
+    return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
+
+
+def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy: bool) -> dict[str, Any]:
+    """One forward keeping the values at ``wanted``: detached references to the model's own tensors
+    (their in-place write count beside, under ``(name, "version")``), or copies (``copy``); the
+    model's output under ``""``."""
+    m = be.family("tensor_math")
+    sites = resolve(model, wanted) if wanted else []
+    values: dict[Any, Any] = {}
 
     def keep(site: Any) -> Callable[[Any], None]:
         name = site.name
 
         def on(ev: Any) -> None:
-            t = be.detach(ev.output)  # as TransformerLens keeps them: the model's own tensors, no copy
+            t = be.detach(ev.output)  # the model's own tensor (as TransformerLens keeps them), or a copy
+            if copy:
+                t = be.clone(t)
+            elif device is None:
+                values[name, "version"] = m.version(t)
             values[name] = t if device is None else be.to(t, device)
 
         return on
 
     group = attach_sites(model, sites, keep, OBSERVER)
     try:
-        with patterns_kept(model, be, patterns, [n for n in wanted if n in patterns]) as computed:
-            output = call_model(model, inputs)
+        values[""] = call_model(model, inputs)
     finally:
         group.remove()
-    values.update({n: be.detach(t) if device is None else be.to(be.detach(t), device) for n, t in computed.items()})
-    info = ModelFacts(len(blocks), fam.norm, fam.norm_offset, weakref.ref(model), post_norms=fam.post_norms)
-    return output, ActivationCache({n: values[n] for n in wanted if n in values}, be, info)
+    return values
+
+
+def _written_after(be: Any, values: dict[Any, Any]) -> list[str]:
+    """The names whose kept tensor the model wrote into in place after it was kept (the version
+    counter moved); their ``(name, "version")`` entries are taken out."""
+    m = be.family("tensor_math")
+    changed = []
+    for key in [k for k in values if isinstance(k, tuple)]:
+        before = values.pop(key)
+        if before is not None and m.version(values[key[0]]) != before:
+            changed.append(key[0])
+    return changed
 
 
 # -- direct logit attribution ---------------------------------------------------------------------------

@@ -203,7 +203,7 @@ def _patched_run(
     """One forward of ``len(chunk)`` copies of the corrupted batch, copy ``j`` patched at ``chunk[j]``
     (``expand``: the batch runs once up to the site, whose activation is repeated there)."""
     m = be.family("tensor_math")
-    c, n, axis = len(chunk), setup.rows, setup.axis
+    c, n, axis = len(chunk), setup.rows, getattr(site.module, "token_axis", None) or setup.axis  # a pattern: its query positions
     shape = tuple(be.shape(clean_act))
     if len(shape) <= axis or shape[0] != n:
         fail("patching_sweep", "layers", f"layers whose activation is [{n}, ..., tokens on axis {axis}, ...] (at {site.name!r})", clean_act)

@@ -1,6 +1,7 @@
 """``attention``: attention probabilities from a layer's own queries, keys and masks, and (where a
 library hands them to a replaceable attention function) a way to see those arguments while the
-library keeps its own kernel (SDPA, flash) for the output. Used by ``hookkit.attention_patterns``."""
+library keeps its own kernel (SDPA, flash) for the output, or to run that call eagerly instead.
+Used by ``hookkit.attention_patterns`` and the ``hook_attn_scores``/``hook_pattern`` standard names."""
 
 from __future__ import annotations
 
@@ -66,3 +67,18 @@ class Attention:
         for a module whose ``id`` is in ``watched`` first calls ``watched[id](module, query, key,
         mask, kwargs, implementation)``, then runs the library's own function unchanged."""
         raise _missing("watch_interface")
+
+    def mix(self, probs: Any, value: Any, dropout: float, training: bool) -> tuple[Any, Any]:
+        """The rest of an eager attention call after the softmax: ``probs [B, H, Tq, Tk]`` in
+        ``value``'s dtype, dropout (``dropout`` when ``training``), times ``value [B, H_kv, Tk, d]``
+        (grouped-query: each key/value head serves ``H / H_kv`` heads) -> ``(output [B, Tq, H, d],
+        probs after dropout)``, as transformers' eager attention functions return them."""
+        raise _missing("mix")
+
+    def route_interface(self, modules: Sequence[Any], route: Callable[..., Any]) -> Any:
+        """Until the returned handle's ``remove()``: every call of the library's attention function
+        made for one of ``modules`` calls ``route(original, module, query, key, value, mask, args,
+        kwargs, implementation)`` instead, which returns what the call returns (``original`` is the
+        library's function for that call). Nothing of the library is left changed after the last
+        handle is removed."""
+        raise _missing("route_interface")

@@ -131,6 +131,23 @@ class TensorMath:
         """Elementwise absolute value."""
         raise _missing("abs")
 
+    def norm_scale(self, t: Any, kind: str, eps: float) -> Any:
+        """TransformerLens's ``hook_scale`` of a norm's input ``t``: ``sqrt(mean(x^2) + eps)`` over the
+        last dim (kept), ``x`` = ``t`` centred for ``kind="layer"``, ``t`` itself for ``"rms"``."""
+        x = t - self.mean(t, [-1], keepdim=True) if kind == "layer" else t
+        return (self.mean(x * x, [-1], keepdim=True) + eps) ** 0.5
+
+    def norm_normalized(self, t: Any, kind: str, eps: float, scale: Any = None) -> Any:
+        """TransformerLens's ``hook_normalized``: ``x / scale`` (``x`` as in ``norm_scale``; ``scale``:
+        its result, None to compute it), before the norm's weight and bias."""
+        x = t - self.mean(t, [-1], keepdim=True) if kind == "layer" else t
+        return x / (self.norm_scale(t, kind, eps) if scale is None else scale)
+
+    def version(self, t: Any) -> int | None:
+        """How many times ``t``'s storage was written in place (shared by its views and detached
+        copies); None where the framework does not count. A changed number means changed values."""
+        return None
+
     def seed(self, seed: int) -> None:
         """Seed the framework's global random generator (what ``randn_like`` draws from): the same
         seed gives the same noise (smoothgrad), as the framework's own ``manual_seed`` does."""

@@ -107,6 +107,9 @@ class PaddleTensorMath(TensorMath):
     def eigh(self, t: Any) -> tuple[Any, Any]:
         return tuple(paddle.linalg.eigh(t))
 
+    def version(self, t: Any) -> int | None:
+        return int(t.inplace_version)
+
     def seed(self, seed: int) -> None:
         paddle.seed(seed)
 

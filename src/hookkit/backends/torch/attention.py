@@ -16,6 +16,7 @@ from hookkit.backends.families.attention import Attention
 
 _lock = threading.Lock()
 _watched: dict[int, Callable[..., None]] = {}
+_routes: dict[int, Callable[..., Any]] = {}  # module id -> route (route_interface)
 _installed: dict[str, Any] = {}  # implementation -> the function it had before (None: absent)
 _users = [0]
 
@@ -43,9 +44,13 @@ class TorchAttention(Attention):
     ) -> Any:
         n_heads, n_kv = q.shape[1], k.shape[1]
         group = n_heads // n_kv
-        idx = torch.as_tensor(list(heads), device=q.device)
-        qs = q.index_select(1, idx)
-        ks = k.index_select(1, idx // group)
+        if len(heads) == n_heads and list(heads) == list(range(n_heads)):  # every head: the eager functions' own products
+            qs = q
+            ks = k if group == 1 else k[:, :, None].expand(k.shape[0], n_kv, group, *k.shape[2:]).reshape(k.shape[0], n_heads, *k.shape[2:])
+        else:
+            idx = torch.as_tensor(list(heads), device=q.device)
+            qs = q.index_select(1, idx)
+            ks = k.index_select(1, idx // group)
         if scale_query:
             s = torch.matmul(qs * scaling, ks.transpose(-1, -2))
         else:
@@ -71,39 +76,90 @@ class TorchAttention(Attention):
     def softmax(self, scores: Any) -> Any:
         return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
 
+    def mix(self, probs: Any, value: Any, dropout: float, training: bool) -> tuple[Any, Any]:
+        p = probs.to(value.dtype)
+        if dropout:
+            p = torch.nn.functional.dropout(p, p=dropout, training=training)
+        n_heads, n_kv = p.shape[1], value.shape[1]
+        if n_heads != n_kv:  # transformers' repeat_kv: each key/value head serves n_heads / n_kv heads
+            b, _, t, d = value.shape
+            value = value[:, :, None].expand(b, n_kv, n_heads // n_kv, t, d).reshape(b, n_heads, t, d)
+        return torch.matmul(p, value).transpose(1, 2), p
+
     @contextlib.contextmanager
     def watch_interface(self, watched: dict[int, Callable[..., None]]) -> Iterator[None]:
-        try:
-            from transformers.modeling_utils import AttentionInterface
-        except ImportError as exc:  # pragma: no cover - transformers is what the families name
-            raise NotImplementedError("attention patterns of this layer need transformers' AttentionInterface") from exc
         with _lock:
             overlap = set(watched) & set(_watched)
             if overlap:
                 raise RuntimeError("attention_patterns(): another attention_patterns call is running on the same layers")
+            _install()
             _watched.update(watched)
-            _users[0] += 1
-            if _users[0] == 1:
-                mapping = AttentionInterface._global_mapping
-                for impl in [*mapping, "eager"]:
-                    if impl not in _installed:
-                        _installed[impl] = mapping.get(impl)
-                        AttentionInterface.register(impl, _wrapper(impl, mapping.get(impl)))
         try:
             yield
         finally:
             with _lock:
                 for key in watched:
                     _watched.pop(key, None)
-                _users[0] -= 1
-                if _users[0] == 0:
-                    mapping = AttentionInterface._global_mapping
-                    for impl, before in _installed.items():
-                        if before is None:
-                            mapping.pop(impl, None)
-                        else:
-                            mapping[impl] = before
-                    _installed.clear()
+                _uninstall()
+
+    def route_interface(self, modules: Sequence[Any], route: Callable[..., Any]) -> Any:
+        keys = [id(m) for m in modules]
+        with _lock:
+            taken = [k for k in keys if k in _routes]
+            if taken:
+                raise RuntimeError("the attention function of this layer is already routed (a second slot on the same module)")
+            _install()
+            for k in keys:
+                _routes[k] = route
+        return _Routed(keys)
+
+
+class _Routed:
+    """The handle of ``route_interface``: ``remove()`` takes the route away (once)."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self, keys: list[int]):
+        self.keys = keys
+
+    def remove(self) -> None:
+        with _lock:
+            keys, self.keys = self.keys, []
+            if not keys:
+                return
+            for k in keys:
+                _routes.pop(k, None)
+            _uninstall()
+
+
+def _install() -> None:
+    """Wrap the functions of transformers' ``AttentionInterface`` (under ``_lock``; counted)."""
+    try:
+        from transformers.modeling_utils import AttentionInterface
+    except ImportError as exc:  # pragma: no cover - transformers is what the families name
+        raise NotImplementedError("attention patterns of this layer need transformers' AttentionInterface") from exc
+    _users[0] += 1
+    if _users[0] == 1:
+        mapping = AttentionInterface._global_mapping
+        for impl in [*mapping, "eager"]:
+            if impl not in _installed:
+                _installed[impl] = mapping.get(impl)
+                AttentionInterface.register(impl, _wrapper(impl, mapping.get(impl)))
+
+
+def _uninstall() -> None:
+    """The last user gone: the library's own functions back (under ``_lock``)."""
+    _users[0] -= 1
+    if _users[0] == 0:
+        from transformers.modeling_utils import AttentionInterface  # lazy: imported by _install already
+
+        mapping = AttentionInterface._global_mapping
+        for impl, before in _installed.items():
+            if before is None:
+                mapping.pop(impl, None)
+            else:
+                mapping[impl] = before
+        _installed.clear()
 
 
 def _wrapper(impl: str, original: Any) -> Callable[..., Any]:
@@ -116,6 +172,9 @@ def _wrapper(impl: str, original: Any) -> Callable[..., Any]:
         watch = _watched.get(id(module))
         if watch is not None:
             watch(module, query, key, attention_mask, kwargs, impl)
+        route = _routes.get(id(module))
+        if route is not None:
+            return route(fn, module, query, key, value, attention_mask, args, kwargs, impl)
         return fn(module, query, key, value, attention_mask, *args, **kwargs)
 
     attention.__wrapped__ = original  # type: ignore[attr-defined]

@@ -100,6 +100,14 @@ class TorchTensorMath(TensorMath):
     def eigh(self, t: Any) -> tuple[Any, Any]:
         return tuple(torch.linalg.eigh(t))
 
+    def version(self, t: Any) -> int | None:
+        return int(t._version)
+
+    def norm_normalized(self, t: Any, kind: str, eps: float, scale: Any = None) -> Any:
+        if kind == "layer":  # one fused pass over t, no temporaries: (t - mean) / sqrt(var + eps), no weight or bias
+            return torch.nn.functional.layer_norm(t, (t.shape[-1],), eps=eps)
+        return super().norm_normalized(t, kind, eps, scale)
+
     def seed(self, seed: int) -> None:
         torch.manual_seed(seed)
 
