@@ -26,6 +26,7 @@ from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
+from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
 
 if TYPE_CHECKING:
@@ -169,28 +170,28 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
     the replacement rows of coalition ``c`` (feature permutation), else ``base``."""
     be, m, n, k_all = job.be, job.m, job.n, len(z)
     plan = _plan(job, value, k_all, saved)
+    layout = _Layout(job)
     out = []
     for j0, j1 in spans(n, plan.samples):
         b = j1 - j0
         for c0, c1 in spans(k_all, plan.points):
             k = c1 - c0
             # [k, 1, *shape] masks against [1, b, *shape] samples: broadcast, never tiled; rows c * b + j
-            mask = m.reshape(_like(job, feats.masks(z[c0:c1]), value), [k, 1, *feats.shape])
-            keep = 1 - mask
+            mask = be.from_numpy(np.ascontiguousarray(feats.masks(z[c0:c1]).reshape((k, 1, *feats.shape)) != 0), like=value)
             if bases:
                 rep = m.reshape(m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0), [k, b, *feats.shape])
             else:
                 rep = m.reshape(base[j0:j1], [1, b, *feats.shape])
-            perturb = _perturber(job, rep, mask, keep, [k, b, *feats.shape])
+            perturb = _perturber(job, rep, mask, [k, b, *feats.shape])
             samples = st.rows(j0, j1, k)
             with be.no_grad():
                 if job.neuron is not None:  # the neuron's value for perturbed inputs: the forward stops at the layer
                     job.tap.replace, job.tap.stop = None, True
-                    st.forward(job, perturb(value[j0:j1]), samples)
+                    layout.forward(perturb(value[j0:j1]), samples)
                     s = st.neuron_of(job, job.tap.value)
                 else:
                     if job.layer is None:
-                        o = st.forward(job, perturb(value[j0:j1]), samples)
+                        o = layout.forward(perturb(value[j0:j1]), samples)
                     else:
                         job.tap.replace = perturb
                         o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
@@ -208,23 +209,24 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
 
 def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
     """The chunks of the perturbed rows: a row costs its share of what a forward keeps (``saved``, an
-    upper bound: these forwards record no graph) and the perturbation's own tensors (the mask, its
-    complement, the tiled values, the replacement rows, the two products and their sum; at a layer,
-    the tiled inputs too). On a CPU the default budget is ``HOST_BUDGET``."""
+    upper bound: these forwards record no graph) and the perturbation's own tensors (the perturbed rows,
+    their ``conv_layout`` copy, feature permutation's replacement rows; at a layer, the tiled inputs
+    too). On a CPU the default budget is ``HOST_BUDGET``."""
     be, opts = job.be, job.opts
     budget = 0
     if opts.internal_batch_size == "auto":
         free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
         budget = int(opts.max_memory) if opts.max_memory is not None else min(HOST_BUDGET, free) if job.ops.on_host(value) else free
-    per_row = 8 * be.numel(value) // job.n * be.itemsize(value)
+    per_row = 3 * be.numel(value) // job.n * be.itemsize(value)
     if value is not job.x:
         per_row += be.numel(job.x) // job.n * be.itemsize(job.x)
     return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_cost(saved, job.n, per_row))
 
 
-def _perturber(job: Job, rep: Any, mask: Any, keep: Any, shape: list[int]) -> Callable[[Any], Any]:
-    """``value -> value * keep + rep * mask`` as ``[k * b, ...]`` rows: ``value`` holds the ``b`` samples
-    once (the inputs) or the ``k * b`` rows (a layer's value in the perturbed forward)."""
+def _perturber(job: Job, rep: Any, mask: Any, shape: list[int]) -> Callable[[Any], Any]:
+    """``value -> where(mask, rep, value)`` as ``[k * b, ...]`` rows (bool ``mask [k, 1, ...]`` broadcast over
+    the samples: one tensor written, the rows themselves): ``value`` holds the ``b`` samples once (the
+    inputs) or the ``k * b`` rows (a layer's value in the perturbed forward)."""
     m, k, b = job.m, shape[0], shape[1]
 
     def perturb(value: Any) -> Any:
@@ -234,9 +236,40 @@ def _perturber(job: Job, rep: Any, mask: Any, keep: Any, shape: list[int]) -> Ca
                 f"{entry_name()}(): layer {job.name!r} gave a value of shape {got} for the perturbed copies; expected {[k * b, *shape[2:]]}"
             )
         v = m.reshape(value, [1 if got[0] == b and k > 1 else k, b, *shape[2:]])
-        return m.reshape(v * keep + rep * mask, [k * b, *shape[2:]])
+        return m.reshape(job.be.where(mask, rep, v), [k * b, *shape[2:]])
 
     return perturb
+
+
+class _Layout:
+    """The forwards of perturbed inputs in the layout the framework's convolutions run fastest on
+    (``tensor_math.conv_layout``, the same values: torch on the CPU feeds a CNN channels-last, 2.5-3x
+    faster one thread, benchmarks/bench_attribution_perturbation.py ``curve``). A model that refuses
+    them (a ``view`` that needs contiguous rows) gets its rows as they are from then on; it is
+    remembered while the model lives."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.fast: bool | None = False if _layout_refused.get(job.model) else None
+
+    def forward(self, rows: Any, samples: list[int]) -> Any:
+        job = self.job
+        if self.fast is not False:
+            fast = job.m.conv_layout(rows)
+            if fast is not rows:
+                try:
+                    out = st.forward(job, fast, samples)
+                    self.fast = True
+                    return out
+                except Exception:  # noqa: BLE001 - run again as given below, where a real error shows
+                    if self.fast:
+                        raise
+                    self.fast = False
+                    _layout_refused[job.model] = True
+        return st.forward(job, rows, samples)
+
+
+_layout_refused: IdentityWeakMap[bool] = IdentityWeakMap()
 
 
 def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
