@@ -225,6 +225,58 @@ def test_chunks_change_nothing(fw, rng, batch):
     np.testing.assert_allclose(tiny, np_(fw, hookkit.attribute(model, None, fw.tensor(x), "feature_ablation", target=0)), **TOL)
 
 
+def _layout_net(torch, flat):
+    class Net(torch.nn.Module):
+        """A CNN that records the layout of the rows it gets; ``flat="view"`` needs contiguous rows."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc, self.seen = torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.Linear(48, 2), []
+
+        def forward(self, x):
+            self.seen.append("channels_last" if not x.is_contiguous() and x.dim() == 4 else "rows")
+            h = torch.relu(self.conv(x))
+            return self.fc(h.view(len(h), -1) if flat == "view" else h.flatten(1))
+
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+@pytest.mark.parametrize("flat", ["flatten", "view"])
+def test_conv_rows_in_the_fast_layout_and_a_model_that_refuses_it(torch_fw, rng, device, flat):
+    """The perturbed images reach a CNN channels-last on the CPU (the layout oneDNN's convolutions run
+    fastest on), with the same attributions; a model whose ``view`` refuses them gets them as they are,
+    after one refused forward, and later calls do not try again."""
+    torch = pytest.importorskip("torch")
+    model = _layout_net(torch, flat)
+    x = rng.normal(size=(2, 2, 4, 4)).astype(np.float32)
+    kw = {"sliding_window_shapes": (2, 2, 2), "strides": 2, "baselines": 0.25}
+    got = np_(torch_fw, hookkit.attribute(model, None, torch_fw.tensor(x), "occlusion", target=[0, 1], **kw))
+    perturbed = model.seen[1:]  # after the probe forward: one forward of the 8 perturbed rows
+    with torch.no_grad():
+        f = lambda rows: model(torch_fw.tensor(rows)).cpu().numpy()[[0, 1], [0, 1]].astype(np.float64)  # noqa: E731
+        want = np.zeros(x.shape)
+        for r, c in itertools.product((0, 2), (0, 2)):
+            rows = x.copy()
+            rows[:, :, r : r + 2, c : c + 2] = 0.25
+            want[:, :, r : r + 2, c : c + 2] = (f(x) - f(rows))[:, None, None, None]
+    np.testing.assert_allclose(got, want, **TOL)
+    fast = device == "cpu"
+    if flat == "flatten":
+        assert perturbed == ["channels_last" if fast else "rows"]
+    else:  # refused once (on the CPU), then as they are; the next call goes straight to the rows
+        assert perturbed == (["channels_last", "rows"] if fast else ["rows"])
+        model.seen.clear()
+        again = hookkit.attribute(model, "conv", torch_fw.tensor(x), "feature_ablation", neuron=(0, 1, 1), baselines=0.25)
+        assert model.seen == ["rows", "rows"] and hooks_left(model) == []
+        with torch.no_grad():
+            h = lambda rows: model.conv(torch_fw.tensor(rows))[:, 0, 1, 1].cpu().numpy().astype(np.float64)  # noqa: E731
+            for e in zip(*np.nonzero(np.ones(x.shape[1:]))):  # every element its own feature
+                rows = x.copy()
+                rows[(slice(None), *e)] = 0.25
+                np.testing.assert_allclose(np_(torch_fw, again)[(slice(None), *e)], h(x) - h(rows), **TOL)
+
+
 def test_paddle_equals_torch_on_twin_models(torch_fw, paddle_fw, rng):
     tm, pm = tanh_mlp(torch_fw), tanh_mlp(paddle_fw)
     for i in (0, 2):
