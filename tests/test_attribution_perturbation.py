@@ -277,6 +277,43 @@ def test_conv_rows_in_the_fast_layout_and_a_model_that_refuses_it(torch_fw, rng,
                 np.testing.assert_allclose(np_(torch_fw, again)[(slice(None), *e)], h(x) - h(rows), **TOL)
 
 
+@pytest.mark.parametrize("method", ["feature_ablation", "occlusion", "shapley"])
+def test_features_already_at_their_baseline_run_no_forward(fw, rng, method):
+    """A perturbation that replaces only elements equal to their baseline (a black border, a pad token)
+    leaves the input as it is: its score is the unperturbed one, without a forward; the attributions
+    equal the hand computation's (which runs them all)."""
+    model = tanh_mlp(fw)
+    x = rng.normal(size=(2, 6)).astype(np.float32)
+    x[:, :2] = 0.5  # features 0 and 1 of both samples at the baseline, feature 4 of sample 0 only
+    x[0, 4] = 0.5
+    kw = {"sliding_window_shapes": (2,), "strides": 2} if method == "occlusion" else {}
+    if method == "shapley":  # 5 coalitions a forward: the live ones gathered across blocks with skipped ones
+        kw["internal_batch_size"] = 10
+    rows = []
+    hook = model.register_forward_pre_hook(lambda mod, args: rows.append(len(args[0])))
+    try:
+        got = np_(fw, hookkit.attribute(model, None, fw.tensor(x), method, target=1, baselines=0.5, **kw))
+    finally:
+        hook.remove()
+    f = scorer(fw, model, 1)
+    if method == "shapley":
+        groups = [np.arange(6) == i for i in range(6)]
+        want = exact_shapley(f, x, np.full_like(x, 0.5), groups)
+        assert sum(rows) == 2 + 2 * (2**6 - 2**2)  # the probe; coalitions replacing only features 0, 1 skipped
+        assert rows[1:] == [10] * 12
+    else:
+        feats = [[0, 1], [2, 3], [4, 5]] if method == "occlusion" else [[i] for i in range(6)]
+        want = np.zeros(x.shape)
+        for g in feats:
+            p = x.copy()
+            p[:, g] = 0.5
+            want[:, g] = (f(x) - f(p))[:, None]
+        assert sum(rows) == 2 + 2 * (len(feats) - (1 if method == "occlusion" else 2))  # sample 1's feature 4 still runs
+    np.testing.assert_allclose(got, want, **TOL)
+    if method != "shapley":  # f(x) - f(x): exactly 0 (Shapley's null players come from differences of forwards)
+        assert (got[:, :2] == 0).all()
+
+
 def test_paddle_equals_torch_on_twin_models(torch_fw, paddle_fw, rng):
     tm, pm = tanh_mlp(torch_fw), tanh_mlp(paddle_fw)
     for i in (0, 2):

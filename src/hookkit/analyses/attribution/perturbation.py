@@ -167,19 +167,22 @@ def _one_each(f: int) -> Coalitions:
 
 def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int, bases: Callable | None = None) -> np.ndarray:
     """The target's score for every coalition of ``z`` and every sample: float64 ``[K, N]``. ``bases(c, j0, j1)``:
-    the replacement rows of coalition ``c`` (feature permutation), else ``base``."""
+    the replacement rows of coalition ``c`` (feature permutation), else ``base``. A coalition that replaces
+    only elements already equal to their baseline (for every sample of a chunk) leaves the inputs as they
+    are: it runs no forward, its score is the unperturbed one."""
     be, m, n, k_all = job.be, job.m, job.n, len(z)
     plan = _plan(job, value, k_all, saved)
     layout = _Layout(job)
+    changed = None if bases else _changed(job, value, base, feats)
     out = []
     for j0, j1 in spans(n, plan.samples):
         b = j1 - j0
-        for c0, c1 in spans(k_all, plan.points):
-            k = c1 - c0
+        for idx, zc in _live(z, k_all, plan.points, None if changed is None else changed[:, j0:j1]):
+            k = len(idx)
             # [k, 1, *shape] masks against [1, b, *shape] samples: broadcast, never tiled; rows c * b + j
-            mask = be.from_numpy(np.ascontiguousarray(feats.masks(z[c0:c1]).reshape((k, 1, *feats.shape)) != 0), like=value)
+            mask = be.from_numpy(np.ascontiguousarray(feats.masks(zc).reshape((k, 1, *feats.shape)) != 0), like=value)
             if bases:
-                rep = m.reshape(m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0), [k, b, *feats.shape])
+                rep = m.reshape(m.cat([bases(int(c), j0, j1) for c in idx], 0), [k, b, *feats.shape])
             else:
                 rep = m.reshape(base[j0:j1], [1, b, *feats.shape])
             perturb = _perturber(job, rep, mask, [k, b, *feats.shape])
@@ -200,11 +203,45 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
                 raise InvalidArgument(
                     f"{entry_name()}(): {job.method} needs one score per sample; the target gave shape {list(be.shape(s))}"
                 )
-            out.append((j0, c0, k, b, be.detach(s)))
-    full = np.zeros((k_all, n))
-    for j0, c0, k, b, s in out:  # one host read per chunk, after all forwards ran
-        full[c0 : c0 + k, j0 : j0 + b] = be.to_numpy(s).astype(np.float64).reshape(k, b)
+            out.append((j0, idx, b, be.detach(s)))
+    # the coalitions that ran no forward: the unperturbed scores
+    full = np.tile(be.to_numpy(job.scores["input"]).astype(np.float64).reshape(1, n), (k_all, 1))
+    for j0, idx, b, s in out:  # one host read per chunk, after all forwards ran
+        full[idx, j0 : j0 + b] = be.to_numpy(s).astype(np.float64).reshape(len(idx), b)
     return full
+
+
+def _changed(job: Job, value: Any, base: Any, feats: Features) -> np.ndarray:
+    """``[F, N]`` bool: feature ``f`` of sample ``j`` holds an element that differs from its baseline (one
+    host read of ``value != base``; NaN counts as different)."""
+    diff = np.asarray(job.be.to_numpy(value != base)).reshape(job.n, -1)
+    if feats.ids is not None:
+        return np.stack([np.bincount(feats.ids, d, feats.count) > 0 for d in diff], 1)
+    assert feats.windows is not None
+    d = diff.reshape((job.n, *feats.shape))
+    return np.stack([d[(slice(None),) + w].reshape(job.n, -1).any(1) for w in feats.windows])
+
+
+def _live(z: Any, k_all: int, size: int, changed: np.ndarray | None) -> Any:
+    """Chunks ``(coalition indices, their rows of z)`` of up to ``size`` coalitions each; with ``changed``
+    (``[F, b]``), only the coalitions that change some sample, gathered into full chunks."""
+    if changed is None or changed.all():
+        for c0, c1 in spans(k_all, size):
+            yield np.arange(c0, c1), z[c0:c1]
+        return
+    got_i: list[np.ndarray] = []
+    got_z: list[np.ndarray] = []
+    held = 0
+    for c0, c1 in spans(k_all, size):
+        zc = np.asarray(z[c0:c1])
+        keep = np.flatnonzero(((zc != 0).astype(np.float32) @ changed.astype(np.float32)).max(1) > 0)
+        got_i.append(keep + c0)
+        got_z.append(zc[keep])
+        held += len(keep)
+        while held >= size or (c1 == k_all and held):
+            idx, zs = np.concatenate(got_i), np.concatenate(got_z)
+            yield idx[:size], zs[:size]
+            got_i, got_z, held = [idx[size:]], [zs[size:]], len(idx) - min(size, len(idx))
 
 
 def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
