@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from math import factorial
 from typing import TYPE_CHECKING, Any
 
@@ -190,11 +191,11 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
             with be.no_grad():
                 if job.neuron is not None:  # the neuron's value for perturbed inputs: the forward stops at the layer
                     job.tap.replace, job.tap.stop = None, True
-                    layout.forward(perturb(value[j0:j1]), samples)
+                    layout.forward(partial(perturb, value[j0:j1]), samples)
                     s = st.neuron_of(job, job.tap.value)
                 else:
                     if job.layer is None:
-                        o = layout.forward(perturb(value[j0:j1]), samples)
+                        o = layout.forward(partial(perturb, value[j0:j1]), samples)
                     else:
                         job.tap.replace = perturb
                         o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
@@ -289,21 +290,27 @@ class _Layout:
         self.job = job
         self.fast: bool | None = False if _layout_refused.get(job.model) else None
 
-    def forward(self, rows: Any, samples: list[int]) -> Any:
+    def forward(self, make: Callable[[], Any], samples: list[int]) -> Any:
+        """The model on the rows ``make()`` builds (built again as they are if the model refuses the fast
+        layout: the first rows are not kept beside their copy)."""
         job = self.job
         if self.fast is not False:
+            rows = make()
             fast = job.m.conv_layout(rows)
             if fast is not rows:
+                del rows
                 try:
                     out = st.forward(job, fast, samples)
                     self.fast = True
                     return out
-                except Exception:  # noqa: BLE001 - run again as given below, where a real error shows
+                except Exception:  # noqa: BLE001 - run again as built below, where a real error shows
                     if self.fast:
                         raise
                     self.fast = False
                     _layout_refused[job.model] = True
-        return st.forward(job, rows, samples)
+            else:
+                return st.forward(job, rows, samples)
+        return st.forward(job, make(), samples)
 
 
 _layout_refused: IdentityWeakMap[bool] = IdentityWeakMap()
