@@ -269,11 +269,49 @@ def bench(rounds: int) -> int:
     return 0
 
 
+def curve(rounds: int) -> int:
+    """The CPU time per perturbed row of a no-grad forward against the rows per forward: the CNN with its
+    images as given (channels-first, captum's) and channels-last (``conv_layout``, hookkit's), the
+    GPT-2-style LM; rounds interleaved, medians. Where it flattens is where larger chunks only cost memory."""
+    import torch
+
+    set_threads(1)
+    cnn, _, x, _, _, _ = _cnn()
+    lm, forward, ids, _, _, _ = _gpt2()
+    cases = {
+        "cnn channels-first": (cnn, lambda r: x.repeat(r // 4, 1, 1, 1), [4, 8, 16, 32, 64, 128, 256]),
+        "cnn channels-last": (
+            cnn,
+            lambda r: x.repeat(r // 4, 1, 1, 1).contiguous(memory_format=torch.channels_last),
+            [4, 8, 16, 32, 64, 128, 256],
+        ),
+        "gpt2": (forward, lambda r: ids.repeat(r // 2, 1), [2, 4, 8, 16, 32, 64, 128]),
+    }
+    got: dict[tuple[str, int], list[float]] = {}
+    total = 256
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, (f, make, sizes) in cases.items():
+                for r in sizes:
+                    rows = make(r)
+                    f(rows)
+                    t0 = time.process_time()
+                    for _ in range(total // r):
+                        f(rows)
+                    got.setdefault((name, r), []).append((time.process_time() - t0) / (total // r * r) * 1e6)
+    out = []
+    for name, (_, _, sizes) in cases.items():
+        out.append([name] + [f"{r}: {statistics.median(got[(name, r)]):.0f}" for r in sizes])
+    print(f"\nCPU microseconds per row of a no-grad forward, by rows per forward ({rounds} rounds, medians; one math thread)")
+    print(table(out, ["model"] + [f"size {i + 1}" for i in range(7)]))
+    return 0
+
+
 def main() -> int:
     set_threads(1)
     block_torchvision()
     p = argparse.ArgumentParser()
-    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "_child", "_gen"])
+    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "curve", "_child", "_gen"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--model")
     p.add_argument("--variant")
@@ -287,6 +325,8 @@ def main() -> int:
         return 0
     if args.what == "generation":
         return generation(args.rounds)
+    if args.what == "curve":
+        return curve(args.rounds)
     return bench(args.rounds)
 
 
