@@ -35,9 +35,15 @@ if TYPE_CHECKING:
 
 MAX_EXACT_FEATURES = 12  # exact Shapley values enumerate 2**F coalitions
 DEFAULT_SAMPLES = {"shapley_sampling": 25, "kernel_shap": 25, "lime": 50}  # captum's defaults
-#: the default budget of the perturbed copies on a CPU (max_memory=None): forwards without autograd are
-#: compute-bound there, and chunks past a few tens of MB only cost memory (benchmarks/bench_attribution_perturbation.py)
-HOST_BUDGET = 32 << 20
+#: The default chunk of perturbed rows on a CPU (max_memory=None). A no-grad forward holds a few activations
+#: at once, about ``HOST_LIVE`` times its largest one (a layer's input and output, a residual beside them),
+#: not what autograd would save; and its CPU time per row stops falling once a chunk holds some MB of them
+#: (``bench_attribution_perturbation.py curve``, one thread, us per row at 16 / 32 / 64 / 128 rows: the CNN
+#: channels-last 99 / 84 / 81 / 81, the GPT-2-style LM 371 / 319 / 280 / 267, where 48 rows are about
+#: 10 MB by this count for either): a bigger chunk only costs memory (and cache). So a row costs
+#: ``HOST_LIVE`` x its largest activation plus the perturbation's own tensors, within ``HOST_BUDGET``.
+HOST_BUDGET = 10 << 20
+HOST_LIVE = 3
 LASSO_ALPHA, KERNEL_WIDTH = 0.01, 1.0  # captum's Lime: SkLearnLasso(alpha=0.01), exp kernel on cosine distance, width 1
 
 
@@ -249,16 +255,21 @@ def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
     """The chunks of the perturbed rows: a row costs its share of what a forward keeps (``saved``, an
     upper bound: these forwards record no graph) and the perturbation's own tensors (the perturbed rows,
     their ``conv_layout`` copy, feature permutation's replacement rows; at a layer, the tiled inputs
-    too). On a CPU the default budget is ``HOST_BUDGET``."""
+    too). On a CPU by default: ``HOST_BUDGET``, a row costing ``HOST_LIVE`` times the largest tensor the
+    probe forward kept or returned, per sample, instead of ``saved``."""
     be, opts = job.be, job.opts
     budget = 0
-    if opts.internal_batch_size == "auto":
-        free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
-        budget = int(opts.max_memory) if opts.max_memory is not None else min(HOST_BUDGET, free) if job.ops.on_host(value) else free
     per_row = 3 * be.numel(value) // job.n * be.itemsize(value)
     if value is not job.x:
         per_row += be.numel(job.x) // job.n * be.itemsize(job.x)
-    return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_cost(saved, job.n, per_row))
+    row_bytes = row_cost(saved, job.n, per_row)
+    if opts.internal_batch_size == "auto":
+        free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
+        budget = int(opts.max_memory) if opts.max_memory is not None else free
+        if opts.max_memory is None and job.ops.on_host(value):
+            budget = min(HOST_BUDGET, free)
+            row_bytes = max(1, HOST_LIVE * job.scores.get("largest_bytes", saved) // job.n + per_row)
+    return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_bytes)
 
 
 def _perturber(job: Job, rep: Any, mask: Any, shape: list[int]) -> Callable[[Any], Any]:
@@ -319,13 +330,15 @@ _layout_refused: IdentityWeakMap[bool] = IdentityWeakMap()
 def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
     """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
     inputs or the layer's value, ``baselines`` shaped like it."""
-    be = job.be
+    be, sizes = job.be, {"largest": 0}
     if (job.layer is not None and job.neuron is None) or be.dtype_kind(job.x) == "float":
-        y, saved = st.probe(job, job.x, "input", measure=True)
+        y, saved = st.probe(job, job.x, "input", measure=True, sizes=sizes)
     else:  # token ids take no gradient: what the forward keeps for the parameters' backward
         with job.ops.saved_bytes(job.model) as counter:
-            y, _ = st.probe(job, job.x, "input")
+            y, _ = st.probe(job, job.x, "input", sizes=sizes)
         saved = counter.bytes
+        sizes["largest"] = max(sizes["largest"], counter.largest)
+    job.scores["largest_bytes"] = sizes["largest"]  # for _plan's default on a CPU
     to_inputs = job.layer is None or job.neuron is not None
     if job.neuron is not None:  # the neuron variants explain the neuron's value (NeuronFeatureAblation and kin)
         job.scores["input"] = st.neuron_of(job, y)
