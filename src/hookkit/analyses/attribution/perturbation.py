@@ -36,14 +36,15 @@ if TYPE_CHECKING:
 MAX_EXACT_FEATURES = 12  # exact Shapley values enumerate 2**F coalitions
 DEFAULT_SAMPLES = {"shapley_sampling": 25, "kernel_shap": 25, "lime": 50}  # captum's defaults
 #: The default chunk of perturbed rows on a CPU (max_memory=None). A no-grad forward holds a few activations
-#: at once, about ``HOST_LIVE`` times its largest one (a layer's input and output, a residual beside them),
-#: not what autograd would save; and its CPU time per row stops falling once a chunk holds some MB of them
-#: (``bench_attribution_perturbation.py curve``, one thread, us per row at 16 / 32 / 64 / 128 rows: the CNN
-#: channels-last 99 / 84 / 81 / 81, the GPT-2-style LM 371 / 319 / 280 / 267, where 48 rows are about
-#: 10 MB by this count for either): a bigger chunk only costs memory (and cache). So a row costs
-#: ``HOST_LIVE`` x its largest activation plus the perturbation's own tensors, within ``HOST_BUDGET``.
+#: at once (a layer's input and output, a residual beside them; measured: 2.5x its largest one per row on
+#: the CNN of the benchmark, 3.1x on its GPT-2-style LM), far less than autograd would save; and its CPU
+#: time per row stops falling once a chunk holds a few MB of them (``bench_attribution_perturbation.py
+#: curve``, one thread, us per row at 16 / 32 / 64 / 128 rows: the CNN channels-last 99 / 84 / 81 / 81,
+#: the LM 371 / 319 / 280 / 267): a bigger chunk only costs memory (and cache). So a row costs
+#: ``HOST_LIVE`` times its largest activation plus the perturbation's own tensors, within ``HOST_BUDGET``
+#: (32 rows of that CNN, 40 of that LM).
 HOST_BUDGET = 10 << 20
-HOST_LIVE = 3
+HOST_LIVE = 4
 LASSO_ALPHA, KERNEL_WIDTH = 0.01, 1.0  # captum's Lime: SkLearnLasso(alpha=0.01), exp kernel on cosine distance, width 1
 
 
@@ -205,7 +206,10 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
                     else:
                         job.tap.replace = perturb
                         o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
-                    s = target_scores(be, o, expand_target(job.target, samples), len(samples))
+                    # its own storage, the outputs dropped: a view would keep the chunk's logits (and an LM's
+                    # cache) through the next forward
+                    s = be.clone(be.detach(target_scores(be, o, expand_target(job.target, samples), len(samples))))
+                    del o
             if len(be.shape(s)) != 1:
                 raise InvalidArgument(
                     f"{entry_name()}(): {job.method} needs one score per sample; the target gave shape {list(be.shape(s))}"
