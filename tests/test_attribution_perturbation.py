@@ -314,6 +314,35 @@ def test_features_already_at_their_baseline_run_no_forward(fw, rng, method):
         assert (got[:, :2] == 0).all()
 
 
+def test_default_chunks_on_a_cpu_follow_the_largest_activation(fw, rng, device):
+    """Without ``max_memory``, on a CPU, the perturbed rows of a model with small activations run in one
+    forward, and those of a model with a wide layer in chunks of ``HOST_BUDGET`` at ``HOST_LIVE`` times
+    that layer's output per row; the attributions are the same either way."""
+    if device != "cpu":
+        pytest.skip("the default on a GPU is half its free memory")
+    from hookkit.analyses.attribution.perturbation import HOST_BUDGET, HOST_LIVE
+
+    wide = 1 << 18  # a [rows, 2**18] float32 hidden layer: 1 MB a row
+    fw.seed(0)
+    big = fw.sequential(fw.linear(6, wide), fw.nn.Tanh(), fw.linear(wide, 2))
+    x = rng.normal(size=(2, 6)).astype(np.float32)
+    for model, target in ((tanh_mlp(fw), 1), (big, 0)):
+        rows: list[int] = []
+        hook = model.register_forward_pre_hook(lambda mod, args, rows=rows: rows.append(len(args[0])))
+        try:
+            got = np_(fw, hookkit.attribute(model, None, fw.tensor(x), "feature_ablation", target=target))
+        finally:
+            hook.remove()
+        f = scorer(fw, model, target)
+        want = np.stack([f(x) - f(np.where(np.arange(6) == i, 0.0, x)) for i in range(6)], 1)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        if model is big:
+            per_forward = max(1, HOST_BUDGET // (HOST_LIVE * wide * 4) // 2) * 2  # whole samples' coalitions
+            assert rows[1:] == [per_forward] * (12 // per_forward) and per_forward < 12
+        else:
+            assert rows[1:] == [12]
+
+
 def test_paddle_equals_torch_on_twin_models(torch_fw, paddle_fw, rng):
     tm, pm = tanh_mlp(torch_fw), tanh_mlp(paddle_fw)
     for i in (0, 2):
