@@ -3,6 +3,7 @@ hookkit dependency).
 
     cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py [--rounds 2]
     cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py generation [--rounds 2]
+    cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_attribution_perturbation.py curve [--rounds 3]
 
 ``generation``: ``attribute_generation`` with integrated gradients (64 steps) of 32 given target
 tokens after a 16-token prompt of the GPT-2-style model below, against captum's
@@ -20,16 +21,22 @@ Occlusion, feature ablation and Shapley value sampling on two models, each varia
   0: occlusion with windows of 2 tokens, feature ablation per token, Shapley sampling (8 orders).
 Variants: captum at its default ``perturbations_per_eval=1`` and at 16 and 256, hookkit at its
 default budget and with ``max_memory=16 MB``. Per variant and method, after one warm-up call: the
-median CPU time of 3 calls, the peak RSS growth over the RSS before them (VmHWM after a ``clear_refs``
-reset), and for the
-deterministic methods the largest difference from captum's attributions relative to their largest.
-Captum's default keeps one perturbation in flight: its peak growth is within the allocator's noise
-(under 1 MB), so peaks are compared with captum at its best ``perturbations_per_eval``.
+median CPU time of 3 calls; then the peak RSS growth of one more call over the RSS before it (VmHWM
+after a ``clear_refs`` reset), with glibc told to mmap blocks of 16 KB and more and to trim its heap
+(``_peak_growth``): RSS then follows the live bytes for either library, where with glibc's defaults
+a call's peak hides in what the warm-up left in the free lists; and for the deterministic methods the
+largest difference from captum's attributions relative to their largest. Peaks are compared with
+captum at its best ``perturbations_per_eval``: at its default it keeps one perturbation of the batch
+in flight.
+
+``curve``: the CPU time per row of a no-grad forward against the rows per forward, for the CNN
+channels-first (as captum feeds it) and channels-last (as hookkit does on the CPU), and the LM.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -57,6 +64,26 @@ def _status(key: str) -> int:
             if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     raise KeyError(key)
+
+
+_LIBC = ctypes.CDLL("libc.so.6")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def _peak_growth(run) -> int:
+    """Peak RSS growth of one ``run()`` over the RSS before it, in bytes, with glibc made to give freed
+    memory back (blocks of 16 KB and more mmapped, the heap trimmed): RSS then follows the live bytes,
+    so a call does not hide its peak in memory an earlier call left in the allocator's free lists (with
+    glibc's defaults the growth after a warm-up call is mostly that allocator's noise, for either side)."""
+    _LIBC.mallopt(M_MMAP_THRESHOLD, 16 << 10)
+    _LIBC.mallopt(M_TRIM_THRESHOLD, 0)
+    run()
+    _LIBC.malloc_trim(0)
+    rss0 = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset the high-water mark to the current RSS
+    run()
+    return _status("VmHWM") - rss0
 
 
 def _cnn():
@@ -108,7 +135,7 @@ def child(model_name: str, variant: str, out: str) -> None:
     model, forward, x, cap_target, hk_target, spec = (_cnn if model_name == "cnn" else _gpt2)()
     with torch.no_grad():
         forward(x)  # warm: kernels, allocator
-    res = {}
+    res, runs = {}, {}
     for method in METHODS:
         hk_kw, cap_kw = spec[method]
         if variant.startswith("captum"):
@@ -126,16 +153,16 @@ def child(model_name: str, variant: str, out: str) -> None:
                 return hookkit.attribute(model, None, x, method, target=hk_target, baselines=0, seed=0, **hk_kw, **extra)
 
         run()  # warm: first-call set-up of either library (imports, caches) is not the method's memory
-        rss0 = _status("VmRSS")
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # reset the high-water mark to the current RSS
         cpu = []
         for _ in range(REPS):
             t0 = time.process_time()
             a = run()
             cpu.append(time.process_time() - t0)
-        res[method] = {"cpu_s": statistics.median(cpu), "peak_mb": (_status("VmHWM") - rss0) / 2**20}
+        res[method] = {"cpu_s": statistics.median(cpu)}
+        runs[method] = run
         np.save(f"{out}.{method}.npy", a.detach().numpy())
+    for method, run in runs.items():  # after every timed call: the allocator set for measuring
+        res[method]["peak_mb"] = _peak_growth(run) / 2**20
     with open(out + ".json", "w") as f:
         json.dump(res, f)
 
@@ -269,11 +296,49 @@ def bench(rounds: int) -> int:
     return 0
 
 
+def curve(rounds: int) -> int:
+    """The CPU time per perturbed row of a no-grad forward against the rows per forward: the CNN with its
+    images as given (channels-first, captum's) and channels-last (``conv_layout``, hookkit's), the
+    GPT-2-style LM; rounds interleaved, medians. Where it flattens is where larger chunks only cost memory."""
+    import torch
+
+    set_threads(1)
+    cnn, _, x, _, _, _ = _cnn()
+    lm, forward, ids, _, _, _ = _gpt2()
+    cases = {
+        "cnn channels-first": (cnn, lambda r: x.repeat(r // 4, 1, 1, 1), [4, 8, 16, 32, 64, 128, 256]),
+        "cnn channels-last": (
+            cnn,
+            lambda r: x.repeat(r // 4, 1, 1, 1).contiguous(memory_format=torch.channels_last),
+            [4, 8, 16, 32, 64, 128, 256],
+        ),
+        "gpt2": (forward, lambda r: ids.repeat(r // 2, 1), [2, 4, 8, 16, 32, 64, 128]),
+    }
+    got: dict[tuple[str, int], list[float]] = {}
+    total = 256
+    with torch.no_grad():
+        for _ in range(rounds):
+            for name, (f, make, sizes) in cases.items():
+                for r in sizes:
+                    rows = make(r)
+                    f(rows)
+                    t0 = time.process_time()
+                    for _ in range(total // r):
+                        f(rows)
+                    got.setdefault((name, r), []).append((time.process_time() - t0) / (total // r * r) * 1e6)
+    out = []
+    for name, (_, _, sizes) in cases.items():
+        out.append([name] + [f"{r}: {statistics.median(got[(name, r)]):.0f}" for r in sizes])
+    print(f"\nCPU microseconds per row of a no-grad forward, by rows per forward ({rounds} rounds, medians; one math thread)")
+    print(table(out, ["model"] + [f"size {i + 1}" for i in range(7)]))
+    return 0
+
+
 def main() -> int:
     set_threads(1)
     block_torchvision()
     p = argparse.ArgumentParser()
-    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "_child", "_gen"])
+    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "curve", "_child", "_gen"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--model")
     p.add_argument("--variant")
@@ -287,6 +352,8 @@ def main() -> int:
         return 0
     if args.what == "generation":
         return generation(args.rounds)
+    if args.what == "curve":
+        return curve(args.rounds)
     return bench(args.rounds)
 
 

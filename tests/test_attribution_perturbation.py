@@ -225,6 +225,124 @@ def test_chunks_change_nothing(fw, rng, batch):
     np.testing.assert_allclose(tiny, np_(fw, hookkit.attribute(model, None, fw.tensor(x), "feature_ablation", target=0)), **TOL)
 
 
+def _layout_net(torch, flat):
+    class Net(torch.nn.Module):
+        """A CNN that records the layout of the rows it gets; ``flat="view"`` needs contiguous rows."""
+
+        def __init__(self):
+            super().__init__()
+            self.conv, self.fc, self.seen = torch.nn.Conv2d(2, 3, 3, padding=1), torch.nn.Linear(48, 2), []
+
+        def forward(self, x):
+            self.seen.append("channels_last" if not x.is_contiguous() and x.dim() == 4 else "rows")
+            h = torch.relu(self.conv(x))
+            return self.fc(h.view(len(h), -1) if flat == "view" else h.flatten(1))
+
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+@pytest.mark.parametrize("flat", ["flatten", "view"])
+def test_conv_rows_in_the_fast_layout_and_a_model_that_refuses_it(torch_fw, rng, device, flat):
+    """The perturbed images reach a CNN channels-last on the CPU (the layout oneDNN's convolutions run
+    fastest on), with the same attributions; a model whose ``view`` refuses them gets them as they are,
+    after one refused forward, and later calls do not try again."""
+    torch = pytest.importorskip("torch")
+    model = _layout_net(torch, flat)
+    x = rng.normal(size=(2, 2, 4, 4)).astype(np.float32)
+    kw = {"sliding_window_shapes": (2, 2, 2), "strides": 2, "baselines": 0.25}
+    got = np_(torch_fw, hookkit.attribute(model, None, torch_fw.tensor(x), "occlusion", target=[0, 1], **kw))
+    perturbed = model.seen[1:]  # after the probe forward: one forward of the 8 perturbed rows
+    with torch.no_grad():
+        f = lambda rows: model(torch_fw.tensor(rows)).cpu().numpy()[[0, 1], [0, 1]].astype(np.float64)  # noqa: E731
+        want = np.zeros(x.shape)
+        for r, c in itertools.product((0, 2), (0, 2)):
+            rows = x.copy()
+            rows[:, :, r : r + 2, c : c + 2] = 0.25
+            want[:, :, r : r + 2, c : c + 2] = (f(x) - f(rows))[:, None, None, None]
+    np.testing.assert_allclose(got, want, **TOL)
+    fast = device == "cpu"
+    if flat == "flatten":
+        assert perturbed == ["channels_last" if fast else "rows"]
+    else:  # refused once (on the CPU), then as they are; the next call goes straight to the rows
+        assert perturbed == (["channels_last", "rows"] if fast else ["rows"])
+        model.seen.clear()
+        again = hookkit.attribute(model, "conv", torch_fw.tensor(x), "feature_ablation", neuron=(0, 1, 1), baselines=0.25)
+        assert model.seen == ["rows", "rows"] and hooks_left(model) == []
+        with torch.no_grad():
+            h = lambda rows: model.conv(torch_fw.tensor(rows))[:, 0, 1, 1].cpu().numpy().astype(np.float64)  # noqa: E731
+            for e in zip(*np.nonzero(np.ones(x.shape[1:]))):  # every element its own feature
+                rows = x.copy()
+                rows[(slice(None), *e)] = 0.25
+                np.testing.assert_allclose(np_(torch_fw, again)[(slice(None), *e)], h(x) - h(rows), **TOL)
+
+
+@pytest.mark.parametrize("method", ["feature_ablation", "occlusion", "shapley"])
+def test_features_already_at_their_baseline_run_no_forward(fw, rng, method):
+    """A perturbation that replaces only elements equal to their baseline (a black border, a pad token)
+    leaves the input as it is: its score is the unperturbed one, without a forward; the attributions
+    equal the hand computation's (which runs them all)."""
+    model = tanh_mlp(fw)
+    x = rng.normal(size=(2, 6)).astype(np.float32)
+    x[:, :2] = 0.5  # features 0 and 1 of both samples at the baseline, feature 4 of sample 0 only
+    x[0, 4] = 0.5
+    kw = {"sliding_window_shapes": (2,), "strides": 2} if method == "occlusion" else {}
+    if method == "shapley":  # 5 coalitions a forward: the live ones gathered across blocks with skipped ones
+        kw["internal_batch_size"] = 10
+    rows = []
+    hook = model.register_forward_pre_hook(lambda mod, args: rows.append(len(args[0])))
+    try:
+        got = np_(fw, hookkit.attribute(model, None, fw.tensor(x), method, target=1, baselines=0.5, **kw))
+    finally:
+        hook.remove()
+    f = scorer(fw, model, 1)
+    if method == "shapley":
+        groups = [np.arange(6) == i for i in range(6)]
+        want = exact_shapley(f, x, np.full_like(x, 0.5), groups)
+        assert sum(rows) == 2 + 2 * (2**6 - 2**2)  # the probe; coalitions replacing only features 0, 1 skipped
+        assert rows[1:] == [10] * 12
+    else:
+        feats = [[0, 1], [2, 3], [4, 5]] if method == "occlusion" else [[i] for i in range(6)]
+        want = np.zeros(x.shape)
+        for g in feats:
+            p = x.copy()
+            p[:, g] = 0.5
+            want[:, g] = (f(x) - f(p))[:, None]
+        assert sum(rows) == 2 + 2 * (len(feats) - (1 if method == "occlusion" else 2))  # sample 1's feature 4 still runs
+    np.testing.assert_allclose(got, want, **TOL)
+    if method != "shapley":  # f(x) - f(x): exactly 0 (Shapley's null players come from differences of forwards)
+        assert (got[:, :2] == 0).all()
+
+
+def test_default_chunks_on_a_cpu_follow_the_largest_activation(fw, rng, device):
+    """Without ``max_memory``, on a CPU, the perturbed rows of a model with small activations run in one
+    forward, and those of a model with a wide layer in chunks of ``HOST_BUDGET`` at ``HOST_LIVE`` times
+    that layer's output per row; the attributions are the same either way."""
+    if device != "cpu":
+        pytest.skip("the default on a GPU is half its free memory")
+    from hookkit.analyses.attribution.perturbation import HOST_BUDGET, HOST_LIVE
+
+    wide = 1 << 18  # a [rows, 2**18] float32 hidden layer: 1 MB a row
+    fw.seed(0)
+    big = fw.sequential(fw.linear(6, wide), fw.nn.Tanh(), fw.linear(wide, 2))
+    x = rng.normal(size=(2, 6)).astype(np.float32)
+    for model, target in ((tanh_mlp(fw), 1), (big, 0)):
+        rows: list[int] = []
+        hook = model.register_forward_pre_hook(lambda mod, args, rows=rows: rows.append(len(args[0])))
+        try:
+            got = np_(fw, hookkit.attribute(model, None, fw.tensor(x), "feature_ablation", target=target))
+        finally:
+            hook.remove()
+        f = scorer(fw, model, target)
+        want = np.stack([f(x) - f(np.where(np.arange(6) == i, 0.0, x)) for i in range(6)], 1)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        if model is big:
+            per_forward = max(1, HOST_BUDGET // (HOST_LIVE * wide * 4) // 2) * 2  # whole samples' coalitions
+            assert rows[1:] == [per_forward] * (12 // per_forward) and per_forward < 12
+        else:
+            assert rows[1:] == [12]
+
+
 def test_paddle_equals_torch_on_twin_models(torch_fw, paddle_fw, rng):
     tm, pm = tanh_mlp(torch_fw), tanh_mlp(paddle_fw)
     for i in (0, 2):

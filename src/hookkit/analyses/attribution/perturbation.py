@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from math import factorial
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +28,24 @@ from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
-from hookkit.core.validate import InvalidArgument, fail
+from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
+from hookkit.core.weakmap import IdentityWeakMap
 
 if TYPE_CHECKING:
     from hookkit.analyses.attribution.job import AttributeOptions, Job
 
 MAX_EXACT_FEATURES = 12  # exact Shapley values enumerate 2**F coalitions
 DEFAULT_SAMPLES = {"shapley_sampling": 25, "kernel_shap": 25, "lime": 50}  # captum's defaults
-#: the default budget of the perturbed copies on a CPU (max_memory=None): forwards without autograd are
-#: compute-bound there, and chunks past a few tens of MB only cost memory (benchmarks/bench_attribution_perturbation.py)
-HOST_BUDGET = 32 << 20
+#: The default chunk of perturbed rows on a CPU (max_memory=None). A no-grad forward holds a few activations
+#: at once (a layer's input and output, a residual beside them; measured: 2.5x its largest one per row on
+#: the CNN of the benchmark, 3.1x on its GPT-2-style LM), far less than autograd would save; and its CPU
+#: time per row stops falling once a chunk holds a few MB of them (``bench_attribution_perturbation.py
+#: curve``, one thread, us per row at 16 / 32 / 64 / 128 rows: the CNN channels-last 99 / 84 / 81 / 81,
+#: the LM 371 / 319 / 280 / 267): a bigger chunk only costs memory (and cache). So a row costs
+#: ``HOST_LIVE`` times its largest activation plus the perturbation's own tensors, within ``HOST_BUDGET``
+#: (32 rows of that CNN, 40 of that LM).
+HOST_BUDGET = 10 << 20
+HOST_LIVE = 4
 LASSO_ALPHA, KERNEL_WIDTH = 0.01, 1.0  # captum's Lime: SkLearnLasso(alpha=0.01), exp kernel on cosine distance, width 1
 
 
@@ -169,66 +178,112 @@ def _one_each(f: int) -> Coalitions:
 
 def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int, bases: Callable | None = None) -> np.ndarray:
     """The target's score for every coalition of ``z`` and every sample: float64 ``[K, N]``. ``bases(c, j0, j1)``:
-    the replacement rows of coalition ``c`` (feature permutation), else ``base``."""
+    the replacement rows of coalition ``c`` (feature permutation), else ``base``. A coalition that replaces
+    only elements already equal to their baseline (for every sample of a chunk) leaves the inputs as they
+    are: it runs no forward, its score is the unperturbed one."""
     be, m, n, k_all = job.be, job.m, job.n, len(z)
     plan = _plan(job, value, k_all, saved)
+    layout = _Layout(job)
+    changed = None if bases else _changed(job, value, base, feats)
     out = []
     for j0, j1 in spans(n, plan.samples):
         b = j1 - j0
-        for c0, c1 in spans(k_all, plan.points):
-            k = c1 - c0
+        for idx, zc in _live(z, k_all, plan.points, None if changed is None else changed[:, j0:j1]):
+            k = len(idx)
             # [k, 1, *shape] masks (or [k, b, ...], one grouping per sample) against [1, b, *shape] samples:
             # broadcast, never tiled; rows c * b + j
-            mask = m.reshape(_like(job, feats.masks(z[c0:c1], j0, j1), value), [k, -1, *feats.shape])
-            keep = 1 - mask
+            mask = be.from_numpy(np.ascontiguousarray(feats.masks(zc, j0, j1).reshape((k, -1, *feats.shape)) != 0), like=value)
             if bases:
-                rep = m.reshape(m.cat([bases(c, j0, j1) for c in range(c0, c1)], 0), [k, b, *feats.shape])
+                rep = m.reshape(m.cat([bases(int(c), j0, j1) for c in idx], 0), [k, b, *feats.shape])
             else:
                 rep = m.reshape(base[j0:j1], [1, b, *feats.shape])
-            perturb = _perturber(job, rep, mask, keep, [k, b, *feats.shape])
+            perturb = _perturber(job, rep, mask, [k, b, *feats.shape])
             samples = st.rows(j0, j1, k)
             with be.no_grad():
                 if job.neuron is not None:  # the neuron's value for perturbed inputs: the forward stops at the layer
                     job.tap.replace, job.tap.stop = None, True
-                    st.forward(job, perturb(value[j0:j1]), samples)
+                    layout.forward(partial(perturb, value[j0:j1]), samples)
                     s = st.neuron_of(job, job.tap.value)
                 else:
                     if job.layer is None:
-                        o = st.forward(job, perturb(value[j0:j1]), samples)
+                        o = layout.forward(partial(perturb, value[j0:j1]), samples)
                     else:
                         job.tap.replace = perturb
                         o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
-                    s = target_scores(be, o, expand_target(job.target, samples), len(samples))
+                    # its own storage, the outputs dropped: a view would keep the chunk's logits (and an LM's
+                    # cache) through the next forward
+                    s = be.clone(be.detach(target_scores(be, o, expand_target(job.target, samples), len(samples))))
+                    del o
             if len(be.shape(s)) != 1:
                 raise InvalidArgument(
                     f"{entry_name()}(): {job.method} needs one score per sample; the target gave shape {list(be.shape(s))}"
                 )
-            out.append((j0, c0, k, b, be.detach(s)))
-    full = np.zeros((k_all, n))
-    for j0, c0, k, b, s in out:  # one host read per chunk, after all forwards ran
-        full[c0 : c0 + k, j0 : j0 + b] = be.to_numpy(s).astype(np.float64).reshape(k, b)
+            out.append((j0, idx, b, be.detach(s)))
+    # the coalitions that ran no forward: the unperturbed scores
+    full = np.tile(be.to_numpy(job.scores["input"]).astype(np.float64).reshape(1, n), (k_all, 1))
+    for j0, idx, b, s in out:  # one host read per chunk, after all forwards ran
+        full[idx, j0 : j0 + b] = be.to_numpy(s).astype(np.float64).reshape(len(idx), b)
     return full
+
+
+def _changed(job: Job, value: Any, base: Any, feats: Features) -> np.ndarray:
+    """``[F, N]`` bool: feature ``f`` of sample ``j`` holds an element that differs from its baseline (one
+    host read of ``value != base``; NaN counts as different)."""
+    diff = np.asarray(job.be.to_numpy(value != base)).reshape(job.n, -1)
+    if feats.ids is not None:  # one grouping for all samples, or one per sample
+        return np.stack([np.bincount(feats.row(j), d, feats.count) > 0 for j, d in enumerate(diff)], 1)
+    assert feats.windows is not None
+    d = diff.reshape((job.n, *feats.shape))
+    return np.stack([d[(slice(None),) + w].reshape(job.n, -1).any(1) for w in feats.windows])
+
+
+def _live(z: Any, k_all: int, size: int, changed: np.ndarray | None) -> Any:
+    """Chunks ``(coalition indices, their rows of z)`` of up to ``size`` coalitions each; with ``changed``
+    (``[F, b]``), only the coalitions that change some sample, gathered into full chunks."""
+    if changed is None or changed.all():
+        for c0, c1 in spans(k_all, size):
+            yield np.arange(c0, c1), z[c0:c1]
+        return
+    got_i: list[np.ndarray] = []
+    got_z: list[np.ndarray] = []
+    held = 0
+    for c0, c1 in spans(k_all, size):
+        zc = np.asarray(z[c0:c1])
+        keep = np.flatnonzero(((zc != 0).astype(np.float32) @ changed.astype(np.float32)).max(1) > 0)
+        got_i.append(keep + c0)
+        got_z.append(zc[keep])
+        held += len(keep)
+        while held >= size or (c1 == k_all and held):
+            idx, zs = np.concatenate(got_i), np.concatenate(got_z)
+            yield idx[:size], zs[:size]
+            got_i, got_z, held = [idx[size:]], [zs[size:]], len(idx) - min(size, len(idx))
 
 
 def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
     """The chunks of the perturbed rows: a row costs its share of what a forward keeps (``saved``, an
-    upper bound: these forwards record no graph) and the perturbation's own tensors (the mask, its
-    complement, the tiled values, the replacement rows, the two products and their sum; at a layer,
-    the tiled inputs too). On a CPU the default budget is ``HOST_BUDGET``."""
+    upper bound: these forwards record no graph) and the perturbation's own tensors (the perturbed rows,
+    their ``conv_layout`` copy, feature permutation's replacement rows; at a layer, the tiled inputs
+    too). On a CPU by default: ``HOST_BUDGET``, a row costing ``HOST_LIVE`` times the largest tensor the
+    probe forward kept or returned, per sample, instead of ``saved``."""
     be, opts = job.be, job.opts
     budget = 0
-    if opts.internal_batch_size == "auto":
-        free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
-        budget = int(opts.max_memory) if opts.max_memory is not None else min(HOST_BUDGET, free) if job.ops.on_host(value) else free
-    per_row = 8 * be.numel(value) // job.n * be.itemsize(value)
+    per_row = 3 * be.numel(value) // job.n * be.itemsize(value)
     if value is not job.x:
         per_row += be.numel(job.x) // job.n * be.itemsize(job.x)
-    return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_cost(saved, job.n, per_row))
+    row_bytes = row_cost(saved, job.n, per_row)
+    if opts.internal_batch_size == "auto":
+        free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
+        budget = int(opts.max_memory) if opts.max_memory is not None else free
+        if opts.max_memory is None and job.ops.on_host(value):
+            budget = min(HOST_BUDGET, free)
+            row_bytes = max(1, HOST_LIVE * job.scores.get("largest_bytes", saved) // job.n + per_row)
+    return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_bytes)
 
 
-def _perturber(job: Job, rep: Any, mask: Any, keep: Any, shape: list[int]) -> Callable[[Any], Any]:
-    """``value -> value * keep + rep * mask`` as ``[k * b, ...]`` rows: ``value`` holds the ``b`` samples
-    once (the inputs) or the ``k * b`` rows (a layer's value in the perturbed forward)."""
+def _perturber(job: Job, rep: Any, mask: Any, shape: list[int]) -> Callable[[Any], Any]:
+    """``value -> where(mask, rep, value)`` as ``[k * b, ...]`` rows (bool ``mask [k, 1, ...]`` broadcast over
+    the samples: one tensor written, the rows themselves): ``value`` holds the ``b`` samples once (the
+    inputs) or the ``k * b`` rows (a layer's value in the perturbed forward)."""
     m, k, b = job.m, shape[0], shape[1]
 
     def perturb(value: Any) -> Any:
@@ -238,21 +293,60 @@ def _perturber(job: Job, rep: Any, mask: Any, keep: Any, shape: list[int]) -> Ca
                 f"{entry_name()}(): layer {job.name!r} gave a value of shape {got} for the perturbed copies; expected {[k * b, *shape[2:]]}"
             )
         v = m.reshape(value, [1 if got[0] == b and k > 1 else k, b, *shape[2:]])
-        return m.reshape(v * keep + rep * mask, [k * b, *shape[2:]])
+        return m.reshape(job.be.where(mask, rep, v), [k * b, *shape[2:]])
 
     return perturb
+
+
+class _Layout:
+    """The forwards of perturbed inputs in the layout the framework's convolutions run fastest on
+    (``tensor_math.conv_layout``, the same values: torch on the CPU feeds a CNN channels-last, 2.5-3x
+    faster one thread, benchmarks/bench_attribution_perturbation.py ``curve``). A model that refuses
+    them (a ``view`` that needs contiguous rows) gets its rows as they are from then on; it is
+    remembered while the model lives."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.fast: bool | None = False if _layout_refused.get(job.model) else None
+
+    def forward(self, make: Callable[[], Any], samples: list[int]) -> Any:
+        """The model on the rows ``make()`` builds (built again as they are if the model refuses the fast
+        layout: the first rows are not kept beside their copy)."""
+        job = self.job
+        if self.fast is not False:
+            rows = make()
+            fast = job.m.conv_layout(rows)
+            if fast is not rows:
+                del rows
+                try:
+                    out = st.forward(job, fast, samples)
+                    self.fast = True
+                    return out
+                except Exception:  # noqa: BLE001 - run again as built below, where a real error shows
+                    if self.fast:
+                        raise
+                    self.fast = False
+                    _layout_refused[job.model] = True
+            else:
+                return st.forward(job, rows, samples)
+        return st.forward(job, make(), samples)
+
+
+_layout_refused: IdentityWeakMap[bool] = IdentityWeakMap()
 
 
 def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
     """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
     inputs or the layer's value, ``baselines`` shaped like it."""
-    be = job.be
+    be, sizes = job.be, {"largest": 0}
     if (job.layer is not None and job.neuron is None) or be.dtype_kind(job.x) == "float":
-        y, saved = st.probe(job, job.x, "input", measure=True)
+        y, saved = st.probe(job, job.x, "input", measure=True, sizes=sizes)
     else:  # token ids take no gradient: what the forward keeps for the parameters' backward
         with job.ops.saved_bytes(job.model) as counter:
-            y, _ = st.probe(job, job.x, "input")
+            y, _ = st.probe(job, job.x, "input", sizes=sizes)
         saved = counter.bytes
+        sizes["largest"] = max(sizes["largest"], counter.largest)
+    job.scores["largest_bytes"] = sizes["largest"]  # for _plan's default on a CPU
     to_inputs = job.layer is None or job.neuron is not None
     if job.neuron is not None:  # the neuron variants explain the neuron's value (NeuronFeatureAblation and kin)
         job.scores["input"] = st.neuron_of(job, y)

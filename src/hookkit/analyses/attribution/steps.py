@@ -17,9 +17,10 @@ if TYPE_CHECKING:  # annotations only: job.py reads the table of methods, which 
     from hookkit.analyses.attribution.job import Job
 
 
-def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
+def probe(job: Job, x: Any, key: str, measure: bool = False, sizes: dict | None = None) -> tuple[Any, int]:
     """One forward of the ``N`` samples: the per-sample scores under ``key``, the layer's value
-    (detached) and, with ``measure``, the bytes the forward kept for a backward plus its output's."""
+    (detached) and, with ``measure``, the bytes the forward kept for a backward plus its output's
+    (``sizes["largest"]``: the bytes of the largest tensor it kept, with ``measure``, or returned)."""
     be, tap = job.be, job.tap
     if tap is not None:
         tap.replace, tap.stop = None, False
@@ -32,9 +33,14 @@ def probe(job: Job, x: Any, key: str, measure: bool = False) -> tuple[Any, int]:
         with job.ops.saved_bytes(job.model) as counter:
             out = forward(job, x, range(job.n))
         # what autograd keeps for the backward, and the output (an LM's logits for every position)
-        saved = counter.bytes + sum(be.numel(t) * be.itemsize(t) for t in leaves(out, be.is_tensor))
+        outputs = [be.numel(t) * be.itemsize(t) for t in leaves(out, be.is_tensor)]
+        saved = counter.bytes + sum(outputs)
+        if sizes is not None:
+            sizes["largest"] = max([counter.largest, *outputs])
     else:
         out = forward(job, x, range(job.n))
+        if sizes is not None:
+            sizes["largest"] = max([0, *(be.numel(t) * be.itemsize(t) for t in leaves(out, be.is_tensor))])
     if job.neuron is None or job.method == "conductance":  # the other neuron methods explain the neuron alone
         if key == "input":
             job.target = resolve_target(be, out, job.target, job.n)

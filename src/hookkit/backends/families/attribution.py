@@ -15,12 +15,14 @@ from typing import Any
 
 
 class SavedBytes:
-    """The running total of a ``saved_bytes`` block: ``.bytes`` (an int)."""
+    """The running total of a ``saved_bytes`` block: ``.bytes`` (an int), and ``.largest``: the bytes of
+    the largest tensor saved."""
 
-    __slots__ = ("bytes",)
+    __slots__ = ("bytes", "largest")
 
     def __init__(self) -> None:
         self.bytes = 0
+        self.largest = 0
 
 
 def host_free_bytes() -> int:

@@ -28,7 +28,9 @@ class PaddleAttributionOps(AttributionOps):
             key = t.data_ptr()
             if key not in seen:
                 seen.add(key)
-                total.bytes += math.prod(t.shape) * t.element_size()  # shape, not numel(): a tensor, read on the host
+                size = math.prod(t.shape) * t.element_size()  # shape, not numel(): a tensor, read on the host
+                total.bytes += size
+                total.largest = max(total.largest, size)
             return t
 
         with paddle.autograd.saved_tensors_hooks(pack, lambda t: t):

@@ -31,8 +31,10 @@ class TorchAttributionOps(AttributionOps):
                 if key not in seen:
                     seen.add(key)
                     total.bytes += storage.nbytes()
+                    total.largest = max(total.largest, storage.nbytes())
             except (RuntimeError, NotImplementedError):  # a tensor without storage (a fake or nested one)
                 total.bytes += t.numel() * t.element_size()
+                total.largest = max(total.largest, t.numel() * t.element_size())
             return t
 
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
