@@ -63,20 +63,25 @@ def graph(
     args, kwargs = _inputs(be, inputs)
 
     named = list(be.named_layers(model))
+    children = {id(m): be.children(m) for _, m in named}
     hooked = list(select(model, ALL))
     op_calls: dict[str, str] = {}
     if ops is not None:
         sites, op_calls = _op_sites(model, ops)
         hooked += sites
-    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model), op_calls, model)
+    # a layer without sublayers (nor operation sites) has no pre event: its forward event does both
+    with_sites = {name.rpartition(SEP)[0] for name in op_calls}
+    leaves = {id(m): name for name, m in named if name and not children[id(m)] and name not in with_sites}
+    rec = GraphRecorder(be, _ParamCounts(be, named, children), _arg_names(model), op_calls, model, leaves)
     exc = _record(model, be, [m for _, m in named], hooked, rec, args, kwargs, mode)
     error = place = None
     if exc is not None:
         where = rec.fail(exc)
         error = f"{type(exc).__name__}: {exc}"
         place = f"in layer {where!r}" if where else "in the model's own code, outside every layer"
-    result = Graph(rec.nodes, rec.edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
+    nodes, edges = rec.build()
     rec.release()
+    result = Graph(nodes, edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
     if exc is not None:
         if raise_errors:
             add_note(exc, f"hookkit.graph: the forward failed {place}; the partial graph is exc.hookkit_graph")
@@ -102,8 +107,11 @@ def _record(
     with router.private_pass(model):  # the features the user has open do not see this forward
         try:
             # ALL includes the model itself (""): its events give the input and output nodes
-            handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
-            handles.append(router.attach(model, hooked, "forward", None, router.OBSERVER, plain=rec.post))
+            leaves = rec.leaves
+            opened = [(name, layer) for name, layer in hooked if id(layer) not in leaves]
+            handles.append(router.attach(model, opened, "forward_pre", rec.pre, router.OBSERVER))
+            ends = [(name, layer, rec.leaf, None) if id(layer) in leaves else (name, layer, None, rec.post) for name, layer in hooked]
+            handles.append(router.attach_each(model, ends, "forward", router.OBSERVER))
             if switch:
                 be.set_training(model, mode == "train")
             with be.no_grad():
@@ -146,20 +154,49 @@ def _arg_names(model: Any) -> list[str]:
     return [p.name for p in sig.parameters.values() if p.kind in kinds]
 
 
-def _param_counts(be: Any, named: list[tuple[str, Any]]) -> dict[int, int]:
-    """Parameters of each layer, sublayers included, each counted once (bottom up)."""
-    own: dict[int, dict[int, int]] = {}
-    for _, layer in reversed(named):
-        seen: dict[int, int] = {}
-        for _, p in be.named_parameters(layer, recurse=False):
-            try:
-                seen[id(p)] = be.numel(p)
-            except ValueError:  # a lazy layer's parameter before its first forward
-                seen[id(p)] = 0
-        for child in be.children(layer):
-            seen.update(own.get(id(child), {}))
-        own[id(layer)] = seen
-    return {k: sum(v.values()) for k, v in own.items()}
+class _ParamCounts:
+    """Parameters of each layer, sublayers included, each counted once; computed at the first
+    question (after the forward), from each layer's own parameters. Without a parameter or a layer
+    shared between two places a layer's count is its own plus its children's; else the exact sets."""
+
+    def __init__(self, be: Any, named: list[tuple[str, Any]], children: dict[int, list]):
+        self.be, self.named, self.children = be, named, children
+        self.counts: dict[int, int] | None = None
+
+    def __call__(self, layer: Any) -> int:
+        if self.counts is None:
+            self.counts = self._count()
+        return self.counts.get(id(layer), 0)
+
+    def _count(self) -> dict[int, int]:
+        be, children = self.be, self.children
+        own: dict[int, list[tuple[int, int]]] = {}
+        seen: set[int] = set()
+        shared = False
+        for _, layer in self.named:
+            mine = []
+            for p in be.parameters(layer, recurse=False):
+                try:
+                    n = be.numel(p)
+                except ValueError:  # a lazy layer's parameter before its first forward
+                    n = 0
+                shared = shared or id(p) in seen
+                seen.add(id(p))
+                mine.append((id(p), n))
+            own[id(layer)] = mine
+        kids = [id(c) for cs in children.values() for c in cs]
+        counts: dict[int, int] = {}
+        if not shared and len(kids) == len(set(kids)):
+            for _, layer in reversed(self.named):  # children after their parents in named_layers
+                counts[id(layer)] = sum(n for _, n in own[id(layer)]) + sum(counts.get(id(c), 0) for c in children[id(layer)])
+            return counts
+        sets: dict[int, dict[int, int]] = {}
+        for _, layer in reversed(self.named):
+            mine_all = dict(own[id(layer)])
+            for child in children[id(layer)]:
+                mine_all.update(sets.get(id(child), {}))
+            sets[id(layer)] = mine_all
+        return {k: sum(v.values()) for k, v in sets.items()}
 
 
 def _op_sites(model: Any, ops: LayerSpec) -> tuple[list[tuple[str, Any]], dict[str, str]]:
