@@ -315,9 +315,30 @@ class GraphRecorder:
 
     def leaf(self, ev: Event) -> None:
         """The forward event of a layer without sublayers: its start, then its end."""
-        c = self._open(ev.layer, ev.name, ev.call, ev.args, ev.kwargs)
-        c.start = self.seq
-        self._close(c, ev.output)
+        args, output, is_tensor = ev.args, ev.output, self.is_tensor
+        if ev.kwargs or len(args) != 1 or not is_tensor(output) or not is_tensor(args[0]):
+            c = self._open(ev.layer, ev.name, ev.call, args, ev.kwargs)
+            c.start = self.seq
+            self._close(c, output)
+            return
+        # the common call, inline: one tensor in, one tensor out
+        stack = self.stack
+        frame = stack[-1] if stack else self.root
+        c = _Call(ev.layer, ev.name, ev.call, frame, 0)
+        self.order.append(c)
+        t = args[0]
+        m = self.made.get(id(t))
+        if m is None or (m.strong if m.ref is None else m.ref()) is not t:
+            self._received(t, c, frame)
+        else:
+            m.used = True
+            self.edges.append((m.producer, c, m))
+        # nothing recorded runs inside a leaf: what it returns is new, or its input handed back (Dropout
+        # in eval), made by the leaf either way
+        c.outs.append(self._register(output, c))
+        c.done = True
+        frame.finished += 1
+        frame.marks.append(self.seq)
 
     def post(self, layer: Any, args: tuple, output: Any) -> None:
         """A plain forward consumer (no Event): the call finishing is the innermost open call of ``layer``."""
@@ -456,7 +477,7 @@ class GraphRecorder:
         for m in self.produced:
             shape = m.shape
             if shape is not None:
-                m.shape = [int(s) for s in shape]
+                m.shape = list(map(int, shape))
                 dt = m.dtype
                 name = dtypes.get(dt)
                 if name is None:
@@ -484,6 +505,11 @@ class GraphRecorder:
                 else:
                     node_kind, type_name, count = "op", op_call, 0
                 outs = s.outs
+                if len(outs) == 1:
+                    m = outs[0]
+                    shapes, names = [m.shape or []], [m.dtype]
+                else:
+                    shapes, names = [m.shape or [] for m in outs], [m.dtype for m in outs]
                 node = Node(
                     s.id,
                     node_kind,
@@ -492,8 +518,8 @@ class GraphRecorder:
                     s.call,
                     depth,
                     parent.id or None,
-                    [m.shape or [] for m in outs],
-                    [m.dtype for m in outs],
+                    shapes,
+                    names,
                     count,
                     s.error,
                     s.done,
