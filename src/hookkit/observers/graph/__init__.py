@@ -191,12 +191,16 @@ class _ParamCounts:
                 counts[id(layer)] = sum(n for _, n in own[id(layer)]) + sum(counts.get(id(c), 0) for c in children[id(layer)])
             return counts
         sets: dict[int, dict[int, int]] = {}
-        for _, layer in reversed(self.named):
-            mine_all = dict(own[id(layer)])
-            for child in children[id(layer)]:
-                mine_all.update(sets.get(id(child), {}))
-            sets[id(layer)] = mine_all
-        return {k: sum(v.values()) for k, v in sets.items()}
+
+        def below(layer: Any) -> dict[int, int]:  # a shared layer is listed once: children first, by recursion
+            got = sets.get(id(layer))
+            if got is None:
+                got = sets[id(layer)] = dict(own.get(id(layer), ()))
+                for child in children.get(id(layer), ()):
+                    got.update(below(child))
+            return got
+
+        return {id(layer): sum(below(layer).values()) for _, layer in self.named}
 
 
 def _op_sites(model: Any, ops: LayerSpec) -> tuple[list[tuple[str, Any]], dict[str, str]]:

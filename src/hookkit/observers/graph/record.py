@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from hookkit.backends import Backend
-from hookkit.core.failures import _frames, _inputs, _self_of
+from hookkit.core.failures import _frames, _self_of
 from hookkit.core.router import Event
 from hookkit.observers.graph.model import Edge, Node
 
@@ -152,6 +152,29 @@ def tensors_in(obj: Any, is_tensor: Any, out: list[Any], depth: int = 0) -> list
                 elif not isinstance(o, _ATOMS):
                     tensors_in(o, is_tensor, out, depth + 1)
     return out
+
+
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def _call_inputs(frames: list[Any], selves: list[Any], i: int) -> tuple[tuple, dict]:
+    """The inputs of the failing call of ``selves[i]``: the ``*args, **kwargs`` of the framework's
+    call machinery (a frame of the same layer outside its ``forward``), else the arguments of the
+    layer's outermost frame (its ``forward``), by name."""
+    layer, outermost = selves[i], i
+    for j in range(i - 1, -1, -1):
+        if selves[j] is None:
+            continue
+        if selves[j] is not layer:
+            break
+        code = frames[j].f_code
+        if code.co_flags & _CO_VARARGS:
+            local, at = frames[j].f_locals, code.co_argcount + code.co_kwonlyargcount
+            kwargs = local.get(code.co_varnames[at + 1], {}) if code.co_flags & _CO_VARKEYWORDS else {}
+            return tuple(local.get(code.co_varnames[at], ())), dict(kwargs)
+        outermost = j
+    code, local = frames[outermost].f_code, frames[outermost].f_locals
+    return (), {n: local.get(n) for n in code.co_varnames[1 : code.co_argcount]}
 
 
 class GraphRecorder:
@@ -466,7 +489,8 @@ class GraphRecorder:
             if id(s) in self.leaves:
                 name = self.leaves[id(s)]
                 call = sum(1 for c in self.order if type(c) is _Call and c.layer is s)
-                self.stack.append(self._open(s, name, call, _inputs(frames, selves, i), None))
+                args, kwargs = _call_inputs(frames, selves, i)
+                self.stack.append(self._open(s, name, call, args, kwargs))
                 return
 
     # -- the graph, once the forward is over ------------------------------------------------------
