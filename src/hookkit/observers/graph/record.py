@@ -64,11 +64,12 @@ class _Call:
 
     def __init__(self, layer: Any, name: str, call: int, parent: _Call | None, start: int):
         self.layer, self.name, self.call, self.parent, self.start = layer, name, call, parent, start
-        self.inputs: list[Any] = []
+        # lists only where needed (a leaf never has sublayers; most calls return one tensor)
+        self.inputs: Any = ()  # a list while open
         self.finished = 0  # sublayer calls finished so far
-        self.marks: list[int] = []  # the sequence number when each sublayer call finished
+        self.marks: Any = ()  # a list on a frame: the sequence number when each sublayer call finished
         self.segments: dict[int, _Code] | None = None  # own-code nodes by how many sublayers had finished
-        self.outs: list[_Made] = []
+        self.outs: Any = ()  # a list of _Made once finished
         self.error: str | None = None
         self.done = False
         self.id, self.depth = "", 0  # set by ``build``
@@ -198,6 +199,8 @@ class GraphRecorder:
         self.order: list[Any] = []  # _Io, _Call and _Code: the nodes, in the order they appeared
         self.edges: list[tuple[Any, Any, _Made | None]] = []  # (producer, receiver, the tensor's record)
         self.root = _Call(model, "", 0, None, 0)
+        self.root.inputs, self.root.marks = [], []
+        self.tensor_types: set[type] = set()  # the types ``is_tensor`` said yes to: a set lookup next time
         self.stack: list[_Call] = []
         self.made: dict[int, _Made] = {}  # id -> the latest tensor recorded with that id
         self.produced: list[_Made] = []  # every record, in order (freed tensors too)
@@ -308,7 +311,9 @@ class GraphRecorder:
         if not ev.name:  # the model itself is the frame: its inputs and outputs are nodes
             self.root_pre(ev)
             return
-        self.stack.append(self._open(ev.layer, ev.name, ev.call, ev.args, ev.kwargs))
+        c = self._open(ev.layer, ev.name, ev.call, ev.args, ev.kwargs)
+        c.marks = []  # a frame: its sublayers' ends are marked
+        self.stack.append(c)
 
     def _open(self, layer: Any, name: str, call: int, args: tuple, kwargs: dict | None) -> _Call:
         """A call starting: its node, the edges into it."""
@@ -319,10 +324,10 @@ class GraphRecorder:
         is_tensor = self.is_tensor
         if len(args) == 1 and not kwargs and is_tensor(args[0]):  # the common call: one tensor
             t = args[0]
-            c.inputs.append(t)
+            c.inputs = [t]
             self._received(t, c, frame)
         else:
-            inputs = c.inputs
+            inputs = c.inputs = []
             tensors_in(args, is_tensor, inputs)
             if kwargs:
                 tensors_in(kwargs, is_tensor, inputs)
@@ -338,8 +343,11 @@ class GraphRecorder:
 
     def leaf(self, ev: Event) -> None:
         """The forward event of a layer without sublayers: its start, then its end."""
-        args, output, is_tensor = ev.args, ev.output, self.is_tensor
-        if ev.kwargs or len(args) != 1 or not is_tensor(output) or not is_tensor(args[0]):
+        args, output, types = ev.args, ev.output, self.tensor_types
+        if ev.kwargs or len(args) != 1 or type(output) not in types or type(args[0]) not in types:
+            if not ev.kwargs and len(args) == 1 and self.is_tensor(output) and self.is_tensor(args[0]):
+                types.add(type(output))  # learnt: the next call of this kind takes the path below
+                types.add(type(args[0]))
             c = self._open(ev.layer, ev.name, ev.call, args, ev.kwargs)
             c.start = self.seq
             self._close(c, output)
@@ -358,7 +366,19 @@ class GraphRecorder:
             self.edges.append((m.producer, c, m))
         # nothing recorded runs inside a leaf: what it returns is new, or its input handed back (Dropout
         # in eval), made by the leaf either way
-        c.outs.append(self._register(output, c))
+        # inline ``_register``
+        self.seq = seq = self.seq + 1
+        try:
+            ref, strong = weakref.ref(output), None
+        except TypeError:  # a tensor type without weak references: held until the forward ends
+            ref, strong = None, output
+        try:
+            shape, dtype = output.shape, output.dtype
+        except _SHAPE_ERRORS:
+            shape = dtype = None
+        m = self.made[id(output)] = _Made(ref, strong, c, seq, shape, dtype, seq)
+        self.produced.append(m)
+        c.outs = [m]
         c.done = True
         frame.finished += 1
         frame.marks.append(self.seq)
@@ -391,11 +411,12 @@ class GraphRecorder:
                 # new, or received and handed back as is (Dropout in eval): a call with sublayers
                 # made it in its own code, a leaf made it itself
                 m = self._register(output, self._code_of(call) if call.marks else call)
-            call.outs.append(m)  # else a sublayer's output handed on: the sublayer made it
+            call.outs = [m]  # else a sublayer's output handed on: the sublayer made it
             if call.segments:
                 self._feed(call, {id(output)})
         else:
             returned: set[int] = set()
+            outs = call.outs = []
             for t in tensors_in(output, is_tensor, []):
                 if id(t) in returned:
                     continue
@@ -403,10 +424,10 @@ class GraphRecorder:
                 m = made.get(id(t))
                 if m is None or m.seq <= start or (m.strong if m.ref is None else m.ref()) is not t:
                     m = self._register(t, self._code_of(call) if call.marks else call)
-                call.outs.append(m)
+                outs.append(m)
             if call.segments:
                 self._feed(call, returned)
-        call.inputs = []  # the call's tensors are not held once it has finished
+        call.inputs = ()  # the call's tensors are not held once it has finished
         frame = call.parent
         assert frame is not None
         frame.finished += 1
@@ -569,3 +590,4 @@ class GraphRecorder:
         self.produced.clear()
         self.stack.clear()
         self.root.inputs = []
+        self.tensor_types.clear()
