@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 from hookkit.core import router
@@ -144,10 +145,28 @@ def _inputs(be: Any, inputs: Any) -> tuple[tuple, dict]:
     raise AssertionError  # fail raises
 
 
+_ARG_NAMES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()  # forward function -> names
+
+
 def _arg_names(model: Any) -> list[str]:
-    """The names of the forward's positional parameters (the input nodes' names)."""
+    """The names of the forward's positional parameters (the input nodes' names); read once per
+    forward function (a bound method's function: its signature is every instance's)."""
+    forward = getattr(model, "forward", None)
+    func = getattr(forward, "__func__", None)
+    if func is not None:
+        try:
+            names = _ARG_NAMES.get(func)
+        except TypeError:  # not weakly referable
+            return _signature_names(forward)
+        if names is None:
+            names = _ARG_NAMES[func] = _signature_names(forward)
+        return list(names)
+    return _signature_names(forward)
+
+
+def _signature_names(forward: Any) -> list[str]:
     try:
-        sig = inspect.signature(model.forward)
+        sig = inspect.signature(forward)
     except (TypeError, ValueError, AttributeError):
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -169,26 +188,34 @@ class _ParamCounts:
         return self.counts.get(id(layer), 0)
 
     def _count(self) -> dict[int, int]:
-        be, children = self.be, self.children
+        be, children, numel = self.be, self.children, self.be.numel
         own: dict[int, list[tuple[int, int]]] = {}
+        counts: dict[int, int] = {}  # own parameters first; sublayers' added below when nothing is shared
         seen: set[int] = set()
         shared = False
         for _, layer in self.named:
-            mine = []
-            for p in be.parameters(layer, recurse=False):
+            params = be.parameters(layer, recurse=False)
+            if not params:
+                own[id(layer)], counts[id(layer)] = [], 0
+                continue
+            mine, total = [], 0
+            for p in params:
                 try:
-                    n = be.numel(p)
+                    n = numel(p)
                 except ValueError:  # a lazy layer's parameter before its first forward
                     n = 0
-                shared = shared or id(p) in seen
+                if id(p) in seen:
+                    shared = True
                 seen.add(id(p))
                 mine.append((id(p), n))
-            own[id(layer)] = mine
+                total += n
+            own[id(layer)], counts[id(layer)] = mine, total
         kids = [id(c) for cs in children.values() for c in cs]
-        counts: dict[int, int] = {}
         if not shared and len(kids) == len(set(kids)):
             for _, layer in reversed(self.named):  # children after their parents in named_layers
-                counts[id(layer)] = sum(n for _, n in own[id(layer)]) + sum(counts.get(id(c), 0) for c in children[id(layer)])
+                sub = children[id(layer)]
+                if sub:
+                    counts[id(layer)] += sum([counts[id(c)] for c in sub])
             return counts
         sets: dict[int, dict[int, int]] = {}
 
