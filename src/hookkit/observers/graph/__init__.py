@@ -215,7 +215,7 @@ class _ParamCounts:
             for _, layer in reversed(self.named):  # children after their parents in named_layers
                 sub = children[id(layer)]
                 if sub:
-                    counts[id(layer)] += sum([counts[id(c)] for c in sub])
+                    counts[id(layer)] += sum([counts.get(id(c), 0) for c in sub])
             return counts
         sets: dict[int, dict[int, int]] = {}
 
