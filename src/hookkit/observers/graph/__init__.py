@@ -74,6 +74,9 @@ def graph(
     with_sites = {name.rpartition(SEP)[0] for name in op_calls}
     leaves = {id(m): name for name, m in named if name and not children[id(m)] and name not in with_sites}
     rec = GraphRecorder(be, _ParamCounts(be, named, children), _arg_names(model), op_calls, model, leaves)
+    # a leaf whose forward takes one input gets a plain forward consumer (no Event): its inputs are
+    # its positional arguments, or, given by keyword, read from the call frame
+    rec.one_input = {id(m) for name, m in named if id(m) in leaves and _one_input(m)}
     exc = _record(model, be, [m for _, m in named], hooked, rec, args, kwargs, mode)
     error = place = None
     if exc is not None:
@@ -111,7 +114,15 @@ def _record(
             leaves = rec.leaves
             opened = [(name, layer) for name, layer in hooked if id(layer) not in leaves]
             handles.append(router.attach(model, opened, "forward_pre", rec.pre, router.OBSERVER))
-            ends = [(name, layer, rec.leaf, None) if id(layer) in leaves else (name, layer, None, rec.post) for name, layer in hooked]
+            one = rec.one_input
+            ends = [
+                (name, layer, None, rec.leaf_plain)
+                if id(layer) in one
+                else (name, layer, rec.leaf, None)
+                if id(layer) in leaves
+                else (name, layer, None, rec.post)
+                for name, layer in hooked
+            ]
             handles.append(router.attach_each(model, ends, "forward", router.OBSERVER))
             if switch:
                 be.set_training(model, mode == "train")
@@ -162,6 +173,30 @@ def _arg_names(model: Any) -> list[str]:
             names = _ARG_NAMES[func] = _signature_names(forward)
         return list(names)
     return _signature_names(forward)
+
+
+_ONE_INPUT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # forward function -> takes one input
+
+
+def _one_input(layer: Any) -> bool:
+    """Whether ``layer.forward`` takes exactly one argument, positional or by keyword (no ``*args``,
+    ``**kwargs``, keyword-only ones): a call gives it as the one positional argument or by keyword."""
+    forward = getattr(layer, "forward", None)
+    func = getattr(forward, "__func__", None)
+    if func is None or forward is None:
+        return False
+    try:
+        one = _ONE_INPUT.get(func)
+    except TypeError:
+        return False
+    if one is None:
+        try:
+            params = list(inspect.signature(forward).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        one = _ONE_INPUT[func] = len(params) == 1 and params[0].kind in kinds
+    return one
 
 
 def _signature_names(forward: Any) -> list[str]:

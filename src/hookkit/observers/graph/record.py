@@ -29,6 +29,7 @@ does what the pre event would have done first; a leaf that raises is found in th
 
 from __future__ import annotations
 
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -178,6 +179,20 @@ def _call_inputs(frames: list[Any], selves: list[Any], i: int) -> tuple[tuple, d
     return (), {n: local.get(n) for n in code.co_varnames[1 : code.co_argcount]}
 
 
+def _caller_inputs(layer: Any) -> tuple[tuple, dict]:
+    """The ``*args, **kwargs`` of the framework's call machinery calling ``layer`` now (a frame of the
+    layer with ``*args``), from inside its forward hook; ``((), {})`` when none is found."""
+    f: Any = sys._getframe(2)
+    while f is not None:
+        code = f.f_code
+        if code.co_flags & _CO_VARARGS and code.co_argcount and code.co_varnames[0] == "self" and f.f_locals.get("self") is layer:
+            local, at = f.f_locals, code.co_argcount + code.co_kwonlyargcount
+            kwargs = local.get(code.co_varnames[at + 1], {}) if code.co_flags & _CO_VARKEYWORDS else {}
+            return tuple(local.get(code.co_varnames[at], ())), dict(kwargs)
+        f = f.f_back
+    return (), {}
+
+
 class GraphRecorder:
     """The consumers of one recorded forward: ``pre``/``post`` on the model and on every call with
     sublayers (and operation site), ``leaf`` (a forward consumer) on every layer without sublayers;
@@ -195,12 +210,14 @@ class GraphRecorder:
         self.be, self.params, self.arg_names, self.op_calls = be, params, arg_names, op_calls or {}
         self.model = model  # the root: its forward event gives the output nodes (``post``)
         self.leaves = leaves or {}  # id -> name of the layers recorded by ``leaf`` (no pre event)
+        self.one_input: set[int] = set()  # ids of the leaves recorded by ``leaf_plain`` instead
         self.view_base, self.is_tensor = be.view_base, be.is_tensor
         self.order: list[Any] = []  # _Io, _Call and _Code: the nodes, in the order they appeared
         self.edges: list[tuple[Any, Any, _Made | None]] = []  # (producer, receiver, the tensor's record)
         self.root = _Call(model, "", 0, None, 0)
         self.root.inputs, self.root.marks = [], []
         self.tensor_types: set[type] = set()  # the types ``is_tensor`` said yes to: a set lookup next time
+        self.calls: dict[int, int] = {}  # id -> calls so far, of the leaves recorded by ``leaf_plain``
         self.stack: list[_Call] = []
         self.made: dict[int, _Made] = {}  # id -> the latest tensor recorded with that id
         self.produced: list[_Made] = []  # every record, in order (freed tensors too)
@@ -343,19 +360,34 @@ class GraphRecorder:
 
     def leaf(self, ev: Event) -> None:
         """The forward event of a layer without sublayers: its start, then its end."""
-        args, output, types = ev.args, ev.output, self.tensor_types
-        if ev.kwargs or len(args) != 1 or type(output) not in types or type(args[0]) not in types:
-            if not ev.kwargs and len(args) == 1 and self.is_tensor(output) and self.is_tensor(args[0]):
+        self._leaf(ev.layer, ev.name, ev.call, ev.args, ev.kwargs, ev.output)
+
+    def leaf_plain(self, layer: Any, args: tuple, output: Any) -> None:
+        """A plain forward consumer for a leaf whose ``forward`` takes one input (no Event): its name
+        and call index kept here; an input given by keyword is read from the framework's call frame."""
+        kwargs = None
+        if len(args) != 1:
+            args, kwargs = _caller_inputs(layer)
+        key = id(layer)
+        calls = self.calls
+        call = calls.get(key, 0)
+        calls[key] = call + 1
+        self._leaf(layer, self.leaves[key], call, args, kwargs, output)
+
+    def _leaf(self, layer: Any, name: str, call: int, args: tuple, kwargs: dict | None, output: Any) -> None:
+        types = self.tensor_types
+        if kwargs or len(args) != 1 or type(output) not in types or type(args[0]) not in types:
+            if not kwargs and len(args) == 1 and self.is_tensor(output) and self.is_tensor(args[0]):
                 types.add(type(output))  # learnt: the next call of this kind takes the path below
                 types.add(type(args[0]))
-            c = self._open(ev.layer, ev.name, ev.call, args, ev.kwargs)
+            c = self._open(layer, name, call, args, kwargs)
             c.start = self.seq
             self._close(c, output)
             return
         # the common call, inline: one tensor in, one tensor out
         stack = self.stack
         frame = stack[-1] if stack else self.root
-        c = _Call(ev.layer, ev.name, ev.call, frame, 0)
+        c = _Call(layer, name, call, frame, 0)
         self.order.append(c)
         t = args[0]
         m = self.made.get(id(t))
