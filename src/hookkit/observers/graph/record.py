@@ -549,58 +549,13 @@ class GraphRecorder:
     # -- the graph, once the forward is over ------------------------------------------------------
     def build(self) -> tuple[list[Node], list[Edge]]:
         """The nodes (ids, names, shapes as ints, dtype and type names, parameter counts) and edges."""
-        be = self.be
-        dtypes: dict[Any, str] = {}
-        for m in self.produced:
-            shape = m.shape
-            if shape is not None:
-                m.shape = list(map(int, shape))
-                dt = m.dtype
-                name = dtypes.get(dt)
-                if name is None:
-                    name = dtypes[dt] = be.dtype_name(_Holder(dt))
-                m.dtype = name
-            else:
-                m.dtype = ""
+        self._plain_records()
         types: dict[int, str] = {}
-        op_calls, params = self.op_calls, self.params
         nodes: list[Node] = []
         for s in self.order:
             kind = type(s)
             if kind is _Call:
-                parent = s.parent
-                assert parent is not None
-                s.id = f"{s.name}:{s.call}"
-                depth = s.depth = parent.depth + 1
-                op_call = op_calls.get(s.name) if op_calls else None
-                if op_call is None:
-                    layer = s.layer
-                    type_name = types.get(id(layer))
-                    if type_name is None:
-                        type_name = types[id(layer)] = be.type_name(layer)
-                    node_kind, count = "layer", params(layer)
-                else:
-                    node_kind, type_name, count = "op", op_call, 0
-                outs = s.outs
-                if len(outs) == 1:
-                    m = outs[0]
-                    shapes, names = [m.shape or []], [m.dtype]
-                else:
-                    shapes, names = [m.shape or [] for m in outs], [m.dtype for m in outs]
-                node = Node(
-                    s.id,
-                    node_kind,
-                    s.name,
-                    type_name,
-                    s.call,
-                    depth,
-                    parent.id or None,
-                    shapes,
-                    names,
-                    count,
-                    s.error,
-                    s.done,
-                )
+                node = self._call_node(s, types)
             elif kind is _Code:
                 owner = s.owner
                 s.id = f"{owner.id}/code@{s.k}" if owner.id else f"code@{s.k}"
@@ -615,6 +570,45 @@ class GraphRecorder:
             Edge(src.id, dst.id, m.shape, m.dtype, 1, m.tensor) if m is not None else Edge(src.id, dst.id) for src, dst, m in self.edges
         ]
         return nodes, edges
+
+    def _plain_records(self) -> None:
+        """Each record's shape as a list of ints and its dtype's name (read once per dtype)."""
+        be = self.be
+        dtypes: dict[Any, str] = {}
+        for m in self.produced:
+            shape = m.shape
+            if shape is not None:
+                m.shape = list(map(int, shape))
+                dt = m.dtype
+                name = dtypes.get(dt)
+                if name is None:
+                    name = dtypes[dt] = be.dtype_name(_Holder(dt))
+                m.dtype = name
+            else:
+                m.dtype = ""
+
+    def _call_node(self, s: _Call, types: dict[int, str]) -> Node:
+        """The node of a layer call or an operation site (its id and depth kept on ``s`` for its children)."""
+        parent = s.parent
+        assert parent is not None
+        s.id = f"{s.name}:{s.call}"
+        depth = s.depth = parent.depth + 1
+        op_call = self.op_calls.get(s.name) if self.op_calls else None
+        if op_call is None:
+            layer = s.layer
+            type_name = types.get(id(layer))
+            if type_name is None:
+                type_name = types[id(layer)] = self.be.type_name(layer)
+            node_kind, count = "layer", self.params(layer)
+        else:
+            node_kind, type_name, count = "op", op_call, 0
+        outs = s.outs
+        if len(outs) == 1:
+            m = outs[0]
+            shapes, names = [m.shape or []], [m.dtype]
+        else:
+            shapes, names = [m.shape or [] for m in outs], [m.dtype for m in outs]
+        return Node(s.id, node_kind, s.name, type_name, s.call, depth, parent.id or None, shapes, names, count, s.error, s.done)
 
     def release(self) -> None:
         """Drop every reference to the forward's tensors."""
