@@ -24,7 +24,10 @@ framework returns them), an edge a tuple of those; ids, ``Node`` and ``Edge`` ob
 ints, dtype and type names and parameter counts are made once the forward is over (``build``).
 A call without sublayers (a leaf: ``Linear``, ``LayerNorm``, ``Dropout``) has no pre event: nothing
 the recorder sees can happen between its start and its end, so its one forward event (``leaf``)
-does what the pre event would have done first; a leaf that raises is found in the traceback.
+does what the pre event would have done first; where its ``forward`` takes one input the consumer
+is a plain one (``leaf_plain``: no Event, its call index counted here, an input given by keyword read
+from the framework's call frame). A leaf that raises is found in the traceback; one whose error its
+caller catches leaves no node (it never finished).
 """
 
 from __future__ import annotations
@@ -195,8 +198,9 @@ def _caller_inputs(layer: Any) -> tuple[tuple, dict]:
 
 class GraphRecorder:
     """The consumers of one recorded forward: ``pre``/``post`` on the model and on every call with
-    sublayers (and operation site), ``leaf`` (a forward consumer) on every layer without sublayers;
-    the root's output through ``root_post_output``. ``build()`` gives the nodes and edges."""
+    sublayers (and operation site), ``leaf`` or ``leaf_plain`` (forward consumers) on every layer
+    without sublayers; the root's output through ``root_post_output``. ``build()`` gives the nodes
+    and edges."""
 
     def __init__(
         self,
