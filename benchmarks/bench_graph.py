@@ -1,7 +1,7 @@
 """hookkit.graph: recording one forward's graph against the bare forward, TorchLens and torchview;
 drawing a 24-block GPT-2-style config at depth 2 (recording + Graphviz's dot layout).
 
-    cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_graph.py [--rounds 6 --reps 5]
+    cd benchmarks && PYTHONPATH=$PWD/../src:$PWD /work/bench-venv/bin/python bench_graph.py [--rounds 6 --reps 5] [--no-peers] [--profile]
 
 Variants, interleaved, CPU time of the process (one intra-op thread), eval mode, no gradients:
 bare: ``model(input_ids=ids)``; hookkit.graph: ``hookkit.graph(model, {"input_ids": ids}, depth=2)``
@@ -75,7 +75,7 @@ class Plain(torch.nn.Module):
         return self.head(self.ln_f(self.blocks(self.emb(input_ids))))
 
 
-def variants(model: torch.nn.Module, ids: torch.Tensor) -> list[tuple[str, H.Setup]]:
+def variants(model: torch.nn.Module, ids: torch.Tensor, peers: bool = True) -> list[tuple[str, H.Setup]]:
     def bare():
         def step():
             with torch.no_grad():
@@ -87,6 +87,8 @@ def variants(model: torch.nn.Module, ids: torch.Tensor) -> list[tuple[str, H.Set
         return (lambda: hookkit.graph(model, (ids,), depth=2)), lambda: None
 
     out = [("bare", bare), ("hookkit.graph", graph)]
+    if not peers:
+        return out
     try:
         import torchview
 
@@ -112,8 +114,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-peers", action="store_true", help="bare and hookkit.graph only (quicker A/B runs)")
+    ap.add_argument("--profile", action="store_true", help="cProfile of 20 graph() calls on gpt2 12x256, then exit")
     args = ap.parse_args()
     H.keep_freed_memory()
+    if args.profile:
+        profile()
+        return
     print(H.machine())
     rows = []
     configs = {
@@ -126,7 +133,7 @@ def main() -> None:
         torch.manual_seed(0)
         model = gpt2(blocks, width, heads) if kind == "gpt2" else Plain(blocks, width, heads).eval()
         ids = torch.randint(0, 1000, (1, tokens))
-        res = H.run_interleaved(variants(model, ids), args.rounds, args.reps, slow={"TorchLens": 1, "torchview": 2})
+        res = H.run_interleaved(variants(model, ids, not args.no_peers), args.rounds, args.reps, slow={"TorchLens": 1, "torchview": 2})
         for name, r in res.items():
             if r.error:
                 rows.append([label, name, "error", r.error[:80], ""])
@@ -148,6 +155,24 @@ def main() -> None:
         f"draw gpt2-24x64 at depth 2: {len(g.nodes)} nodes, {len(g.edges)} edges, SVG {len(svg) // 1024} KiB: "
         f"{best:.2f} s wall (recording {best_rec:.2f} s, dot layout + SVG the rest), best of 5"
     )
+
+
+def profile() -> None:
+    import cProfile
+    import gc
+    import pstats
+
+    model, ids = gpt2(12, 256, 4), torch.randint(0, 1000, (1, 128))
+    for _ in range(3):
+        hookkit.graph(model, (ids,), depth=2)
+    gc.disable()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(20):
+        hookkit.graph(model, (ids,), depth=2)
+    prof.disable()
+    gc.enable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats("hookkit", 30)
 
 
 if __name__ == "__main__":

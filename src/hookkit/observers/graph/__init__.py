@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import weakref
 from typing import Any
 
 from hookkit.core import router
@@ -63,20 +64,28 @@ def graph(
     args, kwargs = _inputs(be, inputs)
 
     named = list(be.named_layers(model))
+    children = {id(m): be.children(m) for _, m in named}
     hooked = list(select(model, ALL))
     op_calls: dict[str, str] = {}
     if ops is not None:
         sites, op_calls = _op_sites(model, ops)
         hooked += sites
-    rec = GraphRecorder(be, _param_counts(be, named), _arg_names(model), op_calls, model)
+    # a layer without sublayers (nor operation sites) has no pre event: its forward event does both
+    with_sites = {name.rpartition(SEP)[0] for name in op_calls}
+    leaves = {id(m): name for name, m in named if name and not children[id(m)] and name not in with_sites}
+    rec = GraphRecorder(be, _ParamCounts(be, named, children), _arg_names(model), op_calls, model, leaves)
+    # a leaf whose forward takes one input gets a plain forward consumer (no Event): its inputs are
+    # its positional arguments, or, given by keyword, read from the call frame
+    rec.one_input = {id(m) for name, m in named if id(m) in leaves and _one_input(m)}
     exc = _record(model, be, [m for _, m in named], hooked, rec, args, kwargs, mode)
     error = place = None
     if exc is not None:
         where = rec.fail(exc)
         error = f"{type(exc).__name__}: {exc}"
         place = f"in layer {where!r}" if where else "in the model's own code, outside every layer"
-    result = Graph(rec.nodes, rec.edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
+    nodes, edges = rec.build()
     rec.release()
+    result = Graph(nodes, edges, depth, model_type=be.type_name(model), framework=be.name, error=error, overlay=overlay)
     if exc is not None:
         if raise_errors:
             add_note(exc, f"hookkit.graph: the forward failed {place}; the partial graph is exc.hookkit_graph")
@@ -102,8 +111,19 @@ def _record(
     with router.private_pass(model):  # the features the user has open do not see this forward
         try:
             # ALL includes the model itself (""): its events give the input and output nodes
-            handles.append(router.attach(model, hooked, "forward_pre", rec.pre, router.OBSERVER))
-            handles.append(router.attach(model, hooked, "forward", None, router.OBSERVER, plain=rec.post))
+            leaves = rec.leaves
+            opened = [(name, layer) for name, layer in hooked if id(layer) not in leaves]
+            handles.append(router.attach(model, opened, "forward_pre", rec.pre, router.OBSERVER))
+            one = rec.one_input
+            ends = [
+                (name, layer, None, rec.leaf_plain)
+                if id(layer) in one
+                else (name, layer, rec.leaf, None)
+                if id(layer) in leaves
+                else (name, layer, None, rec.post)
+                for name, layer in hooked
+            ]
+            handles.append(router.attach_each(model, ends, "forward", router.OBSERVER))
             if switch:
                 be.set_training(model, mode == "train")
             with be.no_grad():
@@ -136,30 +156,113 @@ def _inputs(be: Any, inputs: Any) -> tuple[tuple, dict]:
     raise AssertionError  # fail raises
 
 
+_ARG_NAMES: weakref.WeakKeyDictionary[Any, list[str]] = weakref.WeakKeyDictionary()  # forward function -> names
+
+
 def _arg_names(model: Any) -> list[str]:
-    """The names of the forward's positional parameters (the input nodes' names)."""
+    """The names of the forward's positional parameters (the input nodes' names); read once per
+    forward function (a bound method's function: its signature is every instance's)."""
+    forward = getattr(model, "forward", None)
+    func = getattr(forward, "__func__", None)
+    if func is not None:
+        try:
+            names = _ARG_NAMES.get(func)
+        except TypeError:  # not weakly referable
+            return _signature_names(forward)
+        if names is None:
+            names = _ARG_NAMES[func] = _signature_names(forward)
+        return list(names)
+    return _signature_names(forward)
+
+
+_ONE_INPUT: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()  # forward function -> takes one input
+
+
+def _one_input(layer: Any) -> bool:
+    """Whether ``layer.forward`` takes exactly one argument, positional or by keyword (no ``*args``,
+    ``**kwargs``, keyword-only ones): a call gives it as the one positional argument or by keyword."""
+    forward = getattr(layer, "forward", None)
+    func = getattr(forward, "__func__", None)
+    if func is None or forward is None:
+        return False
     try:
-        sig = inspect.signature(model.forward)
+        one = _ONE_INPUT.get(func)
+    except TypeError:
+        return False
+    if one is None:
+        try:
+            params = list(inspect.signature(forward).parameters.values())
+        except (TypeError, ValueError):
+            params = []
+        kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        one = _ONE_INPUT[func] = len(params) == 1 and params[0].kind in kinds
+    return one
+
+
+def _signature_names(forward: Any) -> list[str]:
+    try:
+        sig = inspect.signature(forward)
     except (TypeError, ValueError, AttributeError):
         return []
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return [p.name for p in sig.parameters.values() if p.kind in kinds]
 
 
-def _param_counts(be: Any, named: list[tuple[str, Any]]) -> dict[int, int]:
-    """Parameters of each layer, sublayers included, each counted once (bottom up)."""
-    own: dict[int, dict[int, int]] = {}
-    for _, layer in reversed(named):
-        seen: dict[int, int] = {}
-        for _, p in be.named_parameters(layer, recurse=False):
-            try:
-                seen[id(p)] = be.numel(p)
-            except ValueError:  # a lazy layer's parameter before its first forward
-                seen[id(p)] = 0
-        for child in be.children(layer):
-            seen.update(own.get(id(child), {}))
-        own[id(layer)] = seen
-    return {k: sum(v.values()) for k, v in own.items()}
+class _ParamCounts:
+    """Parameters of each layer, sublayers included, each counted once; computed at the first
+    question (after the forward), from each layer's own parameters. Without a parameter or a layer
+    shared between two places a layer's count is its own plus its children's; else the exact sets."""
+
+    def __init__(self, be: Any, named: list[tuple[str, Any]], children: dict[int, list]):
+        self.be, self.named, self.children = be, named, children
+        self.counts: dict[int, int] | None = None
+
+    def __call__(self, layer: Any) -> int:
+        if self.counts is None:
+            self.counts = self._count()
+        return self.counts.get(id(layer), 0)
+
+    def _count(self) -> dict[int, int]:
+        be, children, numel = self.be, self.children, self.be.numel
+        own: dict[int, list[tuple[int, int]]] = {}
+        counts: dict[int, int] = {}  # own parameters first; sublayers' added below when nothing is shared
+        seen: set[int] = set()
+        shared = False
+        for _, layer in self.named:
+            params = be.parameters(layer, recurse=False)
+            if not params:
+                own[id(layer)], counts[id(layer)] = [], 0
+                continue
+            mine, total = [], 0
+            for p in params:
+                try:
+                    n = numel(p)
+                except ValueError:  # a lazy layer's parameter before its first forward
+                    n = 0
+                if id(p) in seen:
+                    shared = True
+                seen.add(id(p))
+                mine.append((id(p), n))
+                total += n
+            own[id(layer)], counts[id(layer)] = mine, total
+        kids = [id(c) for cs in children.values() for c in cs]
+        if not shared and len(kids) == len(set(kids)):
+            for _, layer in reversed(self.named):  # children after their parents in named_layers
+                sub = children[id(layer)]
+                if sub:
+                    counts[id(layer)] += sum([counts.get(id(c), 0) for c in sub])
+            return counts
+        sets: dict[int, dict[int, int]] = {}
+
+        def below(layer: Any) -> dict[int, int]:  # a shared layer is listed once: children first, by recursion
+            got = sets.get(id(layer))
+            if got is None:
+                got = sets[id(layer)] = dict(own.get(id(layer), ()))
+                for child in children.get(id(layer), ()):
+                    got.update(below(child))
+            return got
+
+        return {id(layer): sum(below(layer).values()) for _, layer in self.named}
 
 
 def _op_sites(model: Any, ops: LayerSpec) -> tuple[list[tuple[str, Any]], dict[str, str]]:
