@@ -110,8 +110,12 @@ def test_logit_lens_positions_top_k_and_plot():
     np.testing.assert_allclose(f_probs[..., 0], probs.max(-1).values.numpy(), atol=1e-6)
     with pytest.raises(ValueError, match="at most 3"):
         top.top(4)
+    import matplotlib.pyplot as plt
+
+    open_before = set(plt.get_fignums())
     fig = full.plot(tokens=[f"t{i}" for i in range(V)])
     assert len(fig.axes[0].texts) == 4 * 6
+    assert set(plt.get_fignums()) == open_before  # not registered with pyplot: nothing left open
     with pytest.raises(
         TypeError, match=r"LensResult.plot\(\): tokens must be None, a list of strings indexed by token id, or a callable; got 3"
     ):

@@ -277,8 +277,12 @@ def test_run_with_cache_keeps_what_names_filter_names():
 
 def test_logit_attribution_plot():
     pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
     dla = hookkit.logit_attribution(gpt2(), IDS, tokens=4)
+    open_before = set(plt.get_fignums())
     fig = dla.plot(row=0)
+    assert set(plt.get_fignums()) == open_before  # not registered with pyplot: nothing left open
     assert fig.axes and np.isclose(float(dla.values.sum()), float(dla.values.sum(0).sum()))
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from hookkit.core.validate import ArgumentTypeError, fail
+from hookkit.viz.figures import new_figure
 
 
 def _token_text(tokens: Any) -> Callable[[int], str]:
@@ -24,14 +25,12 @@ def plot_lens(lens: Any, row: int = 0, tokens: Any = None, ax: Any = None) -> An
 
     >>> fig = hookkit.logit_lens(model, ids).plot(tokens=tokenizer.convert_ids_to_tokens)   # doctest: +SKIP
     """
-    import matplotlib.pyplot as plt
-
     ids, probs = lens.top(1)
     if not 0 <= row < ids.shape[1]:
         raise IndexError(f"plot: row {row} is out of range (the batch has {ids.shape[1]} rows)")
     text = _token_text(tokens)
     p, t = probs[:, row, :, 0], ids[:, row, :, 0]
-    fig = ax.figure if ax is not None else plt.figure(figsize=(1.0 + 0.9 * p.shape[1], 0.9 + 0.4 * p.shape[0]))
+    fig = ax.figure if ax is not None else new_figure(figsize=(1.0 + 0.9 * p.shape[1], 0.9 + 0.4 * p.shape[0]))
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     im = ax.imshow(p, aspect="auto", cmap="Blues", vmin=0.0, vmax=1.0)
     for i in range(p.shape[0]):

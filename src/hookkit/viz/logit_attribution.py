@@ -8,14 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from hookkit.viz.figures import new_figure
+
 
 def plot_logit_attribution(dla: Any, row: int | None = None, ax: Any = None) -> Any:
     """Draw ``dla`` (a ``LogitAttribution``) for batch row ``row`` (None: the batch mean); returns the Figure.
 
     >>> fig = hookkit.logit_attribution(gpt2, ids, tokens=answer).plot()   # doctest: +SKIP
     """
-    import matplotlib.pyplot as plt
-
     v = dla.to_numpy()
     if row is not None and not -v.shape[1] <= row < v.shape[1]:
         raise IndexError(f"plot: row {row} is out of range (the batch has {v.shape[1]} rows)")
@@ -24,7 +24,7 @@ def plot_logit_attribution(dla: Any, row: int | None = None, ax: Any = None) -> 
     # a post-norm family (Gemma 2) has no per-head rows: each block's normed attention output instead
     heads = [[f"L{i}H{h}" for h in range(dla.n_heads)] if dla.n_heads else [f"{i}_attn_out"] for i in range(dla.n_layers)]
     grid = np.array([[v[at[h]] for h in heads[i]] + [v[at[f"{i}_mlp_out"]]] for i in range(dla.n_layers)])
-    fig = ax.figure if ax is not None else plt.figure(figsize=(1.5 + 0.5 * grid.shape[1], 1.0 + 0.4 * grid.shape[0]))
+    fig = ax.figure if ax is not None else new_figure(figsize=(1.5 + 0.5 * grid.shape[1], 1.0 + 0.4 * grid.shape[0]))
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     lim = float(np.abs(grid).max()) or 1.0
     im = ax.imshow(grid, aspect="auto", cmap="RdBu", vmin=-lim, vmax=lim)

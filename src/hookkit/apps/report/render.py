@@ -205,8 +205,9 @@ def gradient_section(grads: Any) -> Section:
 def update_ratio_section(weights: Any) -> Section:
     """The update-to-weight ratio of each parameter over the steps (``hookkit.WeightStats``), log scale,
     with the usual 1e-3 guide line, and the last recorded ratio of each parameter."""
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from hookkit.viz.figures import subplots
 
     names, steps, ratios = weights.update_ratios()
     sec = Section(
@@ -215,7 +216,7 @@ def update_ratio_section(weights: Any) -> Section:
         "||w_t - w_(t-1)|| / ||w_(t-1)|| of each parameter at each optimizer step (hookkit.WeightStats). Around 1e-3 (dashed) "
         "is the usual sign of a well-set learning rate; far above, the weights churn; far below, the layer barely learns.",
     )
-    fig, ax = plt.subplots(figsize=(11, 3.6))
+    fig, ax = subplots(figsize=(11, 3.6))
     for name, row in zip(names, ratios):
         ok = np.isfinite(row) & (row > 0)
         if ok.any():
