@@ -32,6 +32,7 @@ from hookkit.core.events import (  # noqa: F401
     Event,
     Halt,
     _check_inputs,
+    call_plain,
     events_per_scope,
     ordered,
     run,
@@ -39,7 +40,7 @@ from hookkit.core.events import (  # noqa: F401
 )
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
 from hookkit.core.handles import HandleGroup
-from hookkit.core.placing import Placed
+from hookkit.core.placing import Placed, PlacedLayers
 from hookkit.core.registry import backend_for
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
@@ -104,9 +105,21 @@ class LayerHooks(GradPlumbing):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre)
 
     def discard(self, layer: Any, event: str, consumer: Consumer) -> None:
-        cs = self.consumers[event]
-        self.consumers[event] = () if cs == (consumer,) else tuple([c for c in cs if c is not consumer])
-        self._sync_native(layer)
+        self.drop(event, consumer)
+
+    def drop(self, event: str, consumer: Consumer) -> None:
+        """Remove ``consumer`` from ``event``, and the native hooks no consumer needs any more (a
+        removal only removes: the layer itself is not needed)."""
+        c = self.consumers
+        cs = c[event]
+        c[event] = () if cs == (consumer,) else tuple([x for x in cs if x is not consumer])
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        if self.root_clock is not None:
+            return
+        if self._native_pre is not None and not (c["forward_pre"] or c["backward"]):
+            self._native_pre = self._native_pre.remove()
+        if self._native_post is not None and not (c["forward"] or c["forward_pre"] or c["grad"] or c["backward"]):
+            self._native_post = self._native_post.remove()
 
     def clear(self, layer: Any) -> None:
         for cs in self.consumers.values():
@@ -360,7 +373,39 @@ def attach_each(
     named = [(name, layer) for name, layer, _, _ in entries]
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, entries, priority, None, event, group)
+    placed = _attach_layers(model, backend, entries, event, priority)
+    if group is None:
+        return HandleGroup([placed])
+    group.handles.append(placed)
+    return group
+
+
+def _attach_layers(model: Any, backend: Backend, entries: list, event: str, priority: int) -> PlacedLayers:
+    """One consumer per ``(name, layer, fn, plain)`` on ``event`` of the layer, one handle removing
+    them all. The root's clock starts with the first. All or nothing: an error removes what was placed."""
+    clock = clocks.clock_for(model)
+    root_hooks = _hooks_for(model, backend)
+    handle = PlacedLayers(event, clock, (weakref.ref(model), root_hooks))
+    if not entries:
+        return handle
+    placed, users, scope_of, hooks_of = handle.placed.append, clock.users.add, clock.scope, _registry.get
+    observer = priority >= OBSERVER
+    try:
+        if root_hooks.root_clock is not clock:
+            root_hooks.root_clock = clock
+            root_hooks._sync_native(model)
+        for name, layer, fn, plain in entries:
+            consumer = _new(Consumer)  # Consumer(fn, priority, seq, scope, plain), its checks done by attach
+            consumer.fn = fn if plain is None else partial(call_plain, plain)
+            consumer.priority, consumer.seq, consumer.scope, consumer.plain, consumer.observer = priority, next(_seq), scope_of(name), plain, observer
+            users(id(consumer))
+            hooks = hooks_of(layer) or _hooks_for(layer, backend)
+            placed((hooks, consumer))
+            hooks.add(layer, event, consumer)
+    except BaseException:
+        handle.remove()
+        raise
+    return handle
 
 
 def attach_params(

@@ -328,6 +328,11 @@ class capture(HandleGroup, RecordSource):
             if problem:
                 fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
 
+    def remove(self) -> None:
+        """Stop recording (what was recorded stays readable); later calls do nothing."""
+        super().remove()
+        self._shared = None  # it holds ``self._keep``: once removed, no cycle keeps the capture for the GC
+
     @property
     def grads(self) -> CapturedGrads:
         """``cap.grads[name]``: the last gradient w.r.t. layer ``name``'s output (``grads=True``)."""
