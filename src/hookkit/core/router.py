@@ -60,7 +60,7 @@ class LayerHooks(GradPlumbing):
 
     # fmt: off
     __slots__ = (
-        "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
+        "backend", "root_clock", "consumers", "_count", "_native_pre", "_native_post", "_in_backward", "__weakref__",
         # read by the dispatchers instead of ``consumers``; derived again at the first call after a change
         "_pre", "_fwd", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
     )
@@ -70,6 +70,7 @@ class LayerHooks(GradPlumbing):
         self.backend = backend  # type: ignore[assignment]  # None only in the inert copy, which feeds nothing
         self.root_clock: Clock | None = None  # set on a root: its pre-hook counts the root's forwards
         self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
+        self._count = 0  # consumers of all events
         self._native_pre: Any = None
         self._native_post: Any = None
         # tuples of consumers, their functions, scopes
@@ -93,10 +94,13 @@ class LayerHooks(GradPlumbing):
         return LayerHooks(None)
 
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
-        cs = self.consumers[event]
+        c = self.consumers
+        cs = c[event]
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
-        self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()  # derived again at the next call
+        c[event] = (consumer,) if not cs else (*cs, consumer) if cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
+        self._count += 1
+        # derived again at the next call (what was derived holds live consumers only: it stays until then)
+        self._hot, self._stale = None, True
         # a consumer only adds needs: the native hook its event needs, if not there yet; the post-hook
         # for every event, forward_pre too: a call is counted when it ends (else every call would be call 0)
         if self._native_post is None:
@@ -112,26 +116,48 @@ class LayerHooks(GradPlumbing):
         removal only removes: the layer itself is not needed)."""
         c = self.consumers
         cs = c[event]
-        c[event] = () if cs == (consumer,) else tuple([x for x in cs if x is not consumer])
+        if len(cs) == 1 and cs[0] is consumer:
+            c[event] = ()
+        else:
+            left = tuple([x for x in cs if x is not consumer])
+            if len(left) == len(cs):
+                return  # not here (removed by remove_all meanwhile)
+            c[event] = left
         self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        self._count -= 1
         if self.root_clock is not None:
+            return
+        if self._count == 0:  # the usual case: the layer's last consumer
+            pre, post, self._native_pre, self._native_post = self._native_pre, self._native_post, None, None
+            if pre is not None:
+                pre.remove()
+            if post is not None:
+                post.remove()
             return
         if self._native_pre is not None and not (c["forward_pre"] or c["backward"]):
             self._native_pre = self._native_pre.remove()
-        if self._native_post is not None and not (c["forward"] or c["forward_pre"] or c["grad"] or c["backward"]):
-            self._native_post = self._native_post.remove()
 
     def clear(self, layer: Any) -> None:
         for cs in self.consumers.values():
             for c in cs:
                 c.scope.clock.users.discard(id(c))
         self.consumers = {e: () for e in LAYER_EVENTS}
+        self._count = 0
         self.root_clock = None
         self._sync_native(layer)
 
     @property
     def active(self) -> bool:
-        return any(self.consumers.values()) or self.root_clock is not None
+        return self._count > 0 or self.root_clock is not None
+
+    def hook_root(self, root: Any, clock: Clock) -> None:
+        """Make this layer ``clock``'s root: its pre-hook counts the forwards, its post-hook ends them."""
+        self.root_clock = clock
+        self._hot, self._stale = None, True
+        if self._native_pre is None:
+            self._native_pre = self.backend.hook_forward_pre(root, self._on_pre)
+        if self._native_post is None:
+            self._native_post = self.backend.hook_forward(root, self._on_post)
 
     def _sync_native(self, layer: Any) -> None:
         """Place or remove the native hooks the consumers need. What the dispatchers read is derived
@@ -388,18 +414,17 @@ def _attach_layers(model: Any, backend: Backend, entries: list, event: str, prio
     handle = PlacedLayers(event, clock, (weakref.ref(model), root_hooks))
     if not entries:
         return handle
-    placed, users, scope_of, hooks_of = handle.placed.append, clock.users.add, clock.scope, _registry.get
+    placed, users, scope_of, hooks_of = handle.placed.append, clock.users.add, clock.scope, _registry.by_id.get
     observer = priority >= OBSERVER
     try:
         if root_hooks.root_clock is not clock:
-            root_hooks.root_clock = clock
-            root_hooks._sync_native(model)
+            root_hooks.hook_root(model, clock)
         for name, layer, fn, plain in entries:
             consumer = _new(Consumer)  # Consumer(fn, priority, seq, scope, plain), its checks done by attach
             consumer.fn = fn if plain is None else partial(call_plain, plain)
             consumer.priority, consumer.seq, consumer.scope, consumer.plain, consumer.observer = priority, next(_seq), scope_of(name), plain, observer
             users(id(consumer))
-            hooks = hooks_of(layer) or _hooks_for(layer, backend)
+            hooks = hooks_of(id(layer)) or _hooks_for(layer, backend)
             placed((hooks, consumer))
             hooks.add(layer, event, consumer)
     except BaseException:
@@ -445,8 +470,7 @@ def _attach_each(
                 hooks, obj, add_args, discard_args = place(target, consumer)
             placed(Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
-                root_hooks.root_clock = clock
-                root_hooks._sync_native(model)
+                root_hooks.hook_root(model, clock)
             hooks.add(obj, *add_args)
     except BaseException:
         HandleGroup(done).remove()

@@ -14,7 +14,7 @@ from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal, NamedTuple
 
 from hookkit.core.entry import entered
-from hookkit.core.handles import HandleGroup
+from hookkit.core.handles import HandleGroup, held
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
@@ -265,7 +265,7 @@ class capture(HandleGroup, RecordSource):
         index: int = 0,
         top_k: int | None = None,
     ):
-        super().__init__()
+        self._remove, self.handles = held, []  # HandleGroup.__init__, without its two keyword-checking wrappers
         self._backend = self._options(model, keep, positions, steps, token_dim, index)
         self._check_flags(inputs, outputs, grads, detach, clone, to)
         self._top_k = _check_top_k(top_k, outputs)
@@ -278,7 +278,6 @@ class capture(HandleGroup, RecordSource):
             and self._positions is None and self._gen_steps is None and self._top_k is None
         )  # fmt: skip
         self._records: dict[str, list[Record]] = {}
-        self._shared: tuple | None = None  # what every layer's consumer binds (``_forward_consumer``)
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
             with entered("capture"):
@@ -306,12 +305,10 @@ class capture(HandleGroup, RecordSource):
         """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
         named = select(model, layers)
         self.names: list[str] = named.names
-        self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
-        self._records = {name: [] for name in self.names}
+        self._hooked: dict[str, Any] = {}  # to tell a layer swapped in later
         try:
             # the placements join this capture's own handles (one level to remove, not two)
-            consumer = self._forward_consumer
-            attach_each(model, [(name, layer, consumer(name), None) for name, layer in named], "forward", OBSERVER, self)
+            attach_each(model, self._forward_consumers(named), "forward", OBSERVER, self)
             if grads:
                 attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER, self)
         except BaseException:
@@ -327,11 +324,6 @@ class capture(HandleGroup, RecordSource):
             problem = self._backend.device_problem(to)
             if problem:
                 fail("capture", "to", f"None or a device tensors can be moved to ({problem})", to)
-
-    def remove(self) -> None:
-        """Stop recording (what was recorded stays readable); later calls do nothing."""
-        super().remove()
-        self._shared = None  # it holds ``self._keep``: once removed, no cycle keeps the capture for the GC
 
     @property
     def grads(self) -> CapturedGrads:
@@ -370,24 +362,34 @@ class capture(HandleGroup, RecordSource):
         self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, kept, ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
-    def _forward_consumer(self, name: str) -> Any:
-        """The forward consumer of layer ``name``: for the default settings (outputs only, detached,
-        kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
+    def _forward_consumers(self, named: list[tuple[str, Any]]) -> list[tuple[str, Any, Any, None]]:
+        """``attach_each``'s entries: each selected layer's forward consumer (its list of records and
+        its weak reference made on the way). For the default settings (outputs only, detached, kept
+        where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
+        records, hooked, ref, entries = self._records, self._hooked, weakref.ref, []
+        add = entries.append
         if not self._plain_records:
-            return partial(self._on_forward, name)
+            on_forward = self._on_forward
+            for name, layer in named:
+                records[name], hooked[name] = [], ref(layer)
+                add((name, layer, partial(on_forward, name), None))
+            return entries
         # bound once per capture: the backend's functions; per layer: its list, never replaced
         # (clear() empties it in place)
-        shared = self._shared
-        if shared is None:
-            shared = self._shared = (self._backend.is_tensor, self._backend.detach, self._keep, self._seq)
-        is_tensor, detach, keep, seq = shared
-        append = self._records[name].append
+        is_tensor, detach, keep, seq = self._backend.is_tensor, self._backend.detach, self._keep, self._seq
 
-        def on_forward(ev: Event) -> None:
-            out = ev.output
-            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
+        def consumer(name: str, append: Callable[[Record], None]) -> Callable[[Event], None]:
+            def on_forward(ev: Event) -> None:
+                out = ev.output
+                append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
 
-        return on_forward
+            return on_forward
+
+        for name, layer in named:
+            records[name] = kept = []
+            hooked[name] = ref(layer)
+            add((name, layer, consumer(name, kept.append), None))
+        return entries
 
     def _keep(self, value: Any) -> Any:
         be = self._backend
