@@ -61,6 +61,15 @@ class PlacedLayers(Handle):
         for hooks, consumer in reversed(placed):
             users.discard(id(consumer))
             try:
+                native = hooks._native_post
+                if hooks._count == 1 and hooks._native_pre is None and native is not None and hooks.root_clock is None:
+                    # LayerHooks.drop's usual case inline: the layer's last consumer, its post-hook alone
+                    cs = hooks.consumers
+                    if cs[event] and cs[event][0] is consumer:
+                        cs[event], hooks._count, hooks._native_post = (), 0, None
+                        hooks._hot, hooks._stale, hooks._pre, hooks._fwd, hooks._scopes = None, True, (), (), ()
+                        native.remove()
+                        continue
                 hooks.drop(event, consumer)
             except BaseException as exc:  # keep removing the rest, then report
                 first_error = first_error or exc

@@ -410,23 +410,32 @@ def _attach_layers(model: Any, backend: Backend, entries: list, event: str, prio
     """One consumer per ``(name, layer, fn, plain)`` on ``event`` of the layer, one handle removing
     them all. The root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
-    root_hooks = _hooks_for(model, backend)
+    hooks_of = _registry.by_id.get
+    root_hooks = hooks_of(id(model)) or _hooks_for(model, backend)
     handle = PlacedLayers(event, clock, (weakref.ref(model), root_hooks))
     if not entries:
         return handle
-    placed, users, scope_of, hooks_of = handle.placed.append, clock.users.add, clock.scope, _registry.by_id.get
+    placed, users, scopes, scope_of = handle.placed.append, clock.users.add, clock.scopes.get, clock.scope
     observer = priority >= OBSERVER
     try:
         if root_hooks.root_clock is not clock:
             root_hooks.hook_root(model, clock)
+        pre = event in _PRE_EVENTS
         for name, layer, fn, plain in entries:
             consumer = _new(Consumer)  # Consumer(fn, priority, seq, scope, plain), its checks done by attach
             consumer.fn = fn if plain is None else partial(call_plain, plain)
-            consumer.priority, consumer.seq, consumer.scope, consumer.plain, consumer.observer = priority, next(_seq), scope_of(name), plain, observer
+            consumer.priority, consumer.seq, consumer.plain, consumer.observer = priority, next(_seq), plain, observer
+            consumer.scope = scopes(name) or scope_of(name)
             users(id(consumer))
             hooks = hooks_of(id(layer)) or _hooks_for(layer, backend)
             placed((hooks, consumer))
-            hooks.add(layer, event, consumer)
+            if hooks._count or pre:
+                hooks.add(layer, event, consumer)
+                continue
+            # LayerHooks.add's usual case inline: the layer's first consumer, a post-hook to place
+            hooks.consumers[event], hooks._count, hooks._hot, hooks._stale = (consumer,), 1, None, True
+            if hooks._native_post is None:
+                hooks._native_post = hooks.backend.hook_forward(layer, hooks._on_post)
     except BaseException:
         handle.remove()
         raise

@@ -58,5 +58,9 @@ class IdentityWeakMap(Generic[V]):
             self[obj] = found = default
         return found
 
+    def clear(self) -> None:
+        self._values.clear()
+        self._refs.clear()
+
     def __len__(self) -> int:
         return len(self._values)

@@ -377,18 +377,16 @@ class capture(HandleGroup, RecordSource):
         # bound once per capture: the backend's functions; per layer: its list, never replaced
         # (clear() empties it in place)
         is_tensor, detach, keep, seq = self._backend.is_tensor, self._backend.detach, self._keep, self._seq
-
-        def consumer(name: str, append: Callable[[Record], None]) -> Callable[[Event], None]:
-            def on_forward(ev: Event) -> None:
-                out = ev.output
-                append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
-
-            return on_forward
-
         for name, layer in named:
             records[name] = kept = []
             hooked[name] = ref(layer)
-            add((name, layer, consumer(name, kept.append), None))
+
+            # bound through defaults (one function object per layer, no factory call): called as fn(ev) only
+            def on_forward(ev: Event, name: str = name, append: Callable = kept.append) -> None:
+                out = ev.output
+                append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
+
+            add((name, layer, on_forward, None))
         return entries
 
     def _keep(self, value: Any) -> Any:
