@@ -85,7 +85,6 @@ def release_root(clock: Any, root: tuple) -> None:
     root_ref, root_hooks = root
     model = root_ref()
     if model is not None and root_hooks.root_clock is clock:
-        root_hooks.root_clock = None
-        root_hooks._sync_native(model)
+        root_hooks.unhook_root(model)
         if clocks.clock_of(model) is clock:
             clocks.forget(model)

@@ -159,6 +159,19 @@ class LayerHooks(GradPlumbing):
         if self._native_post is None:
             self._native_post = self.backend.hook_forward(root, self._on_post)
 
+    def unhook_root(self, root: Any) -> None:
+        """This layer is no clock's root any more: the native hooks its own consumers do not need go."""
+        self.root_clock = None
+        if self._count:
+            self._sync_native(root)
+            return
+        pre, post, self._native_pre, self._native_post = self._native_pre, self._native_post, None, None
+        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        if pre is not None:
+            pre.remove()
+        if post is not None:
+            post.remove()
+
     def _sync_native(self, layer: Any) -> None:
         """Place or remove the native hooks the consumers need. What the dispatchers read is derived
         at the layer's next call: a context opened and closed before it pays nothing for that."""
@@ -395,10 +408,11 @@ def attach_each(
     if event not in LAYER_EVENTS:
         check_choice(event, LAYER_EVENTS, fn="attach", arg="event")
     backend = backend_for(model)
-    entries = list(entries)
-    named = [(name, layer) for name, layer, _, _ in entries]
-    backend.check_hookable(model, named)
-    backend.check_not_compiled(model, [layer for _, layer in named])
+    if type(entries) is not list:
+        entries = list(entries)
+    layers = [e[1] for e in entries]
+    backend.check_hookable(model, list(zip([e[0] for e in entries], layers)))
+    backend.check_not_compiled(model, layers)
     placed = _attach_layers(model, backend, entries, event, priority)
     if group is None:
         return HandleGroup([placed])

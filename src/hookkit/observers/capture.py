@@ -317,9 +317,11 @@ class capture(HandleGroup, RecordSource):
 
     def _check_flags(self, inputs: Any, outputs: Any, grads: Any, detach: Any, clone: Any, to: Any) -> None:
         flags = (inputs, outputs, grads, detach, clone)
-        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
-            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
-                check_bool(value, fn="capture", arg=arg)
+        for f in flags:  # the usual case costs one pass
+            if f is not True and f is not False:
+                for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
+                    check_bool(value, fn="capture", arg=arg)
+                break
         if to is not None:
             problem = self._backend.device_problem(to)
             if problem:
