@@ -67,7 +67,7 @@ class PlacedLayers(Handle):
                     cs = hooks.consumers
                     if cs[event] and cs[event][0] is consumer:
                         cs[event], hooks._count, hooks._native_post = (), 0, None
-                        hooks._hot, hooks._stale, hooks._pre, hooks._fwd, hooks._scopes = None, True, (), (), ()
+                        hooks._hot, hooks._one, hooks._stale, hooks._pre, hooks._fwd, hooks._scopes = None, None, True, (), (), ()
                         native.remove()
                         continue
                 hooks.drop(event, consumer)

@@ -62,7 +62,7 @@ class LayerHooks(GradPlumbing):
     __slots__ = (
         "backend", "root_clock", "consumers", "_count", "_native_pre", "_native_post", "_in_backward", "__weakref__",
         # read by the dispatchers instead of ``consumers``; derived again at the first call after a change
-        "_pre", "_fwd", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
+        "_pre", "_fwd", "_scopes", "_hot", "_one", "_wants_grads", "_has_backward", "_stale",
     )
     # fmt: on
 
@@ -80,6 +80,9 @@ class LayerHooks(GradPlumbing):
         # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
         # are, the plain one when alone, whether gradients are wanted or the layer is a root)
         self._hot: tuple | None = None
+        # the commonest case of all, kept apart: (scope, clock, the plain function) of a layer whose
+        # one forward consumer is plain, in one scope, with no gradients wanted, not a root
+        self._one: tuple | None = None
         self._wants_grads = False
         self._has_backward = False
         self._stale = False
@@ -100,7 +103,7 @@ class LayerHooks(GradPlumbing):
         c[event] = (consumer,) if not cs else (*cs, consumer) if cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
         self._count += 1
         # derived again at the next call (what was derived holds live consumers only: it stays until then)
-        self._hot, self._stale = None, True
+        self._hot, self._one, self._stale = None, None, True
         # a consumer only adds needs: the native hook its event needs, if not there yet; the post-hook
         # for every event, forward_pre too: a call is counted when it ends (else every call would be call 0)
         if self._native_post is None:
@@ -123,7 +126,7 @@ class LayerHooks(GradPlumbing):
             if len(left) == len(cs):
                 return  # not here (removed by remove_all meanwhile)
             c[event] = left
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        self._hot, self._one, self._stale, self._pre, self._fwd, self._scopes = None, None, True, (), (), ()
         self._count -= 1
         if self.root_clock is not None:
             return
@@ -153,7 +156,7 @@ class LayerHooks(GradPlumbing):
     def hook_root(self, root: Any, clock: Clock) -> None:
         """Make this layer ``clock``'s root: its pre-hook counts the forwards, its post-hook ends them."""
         self.root_clock = clock
-        self._hot, self._stale = None, True
+        self._hot, self._one, self._stale = None, None, True
         if self._native_pre is None:
             self._native_pre = self.backend.hook_forward_pre(root, self._on_pre)
         if self._native_post is None:
@@ -166,7 +169,7 @@ class LayerHooks(GradPlumbing):
             self._sync_native(root)
             return
         pre, post, self._native_pre, self._native_post = self._native_pre, self._native_post, None, None
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        self._hot, self._one, self._stale, self._pre, self._fwd, self._scopes = None, None, True, (), (), ()
         if pre is not None:
             pre.remove()
         if post is not None:
@@ -179,7 +182,7 @@ class LayerHooks(GradPlumbing):
         root = self.root_clock is not None
         # the dispatch state is derived again at the next call; until then nothing derived keeps a
         # removed consumer (and what it holds) alive
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        self._hot, self._one, self._stale, self._pre, self._fwd, self._scopes = None, None, True, (), (), ()
         if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
         # a root's post-hook marks its forward finished (see Forward.hot); a layer's counts its calls
@@ -200,12 +203,19 @@ class LayerHooks(GradPlumbing):
             hot = (scopes[0], scopes[0].clock, fns, plain, single, bool(grad or bwd) or self.root_clock is not None)
         self._pre, self._fwd, self._scopes = pre, fwd, scopes
         self._wants_grads, self._has_backward = bool(grad or bwd), bool(bwd)
+        self._one = (hot[0], hot[1], hot[4]) if hot is not None and hot[4] is not None and not hot[5] else None
         self._hot, self._stale = hot, False
 
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
+        if not self._count:  # a root with no consumers of its own: its forward starts
+            clock = self.root_clock
+            if clock is not None and not self._in_backward():
+                # the framework's frame calling the root: a forward started inside it is a nested one
+                clock.begin(self.backend, layer, args, kwargs, self.backend.in_transform(), sys._getframe(1))
+            return None
         if self._stale:
             self._derive()
         hot = self._hot
@@ -255,13 +265,31 @@ class LayerHooks(GradPlumbing):
         # forward: the call is counted on the scope and the consumers run (``_run_hot``); anything
         # else (several roots or threads, a recompute, a transform, a call after the root's
         # forward) takes the general path.
+        one = self._one
+        if one is not None:  # a plain hook that counts its calls (what follows, for that case)
+            scope, clock, fn = one
+            fw = clock.solo
+            if fw is not None:
+                last = scope.fw
+                if last is not fw:
+                    scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
+                    scope.fw = fw
+                call = scope.n
+                scope.n = call + 1
+                try:
+                    return fn(layer, args, output)
+                except Halt:
+                    raise  # no gradients wanted: nothing to place
+                except Exception as exc:
+                    raise annotate(exc, scope.name, call, "forward") from None
+        if not self._count:  # a root with no consumers of its own: its forward ends
+            clock = self.root_clock
+            if clock is not None and not self._in_backward():
+                clock.finish()
+            return None
         hot = self._hot
         if hot is None:
             if not self._stale:
-                if not self._scopes and self.root_clock is not None:  # a root with no consumers of its own
-                    if not self._in_backward():
-                        self.root_clock.finish()
-                    return None
                 return self._on_post_general(layer, args, kwargs, output)
             self._derive()
             hot = self._hot
@@ -447,7 +475,7 @@ def _attach_layers(model: Any, backend: Backend, entries: list, event: str, prio
                 hooks.add(layer, event, consumer)
                 continue
             # LayerHooks.add's usual case inline: the layer's first consumer, a post-hook to place
-            hooks.consumers[event], hooks._count, hooks._hot, hooks._stale = (consumer,), 1, None, True
+            hooks.consumers[event], hooks._count, hooks._hot, hooks._one, hooks._stale = (consumer,), 1, None, None, True
             if hooks._native_post is None:
                 hooks._native_post = hooks.backend.hook_forward(layer, hooks._on_post)
     except BaseException:
