@@ -77,6 +77,9 @@ class Clock:
     def restart(self) -> None:
         """Count from step 0 again: the clock of a root whose consumers all went, taken up by the next
         one (cheaper than a new clock: its scopes stay, their last forward forgotten)."""
+        if self.last is None and not self.count and not self.away and len(self.scopes) <= 64:  # no forward since: nothing to forget
+            self.home = get_ident()  # no thread has a forward in ``local``: whichever restarts it is at home
+            return
         self.count = 0
         self.seqs.count = 0
         if self.away or get_ident() != self.home:

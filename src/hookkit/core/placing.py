@@ -86,5 +86,4 @@ def release_root(clock: Any, root: tuple) -> None:
     model = root_ref()
     if model is not None and root_hooks.root_clock is clock:
         root_hooks.unhook_root(model)
-        if clocks.clock_of(model) is clock:
-            clocks.forget(model)
+    clock.live = False  # what clocks.forget does to a clock nobody uses (its model's, or one remove_all replaced)

@@ -304,11 +304,12 @@ class capture(HandleGroup, RecordSource):
     def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
         """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
         named = select(model, layers)
-        self.names: list[str] = named.names
         self._hooked: dict[str, Any] = {}  # to tell a layer swapped in later
+        entries = self._forward_consumers(named)
+        self.names: list[str] = list(self._records)  # the selected names, in order (each once)
         try:
             # the placements join this capture's own handles (one level to remove, not two)
-            attach_each(model, self._forward_consumers(named), "forward", OBSERVER, self)
+            attach_each(model, entries, "forward", OBSERVER, self)
             if grads:
                 attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER, self)
         except BaseException:
