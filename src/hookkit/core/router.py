@@ -39,7 +39,7 @@ from hookkit.core.events import (  # noqa: F401
     warn_transformed,
 )
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
-from hookkit.core.handles import HandleGroup
+from hookkit.core.handles import HandleGroup, held
 from hookkit.core.placing import Placed, PlacedLayers
 from hookkit.core.registry import backend_for
 from hookkit.core.types import Layer
@@ -438,12 +438,14 @@ def attach_each(
     backend = backend_for(model)
     if type(entries) is not list:
         entries = list(entries)
-    layers = [e[1] for e in entries]
-    backend.check_hookable(model, list(zip([e[0] for e in entries], layers)))
-    backend.check_not_compiled(model, layers)
+    named = [(e[0], e[1]) for e in entries]
+    backend.check_hookable(model, named)
+    backend.check_not_compiled(model, [layer for _, layer in named])
     placed = _attach_layers(model, backend, entries, event, priority)
-    if group is None:
-        return HandleGroup([placed])
+    if group is None:  # HandleGroup([placed]), without the keyword-checking wrappers of its __init__
+        group = _new(HandleGroup)
+        group._remove, group.handles = held, [placed]
+        return group
     group.handles.append(placed)
     return group
 

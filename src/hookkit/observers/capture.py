@@ -268,7 +268,7 @@ class capture(HandleGroup, RecordSource):
         self._remove, self.handles = held, []  # HandleGroup.__init__, without its two keyword-checking wrappers
         self._backend = self._options(model, keep, positions, steps, token_dim, index)
         self._check_flags(inputs, outputs, grads, detach, clone, to)
-        self._top_k = _check_top_k(top_k, outputs)
+        self._top_k = None if top_k is None else _check_top_k(top_k, outputs)
         self._model = weakref.ref(model)
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
