@@ -45,8 +45,9 @@ class Forward:
         # a direct call of a layer, which the general path numbers.
         self.hot = not transformed
         self.calls: dict[Scope, int] = {}  # scope -> its calls so far in this forward, unless the scope holds them (Scope.fw)
-        self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
-        self.pending: dict[Scope, Any] = {}  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
+        # made on first use (most forwards have no recompute and no backward consumer):
+        self.recomputed: dict[Scope, int] | None = None  # scope -> calls re-run by activation checkpointing
+        self.pending: dict[Scope, Any] | None = None  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
 
 
 class Clock:
@@ -77,7 +78,8 @@ class Clock:
     def restart(self) -> None:
         """Count from step 0 again: the clock of a root whose consumers all went, taken up by the next
         one (cheaper than a new clock: its scopes stay, their last forward forgotten)."""
-        if self.last is None and not self.count and not self.away and len(self.scopes) <= 64:  # no forward since: nothing to forget
+        if self.last is None and not self.count and not self.away and self.private is None and len(self.scopes) <= 64:
+            # no forward since it last started: nothing to forget
             self.home = get_ident()  # no thread has a forward in ``local``: whichever restarts it is at home
             return
         self.count = 0
@@ -223,9 +225,12 @@ def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope
         fw = scope.clock.current()
         n = calls_of(scope, fw)
         if recompute:
-            done = fw.recomputed.get(scope, 0)
+            rerun = fw.recomputed
+            if rerun is None:
+                rerun = fw.recomputed = {}
+            done = rerun.get(scope, 0)
             if commit:
-                fw.recomputed[scope] = done + 1
+                rerun[scope] = done + 1
             out[scope] = (done % n if n else done, fw.step)
         else:
             if commit:
