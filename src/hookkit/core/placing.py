@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from hookkit.core import clock as clocks
 from hookkit.core.events import Consumer
 from hookkit.core.handles import Handle, held
 

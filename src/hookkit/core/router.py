@@ -270,10 +270,8 @@ class LayerHooks(GradPlumbing):
             scope, clock, fn = one
             fw = clock.solo
             if fw is not None:
-                last = scope.fw
-                if last is not fw:
-                    scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
-                    scope.fw = fw
+                if scope.fw is not fw:  # the first call in this forward
+                    scope.enter(fw)
                 call = scope.n
                 scope.n = call + 1
                 try:
@@ -283,10 +281,7 @@ class LayerHooks(GradPlumbing):
                 except Exception as exc:
                     raise annotate(exc, scope.name, call, "forward") from None
         if not self._count:  # a root with no consumers of its own: its forward ends
-            clock = self.root_clock
-            if clock is not None and not self._in_backward():
-                clock.finish()
-            return None
+            return self._end_root()
         hot = self._hot
         if hot is None:
             if not self._stale:
@@ -299,10 +294,8 @@ class LayerHooks(GradPlumbing):
         fw = clock.solo
         if fw is None:
             return self._on_post_general(layer, args, kwargs, output)
-        last = scope.fw
-        if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
-            scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
-            scope.fw = fw
+        if scope.fw is not fw:  # the first call in this forward
+            scope.enter(fw)
         call = scope.n
         scope.n = call + 1
         try:
@@ -340,11 +333,15 @@ class LayerHooks(GradPlumbing):
                 result = ev.output = output = r
         return result
 
+    def _end_root(self) -> None:
+        """The post-hook of a root with no consumers of its own: its forward ends (not a recompute's)."""
+        clock = self.root_clock
+        if clock is not None and not self._in_backward():
+            clock.finish()
+
     def _on_post_general(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         if not self._scopes:  # a root with no consumers of its own
-            if self.root_clock is not None and not self._in_backward():
-                self.root_clock.finish()
-            return None
+            return self._end_root()
         recompute = bool(self._in_backward())
         numbers = number(self._scopes, recompute, commit=True)
         transformed = self._transformed()

@@ -369,19 +369,21 @@ class capture(HandleGroup, RecordSource):
         """``attach_each``'s entries: each selected layer's forward consumer (its list of records and
         its weak reference made on the way). For the default settings (outputs only, detached, kept
         where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
-        records, hooked, ref, entries = self._records, self._hooked, weakref.ref, []
+        records, hooked, ref = self._records, self._hooked, weakref.ref
+        entries: list[tuple[str, Any, Any, None]] = []
         add = entries.append
         if not self._plain_records:
-            on_forward = self._on_forward
+            general = self._on_forward
             for name, layer in named:
                 records[name], hooked[name] = [], ref(layer)
-                add((name, layer, partial(on_forward, name), None))
+                add((name, layer, partial(general, name), None))
             return entries
         # bound once per capture: the backend's functions; per layer: its list, never replaced
         # (clear() empties it in place)
         is_tensor, detach, keep, seq = self._backend.is_tensor, self._backend.detach, self._keep, self._seq
         for name, layer in named:
-            records[name] = kept = []
+            kept: list[Record] = []
+            records[name] = kept
             hooked[name] = ref(layer)
 
             # bound through defaults (one function object per layer, no factory call): called as fn(ev) only

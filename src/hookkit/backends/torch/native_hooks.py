@@ -40,7 +40,7 @@ class NativeHook:
 _new = object.__new__
 
 
-def place_pre(layer: Any, fn: Callable, _ids: type = RemovableHandle, _ref: Callable = weakref.ref) -> NativeHook:
+def place_pre(layer: Any, fn: Callable, _ids: Any = RemovableHandle, _ref: Callable = weakref.ref) -> NativeHook:
     """Put ``fn`` last in ``layer``'s forward pre-hooks, called with kwargs."""
     hook_id = _ids.next_id
     _ids.next_id = hook_id + 1
@@ -51,7 +51,7 @@ def place_pre(layer: Any, fn: Callable, _ids: type = RemovableHandle, _ref: Call
     return h
 
 
-def place_post(layer: Any, fn: Callable, _ids: type = RemovableHandle, _ref: Callable = weakref.ref) -> NativeHook:
+def place_post(layer: Any, fn: Callable, _ids: Any = RemovableHandle, _ref: Callable = weakref.ref) -> NativeHook:
     """Put ``fn`` last in ``layer``'s forward hooks, called with kwargs."""
     hook_id = _ids.next_id
     _ids.next_id = hook_id + 1
