@@ -199,13 +199,6 @@ class Scope:
         self.fw: Forward | None = None
         self.n = 0
 
-    def enter(self, fw: Forward) -> None:
-        """The first call of this scope's layer in forward ``fw`` (the router's hot paths): count
-        there from now on, from 0 unless ``fw`` has counted calls here before (``switch``)."""
-        last = self.fw
-        self.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else self.switch(fw)
-        self.fw = fw
-
     def switch(self, fw: Forward) -> int:
         """Count ``fw``'s calls here from now on; returns its calls so far. The previous forward's
         count goes to its ``calls`` when it may still be read: another thread's, or one still

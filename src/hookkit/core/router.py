@@ -270,47 +270,54 @@ class LayerHooks(GradPlumbing):
             scope, clock, fn = one
             fw = clock.solo
             if fw is not None:
-                if scope.fw is not fw:  # the first call in this forward
-                    scope.enter(fw)
+                last = scope.fw
+                if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
+                    scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
+                    scope.fw = fw
                 call = scope.n
                 scope.n = call + 1
                 try:
-                    return fn(layer, args, output)
-                except Halt:
-                    raise  # no gradients wanted: nothing to place
+                    return fn(layer, args, output)  # Halt goes through: no gradients wanted, nothing to place
                 except Exception as exc:
                     raise annotate(exc, scope.name, call, "forward") from None
-        if not self._count:  # a root with no consumers of its own: its forward ends
-            return self._end_root()
         hot = self._hot
-        if hot is None:
-            if not self._stale:
-                return self._on_post_general(layer, args, kwargs, output)
-            self._derive()
-            hot = self._hot
-            if hot is None:
-                return self._on_post_general(layer, args, kwargs, output)
+        if hot is None:  # also a root with no consumers of its own (its forward ends: ``_on_post_general``)
+            return self._on_post_cold(layer, args, kwargs, output)
         scope, clock, fns, plain, one, after = hot
         fw = clock.solo
         if fw is None:
             return self._on_post_general(layer, args, kwargs, output)
-        if scope.fw is not fw:  # the first call in this forward
-            scope.enter(fw)
+        last = scope.fw
+        if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
+            scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
+            scope.fw = fw
         call = scope.n
         scope.n = call + 1
         try:
-            # a single plain consumer is called as a plain hook; else plain ones, or with an Event
-            result = one(layer, args, output) if one is not None else self._run_hot(layer, args, kwargs, output, call, fw, hot)
+            result = self._run_hot(layer, args, kwargs, output, call, fw, hot)
         except Halt:
             self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
             raise
         except Exception as exc:
             raise annotate(exc, scope.name, call, "forward") from None
         if after:  # gradients wanted, or the root's forward ends here
-            self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output if result is None else result)
-            if self.root_clock is not None:
-                self.root_clock.finish()
+            self._after_hot(layer, len(args), scope, call, fw, output if result is None else result)
         return result
+
+    def _on_post_cold(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        """The post-hook's first call after the consumers changed: derive what the hot paths read,
+        then take the one that applies."""
+        if self._stale:
+            self._derive()
+            if self._hot is not None:
+                return self._on_post(layer, args, kwargs, output)
+        return self._on_post_general(layer, args, kwargs, output)
+
+    def _after_hot(self, layer: Any, n_args: int, scope: Scope, call: int, fw: Any, output: Any) -> None:
+        """After the hot path's consumers: the gradient hooks on the output; a root's forward ends."""
+        self._place_grad_hooks(layer, n_args, {scope: (call, fw.step)}, output)
+        if self.root_clock is not None:
+            self.root_clock.finish()
 
     @staticmethod
     def _run_hot(layer: Any, args: tuple, kwargs: dict, output: Any, call: int, fw: Any, hot: tuple) -> Any:
