@@ -27,7 +27,11 @@ _UNREAD = object()  # ``Clock.tick``'s ``prev`` when its caller has not read the
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden", "thread")
+    # fmt: off
+    __slots__ = (
+        "step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden", "thread", "prior",
+    )
+    # fmt: on
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
@@ -38,6 +42,10 @@ class Forward:
         # inside it finds it among its callers; no reference to the frame and its locals
         self.frame: tuple | None = None
         self.outer: Forward | None = None
+        # the forward before it, finished in its thread when it started: a scope that last counted
+        # there starts from call 0 here (the router's hot paths, without Scope.first_call). Only the
+        # newest forward holds one: no chain of forwards is kept alive.
+        self.prior: Forward | None = None
         self.hidden: frozenset[int] = _NOBODY  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
@@ -114,8 +122,12 @@ class Clock:
             else:  # that forward raised (its root never returned): it is over
                 prev.frame = None
         last = self.last
-        if last is not None and last.hot and last.thread != fw.thread:
-            self.threads = True
+        if last is not None:
+            last.prior = None
+            if last.done and last.thread == fw.thread:
+                fw.prior = last
+            elif last.hot and last.thread != fw.thread:
+                self.threads = True
         if fw.thread != self.home:
             self.away = True
         if frame is not None:
@@ -198,6 +210,13 @@ class Scope:
         self.clock, self.name = clock, name
         self.fw: Forward | None = None
         self.n = 0
+
+    def first_call(self, fw: Forward) -> None:
+        """The first call of this scope's layer in forward ``fw``: count there from now on, from 0
+        unless ``fw`` counted calls here before (``switch``)."""
+        last = self.fw
+        self.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else self.switch(fw)
+        self.fw = fw
 
     def switch(self, fw: Forward) -> int:
         """Count ``fw``'s calls here from now on; returns its calls so far. The previous forward's

@@ -271,9 +271,11 @@ class LayerHooks(GradPlumbing):
             fw = clock.solo
             if fw is not None:
                 last = scope.fw
-                if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
-                    scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
-                    scope.fw = fw
+                if last is not fw:  # the first call in this forward; from 0 after the forward before
+                    if last is fw.prior:
+                        scope.n, scope.fw = 0, fw
+                    else:
+                        scope.first_call(fw)
                 call = scope.n
                 scope.n = call + 1
                 try:
@@ -281,16 +283,18 @@ class LayerHooks(GradPlumbing):
                 except Exception as exc:
                     raise annotate(exc, scope.name, call, "forward") from None
         hot = self._hot
-        if hot is None:  # also a root with no consumers of its own (its forward ends: ``_on_post_general``)
+        if hot is None:  # also a root with no consumers of its own
             return self._on_post_cold(layer, args, kwargs, output)
         scope, clock, fns, plain, one, after = hot
         fw = clock.solo
         if fw is None:
             return self._on_post_general(layer, args, kwargs, output)
         last = scope.fw
-        if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
-            scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
-            scope.fw = fw
+        if last is not fw:  # the first call in this forward; from 0 after the forward before
+            if last is fw.prior:
+                scope.n, scope.fw = 0, fw
+            else:
+                scope.first_call(fw)
         call = scope.n
         scope.n = call + 1
         try:
@@ -305,8 +309,11 @@ class LayerHooks(GradPlumbing):
         return result
 
     def _on_post_cold(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
-        """The post-hook's first call after the consumers changed: derive what the hot paths read,
-        then take the one that applies."""
+        """The post-hook without a hot tuple: a root with no consumers of its own (its forward ends),
+        or the first call after the consumers changed (derive what the hot paths read, then take
+        the path that applies)."""
+        if not self._count:  # a root with no consumers of its own: its forward ends
+            return self._end_root()
         if self._stale:
             self._derive()
             if self._hot is not None:
