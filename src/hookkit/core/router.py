@@ -271,12 +271,13 @@ class LayerHooks(GradPlumbing):
             fw = clock.solo
             if fw is not None:
                 last = scope.fw
-                if last is not fw:  # the first call in this forward; from 0 after the forward before
-                    if last is fw.prior:
-                        scope.n, scope.fw = 0, fw
-                    else:
-                        scope.first_call(fw)
-                call = scope.n
+                if last is fw:
+                    call = scope.n
+                elif last is fw.prior:  # the first call in this forward, after the forward before: call 0
+                    call, scope.fw = 0, fw
+                else:
+                    scope.first_call(fw)
+                    call = scope.n
                 scope.n = call + 1
                 try:
                     return fn(layer, args, output)  # Halt goes through: no gradients wanted, nothing to place
