@@ -440,8 +440,9 @@ def attach_each(
     group: HandleGroup | None = None,
 ) -> HandleGroup:
     """``attach`` with a function per layer, all placed at once: ``entries`` are ``(name, layer, fn,
-    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once). The
-    handles join ``group`` when given (a capture's own), else a new one.
+    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once). One
+    handle (``placing.PlacedLayers``) removes them all in one pass; it joins ``group`` when given (a
+    capture's own), else a new group holding it alone.
 
     >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
     """
@@ -513,26 +514,20 @@ def attach_params(
     return _attach_each(model, backend, targets, priority, partial(param_consumer, backend))
 
 
-def _attach_each(
-    model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "", group: HandleGroup | None = None
-) -> HandleGroup:
-    """One consumer per ``(name, target, fn, plain)``: on ``event`` of each layer (``place`` None),
-    or where ``place(target, consumer)`` says, ``(hooks, object, add args, discard args)``. The
-    root's clock starts with the first. All or nothing: an error removes what was placed."""
+def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable) -> HandleGroup:
+    """One consumer per ``(name, target, fn, plain)``, placed where ``place(target, consumer)`` says,
+    ``(hooks, object, add args, discard args)`` (a parameter: ``grads.param_consumer``), one handle
+    each. The root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
     root_hooks = _hooks_for(model, backend)
     root = (weakref.ref(model), root_hooks)
     done: list[Placed] = []
-    placed, users, scope_of, ref, hooks_of = done.append, clock.users.add, clock.scope, weakref.ref, _registry.get
+    placed, users, scope_of, ref = done.append, clock.users.add, clock.scope, weakref.ref
     try:
         for name, target, fn, plain in entries:
             consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
             users(id(consumer))
-            if place is None:  # a layer: its hooks, the event
-                hooks, obj = hooks_of(target) or _hooks_for(target, backend), target
-                add_args = discard_args = (event, consumer)
-            else:
-                hooks, obj, add_args, discard_args = place(target, consumer)
+            hooks, obj, add_args, discard_args = place(target, consumer)
             placed(Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
                 root_hooks.hook_root(model, clock)
@@ -540,10 +535,7 @@ def _attach_each(
     except BaseException:
         HandleGroup(done).remove()
         raise
-    if group is None:
-        return HandleGroup(done)
-    group.handles += done
-    return group
+    return HandleGroup(done)
 
 
 #: functions ``layer -> hook targets inside it`` that layers above core add (operation sites)
