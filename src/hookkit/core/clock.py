@@ -27,7 +27,11 @@ _UNREAD = object()  # ``Clock.tick``'s ``prev`` when its caller has not read the
 class Forward:
     """One forward of a root in one thread: its step and the calls counted so far, per scope."""
 
-    __slots__ = ("step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden", "thread")
+    # fmt: off
+    __slots__ = (
+        "step", "calls", "recomputed", "pending", "transformed", "hot", "pos", "done", "frame", "outer", "hidden", "thread", "prior",
+    )
+    # fmt: on
 
     def __init__(self, step: int, transformed: bool = False):
         self.step = step
@@ -38,6 +42,10 @@ class Forward:
         # inside it finds it among its callers; no reference to the frame and its locals
         self.frame: tuple | None = None
         self.outer: Forward | None = None
+        # the forward before it, finished in its thread when it started: a scope that last counted
+        # there starts from call 0 here (the router's hot paths, without Scope.first_call). Only the
+        # newest forward holds one: no chain of forwards is kept alive.
+        self.prior: Forward | None = None
         self.hidden: frozenset[int] = _NOBODY  # consumers (ids) this forward is hidden from: a private pass
         self.transformed = transformed  # inside a functional transform (torch.func grad, vmap...)
         # True while the root's forward runs outside a transform: a call may take the router's hot
@@ -45,8 +53,9 @@ class Forward:
         # a direct call of a layer, which the general path numbers.
         self.hot = not transformed
         self.calls: dict[Scope, int] = {}  # scope -> its calls so far in this forward, unless the scope holds them (Scope.fw)
-        self.recomputed: dict[Scope, int] = {}  # scope -> calls re-run by activation checkpointing
-        self.pending: dict[Scope, Any] = {}  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
+        # made on first use (most forwards have no recompute and no backward consumer):
+        self.recomputed: dict[Scope, int] | None = None  # scope -> calls re-run by activation checkpointing
+        self.pending: dict[Scope, Any] | None = None  # scope -> grads.GradCall: backward consumers' pre-hook -> post-hook
 
 
 class Clock:
@@ -77,6 +86,10 @@ class Clock:
     def restart(self) -> None:
         """Count from step 0 again: the clock of a root whose consumers all went, taken up by the next
         one (cheaper than a new clock: its scopes stay, their last forward forgotten)."""
+        if self.last is None and not self.count and not self.away and self.private is None and len(self.scopes) <= 64:
+            # no forward since it last started: nothing to forget
+            self.home = get_ident()  # no thread has a forward in ``local``: whichever restarts it is at home
+            return
         self.count = 0
         self.seqs.count = 0
         if self.away or get_ident() != self.home:
@@ -109,8 +122,12 @@ class Clock:
             else:  # that forward raised (its root never returned): it is over
                 prev.frame = None
         last = self.last
-        if last is not None and last.hot and last.thread != fw.thread:
-            self.threads = True
+        if last is not None:
+            last.prior = None
+            if last.done and last.thread == fw.thread:
+                fw.prior = last
+            elif last.hot and last.thread != fw.thread:
+                self.threads = True
         if fw.thread != self.home:
             self.away = True
         if frame is not None:
@@ -194,6 +211,13 @@ class Scope:
         self.fw: Forward | None = None
         self.n = 0
 
+    def first_call(self, fw: Forward) -> None:
+        """The first call of this scope's layer in forward ``fw``: count there from now on, from 0
+        unless ``fw`` counted calls here before (``switch``)."""
+        last = self.fw
+        self.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else self.switch(fw)
+        self.fw = fw
+
     def switch(self, fw: Forward) -> int:
         """Count ``fw``'s calls here from now on; returns its calls so far. The previous forward's
         count goes to its ``calls`` when it may still be read: another thread's, or one still
@@ -220,9 +244,12 @@ def number(scopes: Iterable[Scope], recompute: bool, commit: bool) -> dict[Scope
         fw = scope.clock.current()
         n = calls_of(scope, fw)
         if recompute:
-            done = fw.recomputed.get(scope, 0)
+            rerun = fw.recomputed
+            if rerun is None:
+                rerun = fw.recomputed = {}
+            done = rerun.get(scope, 0)
             if commit:
-                fw.recomputed[scope] = done + 1
+                rerun[scope] = done + 1
             out[scope] = (done % n if n else done, fw.step)
         else:
             if commit:

@@ -117,13 +117,13 @@ class Consumer:
 
     def __init__(self, fn: Callable[[Event], Any] | None, priority: int, seq: int, scope: Scope, plain: Callable | None = None):
         if plain is not None:
-            fn = partial(_call_plain, plain)
+            fn = partial(call_plain, plain)
         assert fn is not None  # attach() refuses neither fn nor plain
         self.fn, self.priority, self.seq, self.scope, self.plain = fn, priority, seq, scope, plain
         self.observer = priority >= OBSERVER
 
 
-def _call_plain(plain: Callable, ev: Event) -> Any:
+def call_plain(plain: Callable, ev: Event) -> Any:
     return plain(ev.layer, ev.args, ev.output)
 
 

@@ -60,7 +60,11 @@ class GradPlumbing:
     _wants_grads: bool
 
     def _pending(self) -> dict[Scope, GradCall]:
-        return self._scopes[0].clock.current().pending
+        fw = self._scopes[0].clock.current()
+        pending = fw.pending
+        if pending is None:
+            pending = fw.pending = {}
+        return pending
 
     def wrap_inputs(self, layer: Any, args: tuple, numbers: dict[Scope, tuple[int, int]]) -> tuple[tuple, bool]:
         """Pre-hook: route the inputs that take a gradient through an identity whose backward fires

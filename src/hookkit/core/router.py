@@ -33,14 +33,15 @@ from hookkit.core.events import (  # noqa: F401
     Event,
     Halt,
     _check_inputs,
+    call_plain,
     events_per_scope,
     ordered,
     run,
     warn_transformed,
 )
 from hookkit.core.grads import GradPlumbing, hook_tensor, param_consumer, param_hooks  # noqa: F401 (hook_tensor re-exported)
-from hookkit.core.handles import HandleGroup
-from hookkit.core.placing import Placed
+from hookkit.core.handles import HandleGroup, held
+from hookkit.core.placing import Placed, PlacedLayers
 from hookkit.core.registry import backend_for
 from hookkit.core.types import Layer
 from hookkit.core.validate import check_choice, check_model, fail
@@ -60,9 +61,9 @@ class LayerHooks(GradPlumbing):
 
     # fmt: off
     __slots__ = (
-        "backend", "root_clock", "consumers", "_native_pre", "_native_post", "_in_backward", "__weakref__",
+        "backend", "root_clock", "consumers", "_count", "_native_pre", "_native_post", "_in_backward", "__weakref__",
         # read by the dispatchers instead of ``consumers``; derived again at the first call after a change
-        "_pre", "_fwd", "_scopes", "_hot", "_wants_grads", "_has_backward", "_stale",
+        "_pre", "_fwd", "_scopes", "_hot", "_one", "_wants_grads", "_has_backward", "_stale",
     )
     # fmt: on
 
@@ -70,6 +71,7 @@ class LayerHooks(GradPlumbing):
         self.backend = backend  # type: ignore[assignment]  # None only in the inert copy, which feeds nothing
         self.root_clock: Clock | None = None  # set on a root: its pre-hook counts the root's forwards
         self.consumers: dict[str, tuple[Consumer, ...]] = {e: () for e in LAYER_EVENTS}
+        self._count = 0  # consumers of all events
         self._native_pre: Any = None
         self._native_post: Any = None
         # tuples of consumers, their functions, scopes
@@ -79,6 +81,9 @@ class LayerHooks(GradPlumbing):
         # the hot path's case, one scope: (scope, clock, forward functions, plain functions when all
         # are, the plain one when alone, whether gradients are wanted or the layer is a root)
         self._hot: tuple | None = None
+        # the commonest case of all, kept apart: (scope, clock, the plain function) of a layer whose
+        # one forward consumer is plain, in one scope, with no gradients wanted, not a root
+        self._one: tuple | None = None
         self._wants_grads = False
         self._has_backward = False
         self._stale = False
@@ -93,10 +98,13 @@ class LayerHooks(GradPlumbing):
         return LayerHooks(None)
 
     def add(self, layer: Any, event: str, consumer: Consumer) -> None:
-        cs = self.consumers[event]
+        c = self.consumers
+        cs = c[event]
         # arrival numbers only grow: a consumer of no higher priority than the last goes last
-        self.consumers[event] = (*cs, consumer) if not cs or cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()  # derived again at the next call
+        c[event] = (consumer,) if not cs else (*cs, consumer) if cs[-1].priority <= consumer.priority else ordered((*cs, consumer))
+        self._count += 1
+        # derived again at the next call (what was derived holds live consumers only: it stays until then)
+        self._hot, self._one, self._stale = None, None, True
         # a consumer only adds needs: the native hook its event needs, if not there yet; the post-hook
         # for every event, forward_pre too: a call is counted when it ends (else every call would be call 0)
         if self._native_post is None:
@@ -105,21 +113,68 @@ class LayerHooks(GradPlumbing):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre)
 
     def discard(self, layer: Any, event: str, consumer: Consumer) -> None:
-        cs = self.consumers[event]
-        self.consumers[event] = () if cs == (consumer,) else tuple([c for c in cs if c is not consumer])
-        self._sync_native(layer)
+        self.drop(event, consumer)
+
+    def drop(self, event: str, consumer: Consumer) -> None:
+        """Remove ``consumer`` from ``event``, and the native hooks no consumer needs any more (a
+        removal only removes: the layer itself is not needed)."""
+        c = self.consumers
+        cs = c[event]
+        if len(cs) == 1 and cs[0] is consumer:
+            c[event] = ()
+        else:
+            left = tuple([x for x in cs if x is not consumer])
+            if len(left) == len(cs):
+                return  # not here (removed by remove_all meanwhile)
+            c[event] = left
+        self._hot, self._one, self._stale, self._pre, self._fwd, self._scopes = None, None, True, (), (), ()
+        self._count -= 1
+        if self.root_clock is not None:
+            return
+        if self._count == 0:  # the usual case: the layer's last consumer
+            pre, post, self._native_pre, self._native_post = self._native_pre, self._native_post, None, None
+            if pre is not None:
+                pre.remove()
+            if post is not None:
+                post.remove()
+            return
+        if self._native_pre is not None and not (c["forward_pre"] or c["backward"]):
+            self._native_pre = self._native_pre.remove()
 
     def clear(self, layer: Any) -> None:
         for cs in self.consumers.values():
             for c in cs:
                 c.scope.clock.users.discard(id(c))
         self.consumers = {e: () for e in LAYER_EVENTS}
+        self._count = 0
         self.root_clock = None
         self._sync_native(layer)
 
     @property
     def active(self) -> bool:
-        return any(self.consumers.values()) or self.root_clock is not None
+        return self._count > 0 or self.root_clock is not None
+
+    def hook_root(self, root: Any, clock: Clock) -> None:
+        """Make this layer ``clock``'s root: its pre-hook counts the forwards, its post-hook ends them."""
+        self.root_clock = clock
+        self._hot, self._one, self._stale = None, None, True
+        if self._native_pre is None:
+            self._native_pre = self.backend.hook_forward_pre(root, self._on_pre)
+        if self._native_post is None:
+            self._native_post = self.backend.hook_forward(root, self._on_post)
+
+    def unhook_root(self, root: Any) -> None:
+        """This layer is no clock's root any more: the native hooks its own consumers do not need go."""
+        self.root_clock = None
+        if self._count:
+            self._sync_native(root)
+            return
+        pre, post, self._native_pre, self._native_post = self._native_pre, self._native_post, None, None
+        self._hot, self._one, self._stale, self._pre, self._fwd, self._scopes = None, None, True, (), (), ()
+        if pre is not None:
+            pre.remove()
+        if post is not None:
+            post.remove()
 
     def _sync_native(self, layer: Any) -> None:
         """Place or remove the native hooks the consumers need. What the dispatchers read is derived
@@ -128,7 +183,7 @@ class LayerHooks(GradPlumbing):
         root = self.root_clock is not None
         # the dispatch state is derived again at the next call; until then nothing derived keeps a
         # removed consumer (and what it holds) alive
-        self._hot, self._stale, self._pre, self._fwd, self._scopes = None, True, (), (), ()
+        self._hot, self._one, self._stale, self._pre, self._fwd, self._scopes = None, None, True, (), (), ()
         if (root or bool(c["forward_pre"] or c["backward"])) is (self._native_pre is None):
             self._native_pre = self.backend.hook_forward_pre(layer, self._on_pre) if self._native_pre is None else self._native_pre.remove()
         # a root's post-hook marks its forward finished (see Forward.hot); a layer's counts its calls
@@ -149,12 +204,19 @@ class LayerHooks(GradPlumbing):
             hot = (scopes[0], scopes[0].clock, fns, plain, single, bool(grad or bwd) or self.root_clock is not None)
         self._pre, self._fwd, self._scopes = pre, fwd, scopes
         self._wants_grads, self._has_backward = bool(grad or bwd), bool(bwd)
+        self._one = (hot[0], hot[1], hot[4]) if hot is not None and hot[4] is not None and not hot[5] else None
         self._hot, self._stale = hot, False
 
     def _transformed(self) -> bool:
         return any(scope.clock.current().transformed for scope in self._scopes)
 
     def _on_pre(self, layer: Any, args: tuple, kwargs: dict) -> Any:
+        if not self._count:  # a root with no consumers of its own: its forward starts
+            clock = self.root_clock
+            if clock is not None and not self._in_backward():
+                # the framework's frame calling the root: a forward started inside it is a nested one
+                clock.begin(self.backend, layer, args, kwargs, self.backend.in_transform(), sys._getframe(1))
+            return None
         if self._stale:
             self._derive()
         hot = self._hot
@@ -204,41 +266,67 @@ class LayerHooks(GradPlumbing):
         # forward: the call is counted on the scope and the consumers run (``_run_hot``); anything
         # else (several roots or threads, a recompute, a transform, a call after the root's
         # forward) takes the general path.
+        one = self._one
+        if one is not None:  # a plain hook that counts its calls (what follows, for that case)
+            scope, clock, fn = one
+            fw = clock.solo
+            if fw is not None:
+                last = scope.fw
+                if last is fw:
+                    call = scope.n
+                elif last is fw.prior:  # the first call in this forward, after the forward before: call 0
+                    call, scope.fw = 0, fw
+                else:
+                    scope.first_call(fw)
+                    call = scope.n
+                scope.n = call + 1
+                try:
+                    return fn(layer, args, output)  # Halt goes through: no gradients wanted, nothing to place
+                except Exception as exc:
+                    raise annotate(exc, scope.name, call, "forward") from None
         hot = self._hot
-        if hot is None:
-            if not self._stale:
-                if not self._scopes and self.root_clock is not None:  # a root with no consumers of its own
-                    if not self._in_backward():
-                        self.root_clock.finish()
-                    return None
-                return self._on_post_general(layer, args, kwargs, output)
-            self._derive()
-            hot = self._hot
-            if hot is None:
-                return self._on_post_general(layer, args, kwargs, output)
+        if hot is None:  # also a root with no consumers of its own
+            return self._on_post_cold(layer, args, kwargs, output)
         scope, clock, fns, plain, one, after = hot
         fw = clock.solo
         if fw is None:
             return self._on_post_general(layer, args, kwargs, output)
         last = scope.fw
-        if last is not fw:  # the first call in this forward: Scope.switch, its common case inline
-            scope.n = 0 if last is None or (last.done and last.thread == fw.thread and not fw.calls) else scope.switch(fw)
-            scope.fw = fw
+        if last is not fw:  # the first call in this forward; from 0 after the forward before
+            if last is fw.prior:
+                scope.n, scope.fw = 0, fw
+            else:
+                scope.first_call(fw)
         call = scope.n
         scope.n = call + 1
         try:
-            # a single plain consumer is called as a plain hook; else plain ones, or with an Event
-            result = one(layer, args, output) if one is not None else self._run_hot(layer, args, kwargs, output, call, fw, hot)
+            result = self._run_hot(layer, args, kwargs, output, call, fw, hot)
         except Halt:
             self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output)
             raise
         except Exception as exc:
             raise annotate(exc, scope.name, call, "forward") from None
         if after:  # gradients wanted, or the root's forward ends here
-            self._place_grad_hooks(layer, len(args), {scope: (call, fw.step)}, output if result is None else result)
-            if self.root_clock is not None:
-                self.root_clock.finish()
+            self._after_hot(layer, len(args), scope, call, fw, output if result is None else result)
         return result
+
+    def _on_post_cold(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
+        """The post-hook without a hot tuple: a root with no consumers of its own (its forward ends),
+        or the first call after the consumers changed (derive what the hot paths read, then take
+        the path that applies)."""
+        if not self._count:  # a root with no consumers of its own: its forward ends
+            return self._end_root()
+        if self._stale:
+            self._derive()
+            if self._hot is not None:
+                return self._on_post(layer, args, kwargs, output)
+        return self._on_post_general(layer, args, kwargs, output)
+
+    def _after_hot(self, layer: Any, n_args: int, scope: Scope, call: int, fw: Any, output: Any) -> None:
+        """After the hot path's consumers: the gradient hooks on the output; a root's forward ends."""
+        self._place_grad_hooks(layer, n_args, {scope: (call, fw.step)}, output)
+        if self.root_clock is not None:
+            self.root_clock.finish()
 
     @staticmethod
     def _run_hot(layer: Any, args: tuple, kwargs: dict, output: Any, call: int, fw: Any, hot: tuple) -> Any:
@@ -261,11 +349,15 @@ class LayerHooks(GradPlumbing):
                 result = ev.output = output = r
         return result
 
+    def _end_root(self) -> None:
+        """The post-hook of a root with no consumers of its own: its forward ends (not a recompute's)."""
+        clock = self.root_clock
+        if clock is not None and not self._in_backward():
+            clock.finish()
+
     def _on_post_general(self, layer: Any, args: tuple, kwargs: dict, output: Any) -> Any:
         if not self._scopes:  # a root with no consumers of its own
-            if self.root_clock is not None and not self._in_backward():
-                self.root_clock.finish()
-            return None
+            return self._end_root()
         recompute = bool(self._in_backward())
         numbers = number(self._scopes, recompute, commit=True)
         transformed = self._transformed()
@@ -350,19 +442,63 @@ def attach_each(
     group: HandleGroup | None = None,
 ) -> HandleGroup:
     """``attach`` with a function per layer, all placed at once: ``entries`` are ``(name, layer, fn,
-    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once). The
-    handles join ``group`` when given (a capture's own), else a new one.
+    plain)``, one of ``fn``/``plain`` None (a capture of many layers checks the model once). One
+    handle (``placing.PlacedLayers``) removes them all in one pass; it joins ``group`` when given (a
+    capture's own), else a new group holding it alone.
 
     >>> attach_each(model, [("fc", model.fc, record_fc, None)], "forward", OBSERVER)   # doctest: +SKIP
     """
     if event not in LAYER_EVENTS:
         check_choice(event, LAYER_EVENTS, arg="event")
     backend = backend_for(model)
-    entries = list(entries)
-    named = [(name, layer) for name, layer, _, _ in entries]
+    if type(entries) is not list:
+        entries = list(entries)
+    named = [(e[0], e[1]) for e in entries]
     backend.check_hookable(model, named)
     backend.check_not_compiled(model, [layer for _, layer in named])
-    return _attach_each(model, backend, entries, priority, None, event, group)
+    placed = _attach_layers(model, backend, entries, event, priority)
+    if group is None:  # HandleGroup([placed]), without the keyword-checking wrappers of its __init__
+        group = _new(HandleGroup)
+        group._remove, group.handles = held, [placed]
+        return group
+    group.handles.append(placed)
+    return group
+
+
+def _attach_layers(model: Any, backend: Backend, entries: list, event: str, priority: int) -> PlacedLayers:
+    """One consumer per ``(name, layer, fn, plain)`` on ``event`` of the layer, one handle removing
+    them all. The root's clock starts with the first. All or nothing: an error removes what was placed."""
+    clock = clocks.clock_for(model)
+    hooks_of = _registry.by_id.get
+    root_hooks = hooks_of(id(model)) or _hooks_for(model, backend)
+    handle = PlacedLayers(event, clock, (weakref.ref(model), root_hooks))
+    if not entries:
+        return handle
+    placed, users, scopes, scope_of = handle.placed.append, clock.users.add, clock.scopes.get, clock.scope
+    observer = priority >= OBSERVER
+    try:
+        if root_hooks.root_clock is not clock:
+            root_hooks.hook_root(model, clock)
+        pre = event in _PRE_EVENTS
+        for name, layer, fn, plain in entries:
+            consumer = _new(Consumer)  # Consumer(fn, priority, seq, scope, plain), its checks done by attach
+            consumer.fn = fn if plain is None else partial(call_plain, plain)
+            consumer.priority, consumer.seq, consumer.plain, consumer.observer = priority, next(_seq), plain, observer
+            consumer.scope = scopes(name) or scope_of(name)
+            users(id(consumer))
+            hooks = hooks_of(id(layer)) or _hooks_for(layer, backend)
+            placed((hooks, consumer))
+            if hooks._count or pre:
+                hooks.add(layer, event, consumer)
+                continue
+            # LayerHooks.add's usual case inline: the layer's first consumer, a post-hook to place
+            hooks.consumers[event], hooks._count, hooks._hot, hooks._one, hooks._stale = (consumer,), 1, None, None, True
+            if hooks._native_post is None:
+                hooks._native_post = hooks.backend.hook_forward(layer, hooks._on_post)
+    except BaseException:
+        handle.remove()
+        raise
+    return handle
 
 
 def attach_params(
@@ -380,38 +516,28 @@ def attach_params(
     return _attach_each(model, backend, targets, priority, partial(param_consumer, backend))
 
 
-def _attach_each(
-    model: Any, backend: Backend, entries: list, priority: int, place: Callable | None, event: str = "", group: HandleGroup | None = None
-) -> HandleGroup:
-    """One consumer per ``(name, target, fn, plain)``: on ``event`` of each layer (``place`` None),
-    or where ``place(target, consumer)`` says, ``(hooks, object, add args, discard args)``. The
-    root's clock starts with the first. All or nothing: an error removes what was placed."""
+def _attach_each(model: Any, backend: Backend, entries: list, priority: int, place: Callable) -> HandleGroup:
+    """One consumer per ``(name, target, fn, plain)``, placed where ``place(target, consumer)`` says,
+    ``(hooks, object, add args, discard args)`` (a parameter: ``grads.param_consumer``), one handle
+    each. The root's clock starts with the first. All or nothing: an error removes what was placed."""
     clock = clocks.clock_for(model)
     root_hooks = _hooks_for(model, backend)
     root = (weakref.ref(model), root_hooks)
     done: list[Placed] = []
-    placed, users, scope_of, ref, hooks_of = done.append, clock.users.add, clock.scope, weakref.ref, _registry.get
+    placed, users, scope_of, ref = done.append, clock.users.add, clock.scope, weakref.ref
     try:
         for name, target, fn, plain in entries:
             consumer = Consumer(fn, priority, next(_seq), scope_of(name), plain)
             users(id(consumer))
-            if place is None:  # a layer: its hooks, the event
-                hooks, obj = hooks_of(target) or _hooks_for(target, backend), target
-                add_args = discard_args = (event, consumer)
-            else:
-                hooks, obj, add_args, discard_args = place(target, consumer)
+            hooks, obj, add_args, discard_args = place(target, consumer)
             placed(Placed(hooks.discard, ref(obj), discard_args, consumer, root))
             if root_hooks.root_clock is not clock:
-                root_hooks.root_clock = clock
-                root_hooks._sync_native(model)
+                root_hooks.hook_root(model, clock)
             hooks.add(obj, *add_args)
     except BaseException:
         HandleGroup(done).remove()
         raise
-    if group is None:
-        return HandleGroup(done)
-    group.handles += done
-    return group
+    return HandleGroup(done)
 
 
 #: functions ``layer -> hook targets inside it`` that layers above core add (operation sites)

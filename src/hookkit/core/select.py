@@ -194,6 +194,13 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
     backend = check_model(model)
+    if type(layers) is str:  # the usual spec, kept: what it resolved to before, while the tree is unchanged
+        kept = _kept.get(model)
+        hit = None if kept is None else kept.get(layers)
+        if hit is not None:
+            found = hit[1]()
+            if found is not None:
+                return Selection(zip(hit[0], found))
     for claims, resolve_kind in _SPEC_KINDS:  # a spec kind of a layer above core: "layer::op" (hookkit.sites)
         if claims(layers):
             return resolve_kind(model, layers, select, Selection)
@@ -234,6 +241,7 @@ def register_spec_kind(claims: Callable[[Any], bool], resolve: Callable[..., Sel
     (an SAE's features at an operation site, ``"h.0::add_0.sae"``, before the operation sites)."""
     if (claims, resolve) not in _SPEC_KINDS:  # the latest first: a kind built on an earlier one claims its specs before it
         _SPEC_KINDS.insert(0, (claims, resolve))
+        _kept.clear()  # a kept string spec was resolved by core before: the new kind may claim it
 
 
 def _spec_key(layers: Any) -> Any:

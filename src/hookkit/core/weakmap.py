@@ -30,6 +30,11 @@ class IdentityWeakMap(Generic[V]):
     def get(self, obj: Any, default: Any = None) -> Any:
         return self._values.get(id(obj), default)
 
+    @property
+    def by_id(self) -> dict[int, V]:
+        """The values keyed by ``id(obj)``, read only: ``by_id.get(id(obj))`` in a loop saves a call per lookup."""
+        return self._values
+
     def __setitem__(self, obj: Any, value: V) -> None:
         key = id(obj)
         if key not in self._refs:
@@ -52,6 +57,10 @@ class IdentityWeakMap(Generic[V]):
         if found is None:
             self[obj] = found = default
         return found
+
+    def clear(self) -> None:
+        self._values.clear()
+        self._refs.clear()
 
     def __len__(self) -> int:
         return len(self._values)

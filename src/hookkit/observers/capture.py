@@ -14,7 +14,7 @@ from types import FunctionType, MethodType, ModuleType
 from typing import Any, Literal, NamedTuple
 
 from hookkit.core.entry import entered, public_entry, restored
-from hookkit.core.handles import HandleGroup
+from hookkit.core.handles import HandleGroup, held
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
 from hookkit.core.select import LayerSpec, select
@@ -266,10 +266,10 @@ class capture(HandleGroup, RecordSource):
         index: int = 0,
         top_k: int | None = None,
     ):
-        super().__init__()
+        self._remove, self.handles = held, []  # HandleGroup.__init__, without its two keyword-checking wrappers
         self._backend = self._options(model, keep, positions, steps, token_dim, index)
         self._check_flags(inputs, outputs, grads, detach, clone, to)
-        self._top_k = _check_top_k(top_k, outputs)
+        self._top_k = None if top_k is None else _check_top_k(top_k, outputs)
         self._model = weakref.ref(model)
         self._inputs, self._outputs, self._grads = inputs, outputs, grads
         self._detach, self._to, self._clone = detach, to, clone
@@ -279,7 +279,6 @@ class capture(HandleGroup, RecordSource):
             and self._positions is None and self._gen_steps is None and self._top_k is None
         )  # fmt: skip
         self._records: dict[str, list[Record]] = {}
-        self._shared: tuple | None = None  # what every layer's consumer binds (``_forward_consumer``)
         self._seq = count()  # numbers records in the order the calls happened, across layers
         if heads is not None and heads is not False:  # per-head records [B, H, T, d_head] of attention layers
             with entered("capture"):
@@ -306,13 +305,12 @@ class capture(HandleGroup, RecordSource):
     def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
         """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
         named = select(model, layers)
-        self.names: list[str] = named.names
-        self._hooked = {n: weakref.ref(m) for n, m in named}  # to tell a layer swapped in later
-        self._records = {name: [] for name in self.names}
+        self._hooked: dict[str, Any] = {}  # to tell a layer swapped in later
+        entries = self._forward_consumers(named)
+        self.names: list[str] = list(self._records)  # the selected names, in order (each once)
         try:
             # the placements join this capture's own handles (one level to remove, not two)
-            consumer = self._forward_consumer
-            attach_each(model, [(name, layer, consumer(name), None) for name, layer in named], "forward", OBSERVER, self)
+            attach_each(model, entries, "forward", OBSERVER, self)
             if grads:
                 attach_each(model, [(name, layer, partial(self._on_grad, name), None) for name, layer in named], "grad", OBSERVER, self)
         except BaseException:
@@ -321,9 +319,11 @@ class capture(HandleGroup, RecordSource):
 
     def _check_flags(self, inputs: Any, outputs: Any, grads: Any, detach: Any, clone: Any, to: Any) -> None:
         flags = (inputs, outputs, grads, detach, clone)
-        if not all([f is True or f is False for f in flags]):  # the usual case costs one pass
-            for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
-                check_bool(value, arg=arg)
+        for f in flags:  # the usual case costs one pass
+            if f is not True and f is not False:
+                for arg, value in zip(("inputs", "outputs", "grads", "detach", "clone"), flags):
+                    check_bool(value, arg=arg)
+                break
         if to is not None:
             problem = self._backend.device_problem(to)
             if problem:
@@ -366,24 +366,34 @@ class capture(HandleGroup, RecordSource):
         self._records.setdefault(name, []).append(Record(name, ev.call, ev.step, kept, ev.pos))
 
     # -- hot path -------------------------------------------------------------------------------
-    def _forward_consumer(self, name: str) -> Any:
-        """The forward consumer of layer ``name``: for the default settings (outputs only, detached,
-        kept where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
+    def _forward_consumers(self, named: list[tuple[str, Any]]) -> list[tuple[str, Any, Any, None]]:
+        """``attach_each``'s entries: each selected layer's forward consumer (its list of records and
+        its weak reference made on the way). For the default settings (outputs only, detached, kept
+        where they are) a closure doing exactly what ``_on_forward`` does, without lookups."""
+        records, hooked, ref = self._records, self._hooked, weakref.ref
+        entries: list[tuple[str, Any, Any, None]] = []
+        add = entries.append
         if not self._plain_records:
-            return partial(self._on_forward, name)
+            general = self._on_forward
+            for name, layer in named:
+                records[name], hooked[name] = [], ref(layer)
+                add((name, layer, partial(general, name), None))
+            return entries
         # bound once per capture: the backend's functions; per layer: its list, never replaced
         # (clear() empties it in place)
-        shared = self._shared
-        if shared is None:
-            shared = self._shared = (self._backend.is_tensor, self._backend.detach, self._keep, self._seq)
-        is_tensor, detach, keep, seq = shared
-        append = self._records[name].append
+        is_tensor, detach, keep, seq = self._backend.is_tensor, self._backend.detach, self._keep, self._seq
+        for name, layer in named:
+            kept: list[Record] = []
+            records[name] = kept
+            hooked[name] = ref(layer)
 
-        def on_forward(ev: Event) -> None:
-            out = ev.output
-            append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
+            # bound through defaults (one function object per layer, no factory call): called as fn(ev) only
+            def on_forward(ev: Event, name: str = name, append: Callable = kept.append) -> None:
+                out = ev.output
+                append(Record(name, ev.call, ev.step, detach(out) if is_tensor(out) else keep(out), ev.pos, next(seq)))
 
-        return on_forward
+            add((name, layer, on_forward, None))
+        return entries
 
     def _keep(self, value: Any) -> Any:
         be = self._backend

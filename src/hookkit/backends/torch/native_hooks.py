@@ -28,27 +28,35 @@ class NativeHook:
     def remove(self) -> None:
         layer = self._layer()
         if layer is not None:
+            hook_id = self.id
             if self._pre:
-                layer._forward_pre_hooks.pop(self.id, None)
-                layer._forward_pre_hooks_with_kwargs.pop(self.id, None)
+                layer._forward_pre_hooks.pop(hook_id, None)
+                layer._forward_pre_hooks_with_kwargs.pop(hook_id, None)
             else:
-                layer._forward_hooks.pop(self.id, None)
-                layer._forward_hooks_with_kwargs.pop(self.id, None)
+                layer._forward_hooks.pop(hook_id, None)
+                layer._forward_hooks_with_kwargs.pop(hook_id, None)
 
 
-def place_pre(layer: Any, fn: Callable) -> NativeHook:
+_new = object.__new__
+
+
+def place_pre(layer: Any, fn: Callable, _ids: Any = RemovableHandle, _ref: Callable = weakref.ref) -> NativeHook:
     """Put ``fn`` last in ``layer``'s forward pre-hooks, called with kwargs."""
-    hook_id = RemovableHandle.next_id
-    RemovableHandle.next_id = hook_id + 1
+    hook_id = _ids.next_id
+    _ids.next_id = hook_id + 1
     layer._forward_pre_hooks[hook_id] = fn
     layer._forward_pre_hooks_with_kwargs[hook_id] = True
-    return NativeHook(layer, hook_id, True)
+    h = _new(NativeHook)  # NativeHook(layer, hook_id, True) without the call
+    h._layer, h.id, h._pre = _ref(layer), hook_id, True
+    return h
 
 
-def place_post(layer: Any, fn: Callable) -> NativeHook:
+def place_post(layer: Any, fn: Callable, _ids: Any = RemovableHandle, _ref: Callable = weakref.ref) -> NativeHook:
     """Put ``fn`` last in ``layer``'s forward hooks, called with kwargs."""
-    hook_id = RemovableHandle.next_id
-    RemovableHandle.next_id = hook_id + 1
+    hook_id = _ids.next_id
+    _ids.next_id = hook_id + 1
     layer._forward_hooks[hook_id] = fn
     layer._forward_hooks_with_kwargs[hook_id] = True
-    return NativeHook(layer, hook_id, False)
+    h = _new(NativeHook)
+    h._layer, h.id, h._pre = _ref(layer), hook_id, False
+    return h
