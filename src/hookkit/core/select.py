@@ -193,7 +193,12 @@ def select(model: Layer, layers: LayerSpec = LEAVES) -> Selection:
     Globs never match the model itself (its name is ''): ``"*"`` selects its direct children; name
     the root with ``""`` or select everything with ``hookkit.ALL``.
     """
-    backend = check_model(model)
+    return select_checked(model, layers, check_model(model))
+
+
+def select_checked(model: Layer, layers: LayerSpec, backend: Any) -> Selection:
+    """``select`` for a caller that checked ``model`` already (``backend``) inside its own public
+    entry: the set-up path of ``capture`` (issue 38's fixed cost), without a second check or entry."""
     if type(layers) is str:  # the usual spec, kept: what it resolved to before, while the tree is unchanged
         kept = _kept.get(model)
         hit = None if kept is None else kept.get(layers)

@@ -17,7 +17,7 @@ from hookkit.core.entry import entered, public_entry, restored
 from hookkit.core.handles import HandleGroup, held
 from hookkit.core.positions import Positions, check_steps, token_dim_of
 from hookkit.core.router import OBSERVER, Event, attach_each
-from hookkit.core.select import LayerSpec, select
+from hookkit.core.select import LayerSpec, select, select_checked
 from hookkit.core.sequences import select_output, stitch, tensor_at
 from hookkit.core.suggest import close_matches
 from hookkit.core.tree import leaves, map_tensors
@@ -304,7 +304,7 @@ class capture(HandleGroup, RecordSource):
 
     def _attach_layers(self, model: Any, layers: LayerSpec, grads: bool) -> None:
         """One forward consumer per selected layer (and one on its output's gradient with ``grads``)."""
-        named = select(model, layers)
+        named = select_checked(model, layers, self._backend)
         self._hooked: dict[str, Any] = {}  # to tell a layer swapped in later
         entries = self._forward_consumers(named)
         self.names: list[str] = list(self._records)  # the selected names, in order (each once)
