@@ -1,0 +1,210 @@
+"""``run_with_cache`` derives the norms' ``hook_scale`` and ``hook_normalized`` when they are first read
+(from a reference to the norm's input), not in the forward: the values equal the forward-time ones
+(``capture``, which computes them in the forward) bit for bit and a hand computation to float32
+rounding; each is computed once; every ``ActivationCache`` method reads them; an in-place write into
+the norm's input is seen, by the model (kept again eagerly) or by the user (the read refused)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import hookkit
+from hookkit.analyses.transformer.derived import Derived
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+ATOL = 1e-5  # float32: a mean and a square root over 32 values of O(1)
+IDS = torch.tensor([[3, 7, 1, 9, 4], [2, 2, 8, 5, 11]])
+NORMS = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_normalized")
+
+
+def gpt2():
+    torch.manual_seed(0)
+    cfg = T.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, bos_token_id=0, eos_token_id=0)
+    return T.GPT2LMHeadModel(cfg).eval()
+
+
+def llama():
+    torch.manual_seed(0)
+    cfg = T.LlamaConfig(
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        hidden_size=32,
+        intermediate_size=64,
+        vocab_size=50,
+        max_position_embeddings=16,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    return T.LlamaForCausalLM(cfg).eval()
+
+
+def norm_names(model):
+    return [n for n in hookkit.names(model) if n.endswith(("hook_scale", "hook_normalized"))]
+
+
+def derived(cache):
+    return [n for n, v in cache._values.items() if isinstance(v, Derived)]
+
+
+def hand(x, kind, eps):
+    xc = x - x.mean(-1, keepdim=True) if kind == "layer" else x
+    scale = (xc.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+    return scale, xc / scale
+
+
+@pytest.mark.parametrize("make, kind", [(gpt2, "layer"), (llama, "rms")])
+def test_derived_values_equal_the_forward_time_values_and_a_hand_computation(make, kind):
+    model = make()
+    names = norm_names(model)
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(model, IDS)
+        with hookkit.capture(model, names) as cap:  # computed in the forward
+            model(IDS)
+    assert set(derived(cache)) == set(names)  # nothing computed yet
+    assert list(cache) == hookkit.names(model)  # in TransformerLens's order, as before
+    for name in names:
+        assert torch.equal(cache[name], cap[name]), name
+    for i, block in enumerate(model.model.layers if kind == "rms" else model.transformer.h):
+        norm = block.input_layernorm if kind == "rms" else block.ln_1
+        eps = norm.variance_epsilon if kind == "rms" else norm.eps
+        scale, normed = hand(cache[f"blocks.{i}.hook_resid_pre"], kind, eps)
+        np.testing.assert_allclose(cache[f"blocks.{i}.ln1.hook_scale"].numpy(), scale.numpy(), atol=ATOL, rtol=0)
+        np.testing.assert_allclose(cache[f"blocks.{i}.ln1.hook_normalized"].numpy(), normed.numpy(), atol=ATOL, rtol=0)
+    assert not derived(cache)
+
+
+def test_a_derived_value_is_computed_once_on_first_read(monkeypatch):
+    model = gpt2()
+    m = hookkit.backends.backend_for(model).family("tensor_math")
+    calls = []
+    real = type(m).norm_scale
+    monkeypatch.setattr(type(m), "norm_scale", lambda self, *a: calls.append(1) or real(self, *a))
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(model, IDS)
+    assert calls == []  # the forward computed no norm value
+    first = cache["blocks.0.ln1.hook_scale"]
+    assert cache["blocks.0.ln1.hook_scale"] is first and cache["scale", 0, "ln1"] is first
+    cache["blocks.0.ln1.hook_normalized"]
+    assert len(calls) == 1
+    assert "blocks.1.ln2.hook_scale" in cache and ("scale", None) in cache and "blocks.9.ln1.hook_scale" not in cache
+    assert len(calls) == 1  # `in` derives nothing
+
+
+def eager_cache(model):
+    """The same cache with every value computed in the forward (``device=`` keeps values eagerly)."""
+    with torch.no_grad():
+        return hookkit.run_with_cache(model, IDS, device="cpu")[1]
+
+
+def test_every_cache_method_reads_the_derived_values():
+    model = gpt2()
+    eager = eager_cache(model)
+    assert not derived(eager)
+    methods = {
+        "items": lambda c: dict(c.items()),
+        "values": lambda c: dict(zip(c.keys(), c.values())),
+        "dict": lambda c: dict(c),
+        "get": lambda c: {n: c.get(n) for n in norm_names(model)},
+    }
+    final, ln2 = "ln_final.hook_scale", "blocks.1.ln2.hook_scale"  # the scale each method divides by
+    methods |= {
+        final: lambda c: c.accumulated_resid(apply_ln=True, incl_mid=True),
+        ln2: lambda c: c.decompose_resid(apply_ln=True, mlp_input=True, layer=1),
+        "blocks.1.ln1.hook_scale": lambda c: c.stack_head_results(1, apply_ln=True),
+        final + " (neurons)": lambda c: c.stack_neuron_results(2, apply_ln=True, neuron_slice=slice(0, 4)),
+        ln2 + " (apply_ln_to_stack)": lambda c: c.apply_ln_to_stack(c.decompose_resid(), 1, mlp_input=True),
+        final + " (logit_attrs)": lambda c: c.logit_attrs(c.decompose_resid(pos_slice=-1), tokens=IDS[:, -1], pos_slice=-1),
+        final + " (full)": lambda c: c.get_full_resid_decomposition(apply_ln=True, expand_neurons=False),
+    }
+    for what, read in methods.items():
+        with torch.no_grad():
+            cache = hookkit.run_with_cache(model, IDS)[1]
+        assert derived(cache)
+        got, want = read(cache), read(eager)
+        if isinstance(got, dict):
+            assert list(got) == list(want), what
+            assert all(torch.equal(got[n], want[n]) for n in got), what
+            assert not derived(cache), what  # every value read
+        else:
+            assert torch.equal(got, want), what
+            assert what.split()[0] not in derived(cache), what  # the scale it read, now kept
+            assert len(derived(cache)) == len(norm_names(model)) - 1, what  # and no other
+
+
+class AddsInPlace(torch.nn.LayerNorm):
+    """A norm that writes into its input (the block's residual stream) after normalizing it."""
+
+    def forward(self, x):
+        out = super().forward(x)
+        x.add_(1.0)
+        return out
+
+
+def test_a_norm_input_the_model_writes_in_place_is_kept_again_eagerly():
+    model = gpt2()
+    ln = AddsInPlace(32, eps=model.transformer.h[0].ln_2.eps)
+    ln.load_state_dict(model.transformer.h[0].ln_2.state_dict())
+    model.transformer.h[0].ln_2 = ln
+    seen = {}
+    plain = ln.register_forward_pre_hook(lambda m, a: seen.__setitem__("in", a[0].clone()))
+    try:
+        with torch.no_grad():
+            _, cache = hookkit.run_with_cache(model, IDS)
+    finally:
+        plain.remove()
+    assert "blocks.0.ln2.hook_scale" not in derived(cache)  # kept again by the second forward, computed there
+    scale, normed = hand(seen["in"], "layer", ln.eps)
+    np.testing.assert_allclose(cache["blocks.0.ln2.hook_scale"].numpy(), scale.numpy(), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(cache["blocks.0.ln2.hook_normalized"].numpy(), normed.numpy(), atol=ATOL, rtol=0)
+    assert torch.equal(cache["blocks.0.hook_resid_mid"], seen["in"])  # as the norm read it
+
+
+def test_a_kept_tensor_written_in_place_by_the_user_before_the_read_is_refused():
+    model = gpt2()
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(model, IDS)
+    want = eager_cache(model)
+    kept = cache["blocks.0.ln1.hook_scale"]  # read before the write: the forward's value, kept
+    resid = cache["blocks.0.hook_resid_pre"]  # the same tensor as ln1's and (GPT-2) the embeddings' sum
+    resid.mul_(2.0)
+    assert torch.equal(kept, want["blocks.0.ln1.hook_scale"])
+    assert torch.equal(cache["blocks.0.ln1.hook_scale"], kept)
+    with pytest.raises(hookkit.UnsupportedModel, match=r"'blocks\.0\.ln1\.hook_normalized' is derived .* written in place"):
+        cache["blocks.0.ln1.hook_normalized"]
+    assert torch.equal(cache["blocks.1.ln1.hook_scale"], want["blocks.1.ln1.hook_scale"])  # other norms' inputs untouched
+
+
+def test_names_filter_and_device_keep_their_meaning():
+    model = gpt2()
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(model, IDS, names_filter="blocks.*.ln1.hook_normalized")
+    assert list(cache) == ["blocks.0.ln1.hook_normalized", "blocks.1.ln1.hook_normalized"] == derived(cache)
+    want = eager_cache(model)
+    assert all(torch.equal(cache[n], want[n]) for n in cache)
+
+
+def test_paddle_norm_values_are_derived_alike():
+    paddle = pytest.importorskip("paddle")
+    paddle.seed(0)
+    layer = paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, normalize_before=True)
+    model = paddle.nn.TransformerEncoder(layer, 2, norm=paddle.nn.LayerNorm(32))
+    model.eval()
+    src = paddle.randn([2, 5, 32])
+    names = norm_names(model)
+    _, cache = hookkit.run_with_cache(model, src)
+    with hookkit.capture(model, names) as cap:
+        model(src)
+    assert set(derived(cache)) == set(names)
+    for name in names:
+        np.testing.assert_array_equal(cache[name].numpy(), cap[name].numpy())
+    scale, normed = hand(cache["blocks.1.hook_resid_post"], "layer", model.norm._epsilon)
+    np.testing.assert_allclose(cache["ln_final.hook_scale"].numpy(), scale.numpy(), atol=ATOL, rtol=0)
+    np.testing.assert_allclose(cache["ln_final.hook_normalized"].numpy(), normed.numpy(), atol=ATOL, rtol=0)
+    _, cache = hookkit.run_with_cache(model, src)
+    cache["blocks.0.hook_resid_pre"].scale_(2.0)  # written in place before the read: the norm's read refused
+    with pytest.raises(hookkit.UnsupportedModel, match="written in place"):
+        cache["blocks.0.ln1.hook_scale"]
