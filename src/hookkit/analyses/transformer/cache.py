@@ -558,7 +558,7 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     values = _kept(model, be, wanted, inputs, device, copy=False)
     changed = _written_after(be, values)
     m = be.family("tensor_math")
-    changed += [n for n, v in values.items() if isinstance(v, Derived) and m.version(v.source.tensor) != v.source.version]
+    changed += [n for n, v in values.items() if isinstance(v, Derived) and v.source.written(m)]
     if changed:  # the model wrote into a tensor after it was kept: those names again, copied when kept
         if be.is_training(be.unwrap(model)):
             raise UnsupportedModel(
@@ -602,10 +602,7 @@ def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy
         src = sources[id(site)]
 
         def on(ev: Any) -> None:
-            t = site.tensor(be, ev)
-            if t is not None:
-                src.tensor = be.detach(t)
-                src.version = m.version(src.tensor)
+            src.keep(be, m, site, ev)
 
         return on
 
@@ -616,7 +613,7 @@ def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy
         values[""] = call_model(model, inputs)
     finally:
         group.remove()
-    values.update({name: d for name, d in derived.items() if d.source.tensor is not None})  # a norm never called: no name
+    values.update({name: d for name, d in derived.items() if d.source.seen})  # a norm never called: no name
     return values
 
 
