@@ -19,7 +19,7 @@ thread, CPU time; variants interleaved, ONE forward per step, set-up and removal
   (``dict(cache.items())``: the norms' values computed), as the bridge's are all computed;
 - ``hookkit, no patterns``: the same without ``hook_pattern`` (what ``bare + copies`` covers);
 - ``hookkit, SDPA model``: every name and pattern on a copy of the model with SDPA attention (as
-  deployed; the patterns computed beside it);
+  deployed; its kernel runs untouched, the scores and patterns derived when read);
 - ``bridge run_with_cache``: ``TransformerBridge.boot_transformers("gpt2", hf_model=copy)`` then
   ``bridge.run_with_cache(ids)`` (every hook it has; its own copy of the same weights).
 

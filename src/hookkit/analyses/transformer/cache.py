@@ -541,8 +541,10 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     tensors, as TransformerLens keeps them, never copied; moved to ``device`` when given). A tensor
     the model writes into in place after it was kept is seen by its version counter: those names are
     kept again by a second forward that copies them (eval mode; refused in training mode). The norms'
-    ``hook_scale`` and ``hook_normalized`` are derived from the norm's kept input when first read
-    (``device=None``): the forward runs no computation of its own for them (docs/standard-names.md).
+    ``hook_scale`` and ``hook_normalized`` are derived from the norm's kept input when first read, and
+    the ``hook_attn_scores`` / ``hook_pattern`` of a call the library's kernel runs (SDPA) from the
+    query, key and mask it received (``device=None``): the forward computes nothing of its own for them
+    (docs/standard-names.md).
 
     >>> logits, cache = hookkit.run_with_cache(gpt2, ids, names_filter="blocks.*.hook_resid_post")   # doctest: +SKIP
     >>> cache["blocks.0.hook_resid_post"].shape
