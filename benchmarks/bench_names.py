@@ -159,7 +159,11 @@ def held_before_reading(cache) -> float:
     """What a fresh hookkit cache holds: its tensors and the norms' inputs its derived names read."""
     from hookkit.analyses.transformer.derived import Derived
 
-    return held_mb([v.source.tensor if isinstance(v, Derived) else v for v in cache._values.values()])
+    kept = []
+    for v in cache._values.values():
+        fields = ("tensor", "query", "key", "scores", "pattern") if isinstance(v, Derived) else ()
+        kept += [getattr(v.source, f) for f in fields if getattr(v.source, f, None) is not None] or ([] if fields else [v])
+    return held_mb(kept)
 
 
 def main() -> None:
