@@ -273,3 +273,18 @@ def test_a_kept_query_written_in_place_before_the_pattern_is_read_is_refused():
     with pytest.raises(hookkit.UnsupportedModel, match=r"'blocks\.1\.attn\.hook_pattern' is derived .* written in place"):
         cache["blocks.1.attn.hook_pattern"]
     assert cache["blocks.0.attn.hook_pattern"].shape == (2, 4, 5, 5)  # another layer's: derived
+
+
+def test_patterns_alone_and_a_forward_recording_gradients_give_the_same_values():
+    model = gpt2()
+    with torch.no_grad(), hookkit.capture(model, "blocks.*.attn.hook_pattern") as cap:
+        model(IDS)
+    with hookkit.capture(model, "blocks.*.attn.hook_pattern") as cap_graded:  # the eager operations (gradients reach them)
+        model(IDS)
+    with torch.no_grad():
+        _, alone = hookkit.run_with_cache(model, IDS, names_filter="blocks.*.attn.hook_pattern")
+    _, graded = hookkit.run_with_cache(model, IDS, names_filter="blocks.*.attn.hook_pattern")  # computed in the forward, handed over
+    assert list(alone) == list(graded) == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
+    for name in alone:
+        assert torch.equal(alone[name], cap[name]) and torch.equal(graded[name], cap_graded[name].detach()), name
+        assert not graded[name].requires_grad
