@@ -13,10 +13,13 @@ thread, CPU time; variants interleaved, ONE forward per step, set-up and removal
 - ``bare + references``: the same hooks keeping the values detached, not copied (the floor of a cache
   that keeps the model's own tensors, as TransformerLens and hookkit do);
 - ``hookkit run_with_cache``: ``hookkit.run_with_cache(model, ids)``, every name, the attention
-  patterns (computed beside the model's attention) included;
+  patterns (computed beside the model's attention) included; the norms' ``hook_scale`` and
+  ``hook_normalized`` are derived when read, so this row does not compute them;
+- ``hookkit run_with_cache + reading every value``: the same, then every value read once
+  (``dict(cache.items())``: the norms' values computed), as the bridge's are all computed;
 - ``hookkit, no patterns``: the same without ``hook_pattern`` (what ``bare + copies`` covers);
 - ``hookkit, SDPA model``: every name and pattern on a copy of the model with SDPA attention (as
-  deployed; the patterns computed beside it);
+  deployed; its kernel runs untouched, the scores and patterns derived when read);
 - ``bridge run_with_cache``: ``TransformerBridge.boot_transformers("gpt2", hf_model=copy)`` then
   ``bridge.run_with_cache(ids)`` (every hook it has; its own copy of the same weights).
 
@@ -102,6 +105,11 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
             _, cache = hookkit.run_with_cache(model, ids)
         got["hookkit run_with_cache"] = cache
 
+    def hookkit_cache_read():
+        with torch.no_grad():
+            _, cache = hookkit.run_with_cache(model, ids)
+            dict(cache.items())
+
     def hookkit_no_patterns():
         with torch.no_grad():
             hookkit.run_with_cache(model, ids, names_filter=lambda n: not n.endswith("hook_pattern"))
@@ -119,6 +127,7 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
         ("bare + copies", copies),
         ("bare + references", references),
         ("hookkit run_with_cache", hookkit_cache),
+        ("hookkit run_with_cache + reading every value", hookkit_cache_read),
         ("hookkit, no patterns", hookkit_no_patterns),
         ("hookkit, SDPA model", hookkit_sdpa),
     ]
@@ -140,6 +149,23 @@ def kept_mb(cache) -> float:
     return sum(v.numel() * v.element_size() for v in cache.values()) / 2**20
 
 
+def held_mb(tensors) -> float:
+    """The memory the tensors hold alive: each storage once (references to one tensor share it)."""
+    seen = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    return sum(seen.values()) / 2**20
+
+
+def held_before_reading(cache) -> float:
+    """What a fresh hookkit cache holds: its tensors and the norms' inputs its derived names read."""
+    from hookkit.analyses.transformer.derived import Derived
+
+    kept = []
+    for v in cache._values.values():
+        fields = ("tensor", "query", "key", "scores", "pattern") if isinstance(v, Derived) else ()
+        kept += [getattr(v.source, f) for f in fields if getattr(v.source, f, None) is not None] or ([] if fields else [v])
+    return held_mb(kept)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=6)
@@ -150,6 +176,7 @@ def main() -> None:
     got: dict = {}
     res = run_interleaved(variants(model, ids, got), rounds=a.rounds, reps=a.reps)
     mine = got["hookkit run_with_cache"]
+    fresh_mb = held_before_reading(mine)
     for name, value in got["bare + copies"].items():  # every name but the patterns (no module holds them)
         assert torch.equal(mine[name], value), name
     for name, value in got["hookkit, SDPA model"].items():
@@ -177,8 +204,16 @@ def main() -> None:
     print(table(rows, ["variant", "ms / forward", "x bare", "x bare + copies", "x bare + references", "IQR vs copies"]))
     if theirs is not None:
         print(f"hookkit / bridge: {ratio(res, 'hookkit run_with_cache', 'bridge run_with_cache'):.3f}")
+        print(
+            "hookkit reading every value / bridge: "
+            f"{ratio(res, 'hookkit run_with_cache + reading every value', 'bridge run_with_cache'):.3f}"
+        )
         print(f"hookkit on the SDPA model / bridge: {ratio(res, 'hookkit, SDPA model', 'bridge run_with_cache'):.3f}")
         print(f"kept: hookkit {len(mine)} names, {kept_mb(mine):.1f} MiB; bridge {len(theirs)} hooks, {kept_mb(theirs):.1f} MiB")
+        print(
+            f"held alive (each storage once): hookkit before reading {fresh_mb:.1f} MiB, after reading every value "
+            f"{held_mb(mine.values()):.1f} MiB; bridge {held_mb(theirs.values()):.1f} MiB"
+        )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ from hookkit.sites.seen_backend import SeenBackend
 from hookkit.sites.values import shape_str
 
 SCORES, PATTERN = "scores", "pattern"
+#: the call's inputs the scores are computed from (``run_with_cache`` derives the scores and pattern from
+#: them when read): its hooks get ``args = (query, key)``, ``kwargs`` the mask, scaling, causal flag,
+#: position bias and softcap, and the scores and pattern where this call computed them (else None)
+INPUTS = "inputs"
 
 #: keyword arguments of an attention call that the eager computation here honours; a tensor under any
 #: other keyword (attention sinks, a head mask, ALiBi) or one of ``_CHANGING`` set is refused when editing
@@ -103,8 +107,8 @@ class _Slot:
 
     def __init__(self, be: Any, layer: Any):
         self.be, self.layer = be, weakref.ref(layer)
-        self.fns: dict[str, list[Callable]] = {SCORES: [], PATTERN: []}
-        self.pre: dict[str, list[Callable]] = {SCORES: [], PATTERN: []}
+        self.fns: dict[str, list[Callable]] = {SCORES: [], PATTERN: [], INPUTS: []}
+        self.pre: dict[str, list[Callable]] = {SCORES: [], PATTERN: [], INPUTS: []}
         self.routed: Any = None
 
     def place(self, which: str, fn: Callable, pre: bool) -> _Hook:
@@ -139,22 +143,29 @@ class _Slot:
         grads = self.be.grad_enabled() and self.be.requires_grad(query)
         own = not unknown and (grads or (impl == "eager" and self.be.dtype_name(query) == "float32"))
         n_heads = self.be.shape(query)[1]
-        scores = fam.scores(
-            query,
-            key,
-            range(n_heads),
-            scaling,
-            mask=mask,
-            causal=causal,
-            position_bias=kwargs.get("position_bias"),
-            softcap=kwargs.get("softcap"),
-        )
-        scores, edited = self._run(SCORES, site.get(SCORES), scores)
-        pattern = None
-        if self.fns[PATTERN] or self.pre[PATTERN] or edited or own:
-            pattern = fam.softmax(scores)
-            pattern, changed = self._run(PATTERN, site.get(PATTERN), pattern)
-            edited = edited or changed
+        scores = pattern = None
+        edited = False
+        if own or self.fns[SCORES] or self.pre[SCORES] or self.fns[PATTERN] or self.pre[PATTERN]:
+            scores = fam.scores(
+                query,
+                key,
+                range(n_heads),
+                scaling,
+                mask=mask,
+                causal=causal,
+                position_bias=kwargs.get("position_bias"),
+                softcap=kwargs.get("softcap"),
+            )
+            scores, edited = self._run(SCORES, site.get(SCORES), scores)
+            if self.fns[PATTERN] or self.pre[PATTERN] or edited or own:
+                pattern = fam.softmax(scores)
+                pattern, changed = self._run(PATTERN, site.get(PATTERN), pattern)
+                edited = edited or changed
+        if self.fns[INPUTS]:  # read only: what the scores are computed from (and them, where computed here)
+            given = {"mask": mask, "scaling": scaling, "causal": causal, "position_bias": kwargs.get("position_bias")}
+            given |= {"softcap": kwargs.get("softcap"), "scores": scores, "pattern": pattern}
+            for fn in list(self.fns[INPUTS]):
+                fn(site.get(INPUTS), (query, key), given, query)
         if not edited and not own:
             return original(module, query, key, value, mask, *args, **kwargs)  # reading: the library's own kernel
         if edited and unknown:

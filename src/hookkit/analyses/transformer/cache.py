@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
+from hookkit.analyses.transformer.derived import Derived, split_derived
 from hookkit.analyses.transformer.dla_post_norms import no_full_decomposition, no_heads, post_norm_components
 from hookkit.core.architectures import read_path, stack_family
 from hookkit.core.entry import public_entry
@@ -60,7 +61,8 @@ class ActivationCache(Mapping):
     """The values of one forward at standard names (``cache["blocks.0.hook_resid_mid"]``,
     ``cache["resid_pre", 0]``), with TransformerLens's analysis methods.
 
-    Made by ``run_with_cache``: ``values``: name -> tensor; ``backend``: the model's framework backend;
+    Made by ``run_with_cache``: ``values``: name -> tensor (or a ``Derived``: computed on first read,
+    then kept; every method reads through ``cache[name]``); ``backend``: the model's framework backend;
     ``info``: what the methods read of the model (a ``ModelFacts``).
 
     >>> _, cache = hookkit.run_with_cache(model, ids)       # doctest: +SKIP
@@ -79,7 +81,16 @@ class ActivationCache(Mapping):
             raise KeyError(
                 f"{name!r} is not in this cache ({len(self._values)} names; closest: {', '.join(close) or 'none'}); run_with_cache(names_filter=) keeps what it names"
             )
-        return self._values[name]
+        value = self._values[name]
+        if isinstance(value, Derived):  # a norm's value, derived from its kept input when first read
+            value = self._values[name] = value.compute(self._be, name)
+        return value
+
+    def __contains__(self, key: Any) -> bool:
+        try:
+            return self._key(key) in self._values  # without deriving a value
+        except KeyError:
+            return False
 
     @staticmethod
     def _key(key: Any) -> str:
@@ -242,7 +253,7 @@ class ActivationCache(Mapping):
         items, labels = [], []
         for name, label in (("hook_embed", "embed"), ("hook_pos_embed", "pos_embed"), ("hook_token_type_embed", "token_type_embed")):
             if name in self._values:
-                t = self._values[name]
+                t = self[name]
                 items.append(t if self._be.shape(t)[0] == self._batch() else t + self._m.full(self._shape(), 0.0, t))
                 labels.append(label)
         return items, labels
@@ -529,7 +540,11 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     every name, a name, a glob, a list, or a function name -> bool), detached (the model's own
     tensors, as TransformerLens keeps them, never copied; moved to ``device`` when given). A tensor
     the model writes into in place after it was kept is seen by its version counter: those names are
-    kept again by a second forward that copies them (eval mode; refused in training mode).
+    kept again by a second forward that copies them (eval mode; refused in training mode). The norms'
+    ``hook_scale`` and ``hook_normalized`` are derived from the norm's kept input when first read, and
+    the ``hook_attn_scores`` / ``hook_pattern`` of a call the library's kernel runs (SDPA) from the
+    query, key and mask it received (``device=None``): the forward computes nothing of its own for them
+    (docs/standard-names.md).
 
     >>> logits, cache = hookkit.run_with_cache(gpt2, ids, names_filter="blocks.*.hook_resid_post")   # doctest: +SKIP
     >>> cache["blocks.0.hook_resid_post"].shape
@@ -544,6 +559,8 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
     wanted = _names_filter(model, names_filter)
     values = _kept(model, be, wanted, inputs, device, copy=False)
     changed = _written_after(be, values)
+    m = be.family("tensor_math")
+    changed += [n for n, v in values.items() if isinstance(v, Derived) and v.source.written(m)]
     if changed:  # the model wrote into a tensor after it was kept: those names again, copied when kept
         if be.is_training(be.unwrap(model)):
             raise UnsupportedModel(
@@ -559,10 +576,16 @@ def run_with_cache(model: Layer, inputs: Any, names_filter: Any = None, device: 
 def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy: bool) -> dict[str, Any]:
     """One forward keeping the values at ``wanted``: detached references to the model's own tensors
     (their in-place write count beside, under ``(name, "version")``), or copies (``copy``); the
-    model's output under ``""``."""
+    model's output under ``""``. Kept by reference on their own device, a norm's names are ``Derived``
+    from a reference to its input (one per norm), computed when the cache is read."""
     m = be.family("tensor_math")
     sites = resolve(model, wanted) if wanted else []
     values: dict[Any, Any] = {}
+    norm_inputs: list = []
+    derived: dict[str, Derived] = {}
+    if not copy and device is None:
+        sites, norm_inputs, derived = split_derived(sites)
+    sources = {id(site): src for site, src in norm_inputs}
 
     def keep(site: Any) -> Callable[[Any], None]:
         name = site.name
@@ -577,11 +600,22 @@ def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy
 
         return on
 
-    group = attach_sites(model, sites, keep, OBSERVER)
+    def keep_input(site: Any) -> Callable[[Any], None]:
+        src = sources[id(site)]
+
+        def on(ev: Any) -> None:
+            src.keep(be, m, site, ev)
+
+        return on
+
+    group = attach_sites(
+        model, sites + [site for site, _ in norm_inputs], lambda s: keep_input(s) if id(s) in sources else keep(s), OBSERVER
+    )
     try:
         values[""] = call_model(model, inputs)
     finally:
         group.remove()
+    values.update({name: d for name, d in derived.items() if d.source.seen})  # a norm never called: no name
     return values
 
 
