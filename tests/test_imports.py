@@ -22,7 +22,9 @@ def test_the_import_contracts_are_kept():
     exe = shutil.which("lint-imports") or str(pathlib.Path(sys.executable).with_name("lint-imports"))
     if not pathlib.Path(exe).exists():
         pytest.skip("import-linter is not installed (pip install -e '.[test]')")
-    out = subprocess.run([exe, "--no-cache", "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [exe, "--no-cache", "--config", str(ROOT / "pyproject.toml")], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "0 broken" in out.stdout
 

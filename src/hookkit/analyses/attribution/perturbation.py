@@ -28,7 +28,7 @@ from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
-from hookkit.core.validate import ArgumentTypeError, InvalidArgument, fail
+from hookkit.core.validate import InvalidArgument, fail
 from hookkit.core.weakmap import IdentityWeakMap
 
 if TYPE_CHECKING:
