@@ -142,30 +142,9 @@ class _Slot:
         # recording gradients (so that they reach the scores and pattern; SDPA's output does not depend on them)
         grads = self.be.grad_enabled() and self.be.requires_grad(query)
         own = not unknown and (grads or (impl == "eager" and self.be.dtype_name(query) == "float32"))
-        n_heads = self.be.shape(query)[1]
-        scores = pattern = None
-        edited = False
-        if own or self.fns[SCORES] or self.pre[SCORES] or self.fns[PATTERN] or self.pre[PATTERN]:
-            scores = fam.scores(
-                query,
-                key,
-                range(n_heads),
-                scaling,
-                mask=mask,
-                causal=causal,
-                position_bias=kwargs.get("position_bias"),
-                softcap=kwargs.get("softcap"),
-            )
-            scores, edited = self._run(SCORES, site.get(SCORES), scores)
-            if self.fns[PATTERN] or self.pre[PATTERN] or edited or own:
-                pattern = fam.softmax(scores)
-                pattern, changed = self._run(PATTERN, site.get(PATTERN), pattern)
-                edited = edited or changed
+        scores, pattern, edited = self._scores_and_pattern(fam, site, query, key, mask, scaling, causal, kwargs, own)
         if self.fns[INPUTS]:  # read only: what the scores are computed from (and them, where computed here)
-            given = {"mask": mask, "scaling": scaling, "causal": causal, "position_bias": kwargs.get("position_bias")}
-            given |= {"softcap": kwargs.get("softcap"), "scores": scores, "pattern": pattern}
-            for fn in list(self.fns[INPUTS]):
-                fn(site.get(INPUTS), (query, key), given, query)
+            self._hand_inputs(site, query, key, mask, scaling, causal, kwargs, scores, pattern)
         if not edited and not own:
             return original(module, query, key, value, mask, *args, **kwargs)  # reading: the library's own kernel
         if edited and unknown:
@@ -175,6 +154,40 @@ class _Slot:
             )
         dropout = kwargs.get("dropout", 0.0)
         return fam.mix(pattern, value, float(dropout or 0.0), bool(getattr(module, "training", False)))
+
+    def _scores_and_pattern(
+        self, fam: Any, site: dict, query: Any, key: Any, mask: Any, scaling: float, causal: bool, kwargs: dict, own: bool
+    ) -> tuple[Any, Any, bool]:
+        """The call's scores and pattern through their hooks, where a hook or the eager run needs them:
+        (scores, pattern, whether a hook replaced either)."""
+        if not (own or self.fns[SCORES] or self.pre[SCORES] or self.fns[PATTERN] or self.pre[PATTERN]):
+            return None, None, False
+        scores = fam.scores(
+            query,
+            key,
+            range(self.be.shape(query)[1]),
+            scaling,
+            mask=mask,
+            causal=causal,
+            position_bias=kwargs.get("position_bias"),
+            softcap=kwargs.get("softcap"),
+        )
+        scores, edited = self._run(SCORES, site.get(SCORES), scores)
+        pattern = None
+        if self.fns[PATTERN] or self.pre[PATTERN] or edited or own:
+            pattern = fam.softmax(scores)
+            pattern, changed = self._run(PATTERN, site.get(PATTERN), pattern)
+            edited = edited or changed
+        return scores, pattern, edited
+
+    def _hand_inputs(
+        self, site: dict, query: Any, key: Any, mask: Any, scaling: float, causal: bool, kwargs: dict, scores: Any, pattern: Any
+    ) -> None:
+        """What the scores are computed from (and them, where computed here) to the read-only INPUTS hooks."""
+        given = {"mask": mask, "scaling": scaling, "causal": causal, "position_bias": kwargs.get("position_bias")}
+        given |= {"softcap": kwargs.get("softcap"), "scores": scores, "pattern": pattern}
+        for fn in list(self.fns[INPUTS]):
+            fn(site.get(INPUTS), (query, key), given, query)
 
     def _run(self, which: str, site: Any, value: Any) -> tuple[Any, bool]:
         """``value`` through the hooks of ``which``: (the value, whether a hook replaced it)."""
