@@ -241,7 +241,14 @@ def _fold(nodes: list[Node], edges: list[Edge], depth: int) -> tuple[list[Node],
             visible.append(n)
         elif n.depth <= depth and (n.depth == depth or n.id not in has_children):
             visible.append(n)
-    target = {n.id: shown(n) for n in nodes}
+    target: dict[str, str] = {}
+    for n in nodes:  # a parent is recorded before its children: its target is known (else walked up)
+        parent = n.parent
+        if n.depth <= depth or parent is None:
+            target[n.id] = n.id
+        else:
+            up = target.get(parent)
+            target[n.id] = up if up is not None else shown(n)  # the parent's target is its walk's end
     shown_ids = {n.id for n in visible}
     folded: dict[tuple[str, str], Edge] = {}
     tensors: dict[tuple[str, str], set[int]] = {}
