@@ -24,7 +24,7 @@ __all__ = ["Edge", "Graph", "Node"]
 KINDS = ("input", "output", "layer", "op", "code")
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One node: a layer call (``name`` is hookkit's layer name, ``call`` its index in the forward),
     an operation site, a layer's own code, or an input / output of the model.
@@ -49,7 +49,7 @@ class Node:
     finished: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class Edge:
     """A tensor from node ``src`` to node ``dst`` (ids); ``shape``/``dtype`` of the tensor (the
     first one when a folded edge stands for several); ``count``: how many distinct tensors it
