@@ -479,7 +479,7 @@ def _attach_layers(model: Any, backend: Backend, entries: list, event: str, prio
     try:
         if root_hooks.root_clock is not clock:
             root_hooks.hook_root(model, clock)
-        pre = event in _PRE_EVENTS
+        pre, fwd = event in _PRE_EVENTS, event == "forward"
         for name, layer, fn, plain in entries:
             consumer = _new(Consumer)  # Consumer(fn, priority, seq, scope, plain), its checks done by attach
             consumer.fn = fn if plain is None else partial(call_plain, plain)
@@ -493,6 +493,10 @@ def _attach_layers(model: Any, backend: Backend, entries: list, event: str, prio
                 continue
             # LayerHooks.add's usual case inline: the layer's first consumer, a post-hook to place
             hooks.consumers[event], hooks._count, hooks._hot, hooks._one, hooks._stale = (consumer,), 1, None, None, True
+            if plain is not None and fwd and hooks.root_clock is None:
+                # what ``_derive`` gives this case, known now: the post-hook's plain path from the first
+                # call (the rest is derived if another path is taken: ``_stale`` stays set)
+                hooks._one = (consumer.scope, consumer.scope.clock, plain)
             if hooks._native_post is None:
                 hooks._native_post = hooks.backend.hook_forward(layer, hooks._on_post)
     except BaseException:

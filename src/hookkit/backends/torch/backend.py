@@ -33,6 +33,29 @@ class _JoinedIdentity(torch.autograd.Function):
         return (None, *(grads if new is None else new))
 
 
+_MODULE = torch.nn.Module
+_plain_walk: set[type] = set()  # layer classes whose children() and parameters() are Module's own
+
+
+def _walks_plainly(kind: type) -> bool:
+    """Whether ``kind`` keeps ``Module``'s ``children`` and ``parameters`` (and the named ones they call)."""
+    names = ("children", "named_children", "parameters", "named_parameters", "_named_members")
+    if all(getattr(kind, n, None) is getattr(_MODULE, n) for n in names):
+        _plain_walk.add(kind)
+        return True
+    return False
+
+
+def _each_once(values: Any) -> list[Any]:
+    """The values that are not None, each once, in order (a module's ``_modules`` or ``_parameters``
+    as ``Module.children`` / ``parameters(recurse=False)`` walk them)."""
+    out = [v for v in values if v is not None]
+    if len(out) > 1 and len(set(map(id, out))) != len(out):
+        seen: set[int] = set()
+        out = [v for v in out if not (id(v) in seen or seen.add(id(v)))]  # type: ignore[func-returns-value]
+    return out
+
+
 _hookable_types: set[type] = set()  # layer classes known not to be ScriptModules
 
 
@@ -62,9 +85,14 @@ class TorchBackend(TorchOps, Backend):
         return model.named_modules()
 
     def children(self, layer: Any) -> list[Any]:
+        if type(layer) in _plain_walk or _walks_plainly(type(layer)):
+            return _each_once(layer._modules.values())  # what Module.children gives, without its generators
         return list(layer.children())
 
     def parameters(self, layer: Any, recurse: bool = True) -> list[Any]:
+        if not recurse:
+            if type(layer) in _plain_walk or _walks_plainly(type(layer)):
+                return _each_once(layer._parameters.values())  # what Module.parameters(recurse=False) gives
         return list(layer.parameters(recurse=recurse))
 
     def named_parameters(self, layer: Any, recurse: bool = True) -> list[tuple[str, Any]]:

@@ -223,35 +223,30 @@ class _ParamCounts:
         return self.counts.get(id(layer), 0)
 
     def _count(self) -> dict[int, int]:
-        be, children, numel = self.be, self.children, self.be.numel
-        own: dict[int, list[tuple[int, int]]] = {}
+        be, children, numel, parameters = self.be, self.children, self.be.numel, self.be.parameters
         counts: dict[int, int] = {}  # own parameters first; sublayers' added below when nothing is shared
         seen: set[int] = set()
-        shared = False
+        listed = 0  # parameters listed so far: more than ``seen`` holds when one is shared
         for _, layer in self.named:
-            params = be.parameters(layer, recurse=False)
-            if not params:
-                own[id(layer)], counts[id(layer)] = [], 0
-                continue
-            mine, total = [], 0
-            for p in params:
+            total = 0
+            for p in parameters(layer, recurse=False):
                 try:
-                    n = numel(p)
+                    total += numel(p)
                 except ValueError:  # a lazy layer's parameter before its first forward
-                    n = 0
-                if id(p) in seen:
-                    shared = True
+                    pass
                 seen.add(id(p))
-                mine.append((id(p), n))
-                total += n
-            own[id(layer)], counts[id(layer)] = mine, total
+                listed += 1
+            counts[id(layer)] = total
         kids = [id(c) for cs in children.values() for c in cs]
-        if not shared and len(kids) == len(set(kids)):
+        if listed == len(seen) and len(kids) == len(set(kids)):
             for _, layer in reversed(self.named):  # children after their parents in named_layers
                 sub = children[id(layer)]
                 if sub:
                     counts[id(layer)] += sum([counts.get(id(c), 0) for c in sub])
             return counts
+        own: dict[int, list[tuple[int, int]]] = {
+            id(layer): [(id(p), _numel(be, p)) for p in parameters(layer, recurse=False)] for _, layer in self.named
+        }
         sets: dict[int, dict[int, int]] = {}
 
         def below(layer: Any) -> dict[int, int]:  # a shared layer is listed once: children first, by recursion
@@ -263,6 +258,13 @@ class _ParamCounts:
             return got
 
         return {id(layer): sum(below(layer).values()) for _, layer in self.named}
+
+
+def _numel(be: Any, p: Any) -> int:
+    try:
+        return int(be.numel(p))
+    except ValueError:  # a lazy layer's parameter before its first forward
+        return 0
 
 
 def _op_sites(model: Any, ops: LayerSpec) -> tuple[list[tuple[str, Any]], dict[str, str]]:

@@ -24,7 +24,7 @@ __all__ = ["Edge", "Graph", "Node"]
 KINDS = ("input", "output", "layer", "op", "code")
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
     """One node: a layer call (``name`` is hookkit's layer name, ``call`` its index in the forward),
     an operation site, a layer's own code, or an input / output of the model.
@@ -49,7 +49,7 @@ class Node:
     finished: bool = True
 
 
-@dataclass
+@dataclass(slots=True)
 class Edge:
     """A tensor from node ``src`` to node ``dst`` (ids); ``shape``/``dtype`` of the tensor (the
     first one when a folded edge stands for several); ``count``: how many distinct tensors it
@@ -241,7 +241,14 @@ def _fold(nodes: list[Node], edges: list[Edge], depth: int) -> tuple[list[Node],
             visible.append(n)
         elif n.depth <= depth and (n.depth == depth or n.id not in has_children):
             visible.append(n)
-    target = {n.id: shown(n) for n in nodes}
+    target: dict[str, str] = {}
+    for n in nodes:  # a parent is recorded before its children: its target is known (else walked up)
+        parent = n.parent
+        if n.depth <= depth or parent is None:
+            target[n.id] = n.id
+        else:
+            up = target.get(parent)
+            target[n.id] = up if up is not None else shown(n)  # the parent's target is its walk's end
     shown_ids = {n.id for n in visible}
     folded: dict[tuple[str, str], Edge] = {}
     tensors: dict[tuple[str, str], set[int]] = {}

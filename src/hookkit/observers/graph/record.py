@@ -369,14 +369,45 @@ class GraphRecorder:
     def leaf_plain(self, layer: Any, args: tuple, output: Any) -> None:
         """A plain forward consumer for a leaf whose ``forward`` takes one input (no Event): its name
         and call index kept here; an input given by keyword is read from the framework's call frame."""
-        kwargs = None
-        if len(args) != 1:
-            args, kwargs = _caller_inputs(layer)
         key = id(layer)
         calls = self.calls
         call = calls.get(key, 0)
         calls[key] = call + 1
-        self._leaf(layer, self.leaves[key], call, args, kwargs, output)
+        if len(args) != 1:
+            args, kwargs = _caller_inputs(layer)
+            self._leaf(layer, self.leaves[key], call, args, kwargs, output)
+            return
+        t = args[0]
+        types = self.tensor_types
+        if type(output) not in types or type(t) not in types:
+            self._leaf(layer, self.leaves[key], call, args, None, output)
+            return
+        # ``_leaf``'s common call, inline (one tensor in, one out: what most leaves are)
+        stack = self.stack
+        frame = stack[-1] if stack else self.root
+        c = _Call(layer, self.leaves[key], call, frame, 0)
+        self.order.append(c)
+        m = self.made.get(id(t))
+        if m is None or (m.strong if m.ref is None else m.ref()) is not t:
+            self._received(t, c, frame)
+        else:
+            m.used = True
+            self.edges.append((m.producer, c, m))
+        self.seq = seq = self.seq + 1
+        try:
+            ref, strong = weakref.ref(output), None
+        except TypeError:  # a tensor type without weak references: held until the forward ends
+            ref, strong = None, output
+        try:
+            shape, dtype = output.shape, output.dtype
+        except _SHAPE_ERRORS:
+            shape = dtype = None
+        m = self.made[id(output)] = _Made(ref, strong, c, seq, shape, dtype, seq)
+        self.produced.append(m)
+        c.outs = [m]
+        c.done = True
+        frame.finished += 1
+        frame.marks.append(seq)
 
     def _leaf(self, layer: Any, name: str, call: int, args: tuple, kwargs: dict | None, output: Any) -> None:
         types = self.tensor_types
