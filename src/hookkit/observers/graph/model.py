@@ -223,24 +223,15 @@ class Graph:
         return f"<hookkit.Graph {self.model_type} depth={self.depth}: {len(self.nodes)} nodes, {len(self.edges)} edges{err}>"
 
 
-def _fold(nodes: list[Node], edges: list[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
-    """Nodes shown at ``depth`` and the edges between them: a node deeper than ``depth`` becomes its
-    ancestor at ``depth``; a call with sublayers above ``depth`` is expanded (its sublayers and its
-    own code are shown instead of it)."""
+def _fold_targets(nodes: list[Node], depth: int) -> dict[str, str]:
+    """Each node's id -> the id of the node it is drawn as at ``depth`` (itself, or its ancestor there)."""
     by_id = {n.id: n for n in nodes}
-    has_children = {n.parent for n in nodes if n.parent is not None}
 
     def shown(n: Node) -> str:
         while n.depth > depth and n.parent is not None:
             n = by_id[n.parent]
         return n.id
 
-    visible = []
-    for n in nodes:
-        if n.kind in ("input", "output"):
-            visible.append(n)
-        elif n.depth <= depth and (n.depth == depth or n.id not in has_children):
-            visible.append(n)
     target: dict[str, str] = {}
     for n in nodes:  # a parent is recorded before its children: its target is known (else walked up)
         parent = n.parent
@@ -249,6 +240,16 @@ def _fold(nodes: list[Node], edges: list[Edge], depth: int) -> tuple[list[Node],
         else:
             up = target.get(parent)
             target[n.id] = up if up is not None else shown(n)  # the parent's target is its walk's end
+    return target
+
+
+def _fold(nodes: list[Node], edges: list[Edge], depth: int) -> tuple[list[Node], list[Edge]]:
+    """Nodes shown at ``depth`` and the edges between them: a node deeper than ``depth`` becomes its
+    ancestor at ``depth``; a call with sublayers above ``depth`` is expanded (its sublayers and its
+    own code are shown instead of it)."""
+    has_children = {n.parent for n in nodes if n.parent is not None}
+    visible = [n for n in nodes if n.kind in ("input", "output") or (n.depth <= depth and (n.depth == depth or n.id not in has_children))]
+    target = _fold_targets(nodes, depth)
     shown_ids = {n.id for n in visible}
     folded: dict[tuple[str, str], Edge] = {}
     tensors: dict[tuple[str, str], set[int]] = {}
