@@ -366,7 +366,7 @@ def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
         yield
     finally:
         group.remove()
-    if known is None:
+    if known is None or len(known) >= 64:  # a few call shapes per model (generation: one per prefix length)
         _largest_known[job.model] = known = {}
     known[key] = sizes["layers"]
 
