@@ -29,6 +29,7 @@ from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
+from hookkit.core.errors import HookkitError
 from hookkit.core.events import OBSERVER
 from hookkit.core.router import attach
 from hookkit.core.tree import leaves
@@ -361,7 +362,11 @@ def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
             sizes["layers"] = max(sizes["layers"], be.numel(t) * be.itemsize(t))
 
     named = [(n, layer) for n, layer in be.named_layers(job.model) if not be.children(layer)]
-    group = attach(job.model, named, "forward", None, OBSERVER, plain=record)
+    try:
+        group = attach(job.model, named, "forward", None, OBSERVER, plain=record)
+    except HookkitError:  # a layer that takes no hooks (a scripted one): the outputs' sizes alone
+        yield
+        return
     try:
         yield
     finally:
