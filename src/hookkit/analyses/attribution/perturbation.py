@@ -348,7 +348,7 @@ def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
     placed for the block. It depends on the model's layers and the input's shape only: remembered per
     model and call shape, later calls place nothing."""
     be = job.be
-    kwargs = tuple((k, tuple(be.shape(v))) for k, v in (job.kwargs or {}).items() if be.is_tensor(v))
+    kwargs = tuple((k, _shape_key(be, v)) for k, v in (job.kwargs or {}).items())
     key = (tuple(be.shape(job.x)), be.dtype_name(job.x), job.name, job.opts.attribute_to, kwargs)
     known = _largest_known.get(job.model)
     if known is not None and key in known:
@@ -377,6 +377,13 @@ def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
 
 
 _largest_known: IdentityWeakMap[dict[tuple, int]] = IdentityWeakMap()
+
+
+def _shape_key(be: Any, v: Any) -> Any:
+    """What of a keyword argument may change the sizes of a forward: a tensor's shape, a plain value."""
+    if be.is_tensor(v):
+        return tuple(be.shape(v))
+    return v if isinstance(v, (bool, int, float, str, type(None))) else type(v).__name__
 
 
 def _setup(job: Job) -> tuple[Any, Any, Features, int | None, np.ndarray]:
