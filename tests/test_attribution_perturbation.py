@@ -343,6 +343,45 @@ def test_default_chunks_on_a_cpu_follow_the_largest_activation(fw, rng, device):
             assert rows[1:] == [12]
 
 
+def test_default_probe_on_a_cpu_records_no_graph_and_leaves_nothing(fw, rng, device):
+    """On a CPU without ``max_memory`` the first forward (the probe sizing the chunks from the largest layer
+    output) runs without autograd, as the perturbed ones do: no backward graph is built beside them; with
+    ``max_memory=`` it records one (the budget counts what autograd would keep). The probe's observers are
+    gone after the call, also when the forward raises; a second call sizes its chunks the same."""
+    if device != "cpu":
+        pytest.skip("the default on a GPU sizes the chunks by autograd's bytes")
+    model = tanh_mlp(fw)
+    x = fw.tensor(rng.normal(size=(2, 6)))
+    first_rows = None
+    for extra, probe_grad in (({}, False), ({"max_memory": 1 << 20}, True), ({}, False)):
+        grads: list[bool] = []
+        rows: list[int] = []
+
+        def seen(mod, args, out, grads=grads, rows=rows):
+            grads.append(fw.requires_grad(out))
+            rows.append(len(out))
+
+        hook = (model[0].register_forward_hook if fw.name == "torch" else model[0].register_forward_post_hook)(seen)
+        try:
+            hookkit.attribute(model, None, x, "feature_ablation", target=1, **extra)
+        finally:
+            hook.remove()
+        assert grads[0] is probe_grad and not any(grads[1:])
+        if not extra:
+            assert first_rows is None or rows == first_rows
+            first_rows = rows
+    assert hooks_left(model) == []
+
+    class Boom(fw.Layer):
+        def forward(self, h):
+            raise ValueError("boom")
+
+    broken = fw.sequential(fw.linear(6, 3), Boom())
+    with pytest.raises(ValueError, match="boom"):
+        hookkit.attribute(broken, None, x, "feature_ablation", target=0)
+    assert hooks_left(broken) == []
+
+
 def test_paddle_equals_torch_on_twin_models(torch_fw, paddle_fw, rng):
     tm, pm = tanh_mlp(torch_fw), tanh_mlp(paddle_fw)
     for i in (0, 2):

@@ -14,7 +14,8 @@ a 0/1 mask ``m``), coalition-major (rows ``c * b + j``: coalition ``c`` of sampl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from math import factorial
@@ -28,6 +29,10 @@ from hookkit.analyses.attribution.baselines import baselines_like
 from hookkit.analyses.attribution.budget import DEFAULT_FRACTION, Plan, plan_chunks, row_cost, spans
 from hookkit.analyses.targets import expand_target, target_scores
 from hookkit.core.entry import entry_name
+from hookkit.core.errors import HookkitError
+from hookkit.core.events import OBSERVER
+from hookkit.core.router import attach
+from hookkit.core.tree import leaves
 from hookkit.core.validate import InvalidArgument, fail
 from hookkit.core.weakmap import IdentityWeakMap
 
@@ -176,7 +181,7 @@ def _one_each(f: int) -> Coalitions:
     return Coalitions(f, make)
 
 
-def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int, bases: Callable | None = None) -> np.ndarray:
+def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int | None, bases: Callable | None = None) -> np.ndarray:
     """The target's score for every coalition of ``z`` and every sample: float64 ``[K, N]``. ``bases(c, j0, j1)``:
     the replacement rows of coalition ``c`` (feature permutation), else ``base``. A coalition that replaces
     only elements already equal to their baseline (for every sample of a chunk) leaves the inputs as they
@@ -259,24 +264,25 @@ def _live(z: Any, k_all: int, size: int, changed: np.ndarray | None) -> Any:
             got_i, got_z, held = [idx[size:]], [zs[size:]], len(idx) - min(size, len(idx))
 
 
-def _plan(job: Job, value: Any, k_all: int, saved: int) -> Plan:
+def _plan(job: Job, value: Any, k_all: int, saved: int | None) -> Plan:
     """The chunks of the perturbed rows: a row costs its share of what a forward keeps (``saved``, an
     upper bound: these forwards record no graph) and the perturbation's own tensors (the perturbed rows,
     their ``conv_layout`` copy, feature permutation's replacement rows; at a layer, the tiled inputs
-    too). On a CPU by default: ``HOST_BUDGET``, a row costing ``HOST_LIVE`` times the largest tensor the
-    probe forward kept or returned, per sample, instead of ``saved``."""
+    too). On a CPU by default (``saved`` None, the probe ran without autograd): ``HOST_BUDGET``, a row
+    costing ``HOST_LIVE`` times the largest tensor the probe forward's layers returned, per sample."""
     be, opts = job.be, job.opts
     budget = 0
     per_row = 3 * be.numel(value) // job.n * be.itemsize(value)
     if value is not job.x:
         per_row += be.numel(job.x) // job.n * be.itemsize(job.x)
-    row_bytes = row_cost(saved, job.n, per_row)
+    row_bytes = row_cost(saved or 0, job.n, per_row)
     if opts.internal_batch_size == "auto":
         free = int(DEFAULT_FRACTION * job.ops.free_bytes(value))
         budget = int(opts.max_memory) if opts.max_memory is not None else free
-        if opts.max_memory is None and job.ops.on_host(value):
-            budget = min(HOST_BUDGET, free)
-            row_bytes = max(1, HOST_LIVE * job.scores.get("largest_bytes", saved) // job.n + per_row)
+        if saved is None:  # no autograd bytes measured: the no-grad forward's own
+            row_bytes = max(1, HOST_LIVE * job.scores["largest_bytes"] // job.n + per_row)
+            if job.ops.on_host(value):
+                budget = min(HOST_BUDGET, free)
     return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_bytes)
 
 
@@ -335,21 +341,75 @@ class _Layout:
 _layout_refused: IdentityWeakMap[bool] = IdentityWeakMap()
 
 
-def _setup(job: Job) -> tuple[Any, Any, Features, int, np.ndarray]:
+@contextlib.contextmanager
+def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
+    """``sizes["layers"]``: the bytes of the largest tensor a layer without sublayers returned in the
+    block (what a forward without autograd holds at once is a few of those), through router observers
+    placed for the block. It depends on the model's layers and the input's shape only: remembered per
+    model and call shape, later calls place nothing."""
+    be = job.be
+    kwargs = tuple((k, _shape_key(be, v)) for k, v in (job.kwargs or {}).items())
+    key = (tuple(be.shape(job.x)), be.dtype_name(job.x), job.name, job.opts.attribute_to, kwargs)
+    known = _largest_known.get(job.model)
+    if known is not None and key in known:
+        sizes["layers"] = known[key]
+        yield
+        return
+    sizes["layers"] = 0
+
+    def record(layer: Any, args: tuple, output: Any) -> None:
+        for t in leaves(output, be.is_tensor):
+            sizes["layers"] = max(sizes["layers"], be.numel(t) * be.itemsize(t))
+
+    named = [(n, layer) for n, layer in be.named_layers(job.model) if not be.children(layer)]
+    try:
+        group = attach(job.model, named, "forward", None, OBSERVER, plain=record)
+    except HookkitError:  # a layer that takes no hooks (a scripted one): the outputs' sizes alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        group.remove()
+    if known is None or len(known) >= 64:  # a few call shapes per model (generation: one per prefix length)
+        _largest_known[job.model] = known = {}
+    known[key] = sizes["layers"]
+
+
+_largest_known: IdentityWeakMap[dict[tuple, int]] = IdentityWeakMap()
+
+
+def _shape_key(be: Any, v: Any) -> Any:
+    """What of a keyword argument may change the sizes of a forward: a tensor's shape, a plain value."""
+    if be.is_tensor(v):
+        return tuple(be.shape(v))
+    return v if isinstance(v, (bool, int, float, str, type(None))) else type(v).__name__
+
+
+def _setup(job: Job) -> tuple[Any, Any, Features, int | None, np.ndarray]:
     """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
-    inputs or the layer's value, ``baselines`` shaped like it."""
-    be, sizes = job.be, {"largest": 0}
-    if (job.layer is not None and job.neuron is None) or be.dtype_kind(job.x) == "float":
+    inputs or the layer's value, ``baselines`` shaped like it. ``saved``: what autograd keeps for a backward
+    of the ``N`` samples, measured where the chunks are sized by it (``max_memory=``, a device's free
+    memory); None where they are not (a CPU's default chunk, an int or no ``internal_batch_size``): the
+    probe then runs without autograd, as the perturbed forwards do, sized by the largest layer output."""
+    be, opts, sizes = job.be, job.opts, {"largest": 0}
+    saved: int | None = None
+    if opts.internal_batch_size != "auto" or (opts.max_memory is None and job.ops.on_host(job.x)):
+        with _largest_output(job, sizes), be.no_grad():
+            y, _ = st.probe(job, job.x, "input", sizes=sizes)
+    elif (job.layer is not None and job.neuron is None) or be.dtype_kind(job.x) == "float":
         y, saved = st.probe(job, job.x, "input", measure=True, sizes=sizes)
     else:  # token ids take no gradient: what the forward keeps for the parameters' backward
         with job.ops.saved_bytes(job.model) as counter:
             y, _ = st.probe(job, job.x, "input", sizes=sizes)
         saved = counter.bytes
         sizes["largest"] = max(sizes["largest"], counter.largest)
-    job.scores["largest_bytes"] = sizes["largest"]  # for _plan's default on a CPU
+    job.scores["largest_bytes"] = max(sizes["largest"], sizes.get("layers", 0))  # for _plan's default on a CPU
     to_inputs = job.layer is None or job.neuron is not None
     if job.neuron is not None:  # the neuron variants explain the neuron's value (NeuronFeatureAblation and kin)
         job.scores["input"] = st.neuron_of(job, y)
+    # its own storage: a view of the probe's outputs would keep them (an LM's logits) through the chunks
+    job.scores["input"] = be.clone(job.scores["input"])
     value = job.x if to_inputs else y
     what = "inputs" if to_inputs else f"layer {job.name!r}'s value"
     base = baselines_like(be, job.opts.baselines, value, what=what)
