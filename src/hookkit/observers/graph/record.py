@@ -382,10 +382,26 @@ class GraphRecorder:
         if type(output) not in types or type(t) not in types:
             self._leaf(layer, self.leaves[key], call, args, None, output)
             return
-        # ``_leaf``'s common call, inline (one tensor in, one out: what most leaves are)
+        self._leaf_common(layer, self.leaves[key], call, t, output)
+
+    def _leaf(self, layer: Any, name: str, call: int, args: tuple, kwargs: dict | None, output: Any) -> None:
+        types = self.tensor_types
+        if kwargs or len(args) != 1 or type(output) not in types or type(args[0]) not in types:
+            if not kwargs and len(args) == 1 and self.is_tensor(output) and self.is_tensor(args[0]):
+                types.add(type(output))  # learnt: the next call of this kind takes the path below
+                types.add(type(args[0]))
+            c = self._open(layer, name, call, args, kwargs)
+            c.start = self.seq
+            self._close(c, output)
+            return
+        self._leaf_common(layer, name, call, args[0], output)
+
+    def _leaf_common(self, layer: Any, name: str, call: int, t: Any, output: Any) -> None:
+        """A leaf's common call (one tensor in, one tensor out: what most leaves are), ``_open``,
+        ``_register`` and ``_close`` inline."""
         stack = self.stack
         frame = stack[-1] if stack else self.root
-        c = _Call(layer, self.leaves[key], call, frame, 0)
+        c = _Call(layer, name, call, frame, 0)
         self.order.append(c)
         m = self.made.get(id(t))
         if m is None or (m.strong if m.ref is None else m.ref()) is not t:
@@ -393,6 +409,8 @@ class GraphRecorder:
         else:
             m.used = True
             self.edges.append((m.producer, c, m))
+        # nothing recorded runs inside a leaf: what it returns is new, or its input handed back (Dropout
+        # in eval), made by the leaf either way
         self.seq = seq = self.seq + 1
         try:
             ref, strong = weakref.ref(output), None
@@ -408,47 +426,6 @@ class GraphRecorder:
         c.done = True
         frame.finished += 1
         frame.marks.append(seq)
-
-    def _leaf(self, layer: Any, name: str, call: int, args: tuple, kwargs: dict | None, output: Any) -> None:
-        types = self.tensor_types
-        if kwargs or len(args) != 1 or type(output) not in types or type(args[0]) not in types:
-            if not kwargs and len(args) == 1 and self.is_tensor(output) and self.is_tensor(args[0]):
-                types.add(type(output))  # learnt: the next call of this kind takes the path below
-                types.add(type(args[0]))
-            c = self._open(layer, name, call, args, kwargs)
-            c.start = self.seq
-            self._close(c, output)
-            return
-        # the common call, inline: one tensor in, one tensor out
-        stack = self.stack
-        frame = stack[-1] if stack else self.root
-        c = _Call(layer, name, call, frame, 0)
-        self.order.append(c)
-        t = args[0]
-        m = self.made.get(id(t))
-        if m is None or (m.strong if m.ref is None else m.ref()) is not t:
-            self._received(t, c, frame)
-        else:
-            m.used = True
-            self.edges.append((m.producer, c, m))
-        # nothing recorded runs inside a leaf: what it returns is new, or its input handed back (Dropout
-        # in eval), made by the leaf either way
-        # inline ``_register``
-        self.seq = seq = self.seq + 1
-        try:
-            ref, strong = weakref.ref(output), None
-        except TypeError:  # a tensor type without weak references: held until the forward ends
-            ref, strong = None, output
-        try:
-            shape, dtype = output.shape, output.dtype
-        except _SHAPE_ERRORS:
-            shape = dtype = None
-        m = self.made[id(output)] = _Made(ref, strong, c, seq, shape, dtype, seq)
-        self.produced.append(m)
-        c.outs = [m]
-        c.done = True
-        frame.finished += 1
-        frame.marks.append(self.seq)
 
     def post(self, layer: Any, args: tuple, output: Any) -> None:
         """A plain forward consumer (no Event): the call finishing is the innermost open call of ``layer``."""
