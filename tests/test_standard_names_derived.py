@@ -117,7 +117,7 @@ def test_every_cache_method_reads_the_derived_values():
         final: lambda c: c.accumulated_resid(apply_ln=True, incl_mid=True),
         ln2: lambda c: c.decompose_resid(apply_ln=True, mlp_input=True, layer=1),
         "blocks.1.ln1.hook_scale": lambda c: c.stack_head_results(1, apply_ln=True),
-        final + " (neurons)": lambda c: c.stack_neuron_results(2, apply_ln=True, neuron_slice=slice(0, 4)),
+        final + " (neurons)": lambda c: c.stack_neuron_results(2, apply_ln=True, neuron_slice=slice(0, 4)),  # + each hook_post
         ln2 + " (apply_ln_to_stack)": lambda c: c.apply_ln_to_stack(c.decompose_resid(), 1, mlp_input=True),
         final + " (logit_attrs)": lambda c: c.logit_attrs(c.decompose_resid(pos_slice=-1), tokens=IDS[:, -1], pos_slice=-1),
         final + " (full)": lambda c: c.get_full_resid_decomposition(apply_ln=True, expand_neurons=False),
@@ -135,7 +135,8 @@ def test_every_cache_method_reads_the_derived_values():
         else:
             assert torch.equal(got, want), what
             assert what.split()[0] not in derived(cache), what  # the scale it read, now kept
-            assert len(derived(cache)) == fresh - 1, what  # and no other
+            posts = 2 if "neurons" in what else 0  # the MLPs' hook_post, replayed from hook_pre
+            assert len(derived(cache)) == fresh - 1 - posts, what  # and no other
 
 
 class AddsInPlace(torch.nn.LayerNorm):
@@ -249,20 +250,22 @@ def test_sdpa_scores_and_pattern_are_derived_from_the_calls_query_and_key(monkey
         np.testing.assert_allclose(cache[f"blocks.{i}.attn.hook_pattern"].numpy(), want.numpy(), atol=ATOL, rtol=0)
 
 
-def test_an_eager_call_hands_its_scores_over_and_nothing_is_computed_twice(monkeypatch):
-    model = gpt2("eager")  # eager float32: hookkit runs the call with the eager operations, its scores computed there
+def test_an_eager_call_runs_untouched_and_its_scores_are_derived_when_read(monkeypatch):
+    model = gpt2("eager")  # nothing reads the scores in the forward: the model's own eager function runs
     fam = hookkit.backends.backend_for(model).family("attention")
     calls = []
     real = type(fam).scores
     monkeypatch.setattr(type(fam), "scores", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
     with torch.no_grad():
-        _, cache = hookkit.run_with_cache(model, IDS)
+        bare = model(IDS).logits
+        out, cache = hookkit.run_with_cache(model, IDS)
+    assert calls == [] and torch.equal(out.logits, bare)
+    want = eager_cache(model)  # computed in the forward by hookkit's eager operations
     assert len(calls) == 2
-    want = eager_cache(model)
     calls.clear()
     for name in [n for n in cache if n.endswith(("hook_attn_scores", "hook_pattern"))]:
         assert torch.equal(cache[name], want[name]), name
-    assert calls == []
+    assert len(calls) == 2  # once per layer, on first read
 
 
 def test_a_kept_query_written_in_place_before_the_pattern_is_read_is_refused():
@@ -288,3 +291,72 @@ def test_patterns_alone_and_a_forward_recording_gradients_give_the_same_values()
     for name in alone:
         assert torch.equal(alone[name], cap[name]) and torch.equal(graded[name], cap_graded[name].detach()), name
         assert not graded[name].requires_grad
+
+
+@pytest.mark.parametrize("make", [gpt2, llama])
+def test_an_mlps_hook_post_is_replayed_from_hook_pre_bit_for_bit(make):
+    model = make()  # GPT-2: act(hook_pre); Llama: act_fn(hook_pre) * hook_pre_linear
+    posts = [n for n in hookkit.names(model) if n.endswith("mlp.hook_post")]
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(model, IDS)
+        with hookkit.capture(model, posts) as cap:
+            model(IDS)
+    assert set(posts) <= set(derived(cache))  # not kept: a [batch, pos, d_mlp] tensor less per block
+    for name in posts:
+        assert torch.equal(cache[name], cap[name]), name
+    with torch.no_grad():  # without hook_pre among the kept names, hook_post is kept as it is
+        _, alone = hookkit.run_with_cache(model, IDS, names_filter="blocks.*.mlp.hook_post")
+    assert not derived(alone) and all(torch.equal(alone[n], cap[n]) for n in posts)
+
+
+def test_hook_post_is_kept_not_replayed_where_something_acts_on_the_activation():
+    model = gpt2()
+    act = model.transformer.h[0].mlp.act
+    with torch.no_grad():
+        base = hookkit.run_with_cache(model, IDS)[1]
+        bare = base["blocks.0.mlp.hook_post"]
+        handle = act.register_forward_hook(lambda m, a, o: o * 2)  # someone's hook changes the activation's output
+        try:
+            _, cache = hookkit.run_with_cache(model, IDS)
+        finally:
+            handle.remove()
+        assert "blocks.0.mlp.hook_post" not in derived(cache) and "blocks.1.mlp.hook_post" in derived(cache)
+        assert torch.equal(cache["blocks.0.mlp.hook_post"], bare * 2)
+        with hookkit.edit(model, "blocks.1.mlp.hook_post", lambda t, ev: t + 1):  # an edit on the value itself
+            _, edited = hookkit.run_with_cache(model, IDS)
+    assert "blocks.1.mlp.hook_post" not in derived(edited)
+    assert torch.equal(edited["blocks.1.mlp.hook_post"], base["blocks.1.mlp.hook_post"] + 1)
+
+
+def test_a_kept_hook_pre_written_in_place_by_the_model_keeps_hook_post_again():
+    model = gpt2()
+    for block in model.transformer.h:  # an activation that writes into its input (ReLU(inplace=True) would)
+        block.mlp.act = torch.nn.ReLU(inplace=True)
+    with torch.no_grad():
+        with hookkit.capture(model, ["blocks.*.mlp.hook_pre", "blocks.*.mlp.hook_post"]) as cap:
+            model(IDS)
+        _, cache = hookkit.run_with_cache(model, IDS)
+    for i in range(2):  # hook_pre kept again by the copying forward (before the ReLU), hook_post with it
+        assert (cache[f"blocks.{i}.mlp.hook_pre"] < 0).any()
+        assert torch.equal(cache[f"blocks.{i}.mlp.hook_post"], cache[f"blocks.{i}.mlp.hook_pre"].clamp(min=0))
+        assert torch.equal(cache[f"blocks.{i}.mlp.hook_post"], cap[f"blocks.{i}.mlp.hook_post"])
+
+
+def test_names_at_one_module_boundary_share_one_native_hook():
+    model = gpt2()
+    attn = model.transformer.h[0].attn
+    seen = []
+    handle = attn.register_forward_pre_hook(lambda m, a: seen.append(len(attn.c_attn._forward_hooks)))
+    try:
+        with torch.no_grad():
+            _, cache = hookkit.run_with_cache(model, IDS, names_filter="blocks.0.attn.hook_[qkv]")
+    finally:
+        handle.remove()
+    assert list(cache) == ["blocks.0.attn.hook_q", "blocks.0.attn.hook_k", "blocks.0.attn.hook_v"]
+    assert seen == [1]  # one hook on c_attn for the three names
+    assert not attn.c_attn._forward_hooks
+    with torch.no_grad():
+        x = model.transformer.wte(IDS) + model.transformer.wpe(torch.arange(5))
+        want = attn.c_attn(model.transformer.h[0].ln_1(x)).split(32, -1)
+    for name, w in zip(cache, want):
+        np.testing.assert_allclose(cache[name].numpy(), w.reshape(2, 5, 4, 8).numpy(), atol=ATOL, rtol=0)

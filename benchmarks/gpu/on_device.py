@@ -70,6 +70,13 @@ ROWS: list[tuple[str, list[str], list[str], list[str], dict[str, str]]] = [
         {},
     ),
     (
+        "run_with_cache of every standard name vs TransformerLens's TransformerBridge (goal <= 0.8x)",
+        ["bench_names.py", "--rounds", "5", "--reps", "3"],
+        ["bench_names.py", "--rounds", "1", "--reps", "1"],
+        ["transformer_lens"],
+        {},
+    ),
+    (
         "attribution vs captum: every method's agreement and time",
         ["bench_attribution.py", "equal", "--rounds", "3"],
         ["bench_attribution.py", "equal", "--rounds", "1"],
@@ -136,13 +143,13 @@ def child(device: str, tiny: bool, argv: list[str]) -> None:
             return run([(name, lift(setup)) for name, setup in variants], *args, **kwargs)
 
         _harness.run_interleaved = on_device
-        if Path(sys.argv[0]).name == "bench_cam.py":
+        if Path(sys.argv[0]).name in ("bench_cam.py", "bench_names.py"):
             patch_generator(torch, device)
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def patch_generator(torch, device: str) -> None:
-    """bench_cam seeds its inputs with ``torch.Generator()``: a CPU generator cannot draw a CUDA tensor."""
+    """bench_cam and bench_names seed their inputs with ``torch.Generator()``: a CPU generator cannot draw a CUDA tensor."""
     base = torch.Generator
 
     class OnDefaultDevice(base):  # a class still: torch's annotations use ``torch.Generator | None``

@@ -360,6 +360,13 @@ class Interventions:
     TIER = "intervention ops"
     NEEDED_BY = "the dropout family, masks, pruning and the output edits"
 
+    def forward_touched(self, layer: Any) -> bool:
+        """Whether anything but the layer's own ``forward`` may act on its call: a native forward
+        (pre-)hook on it (or on every layer), or a ``forward`` set on the instance (an operation site's
+        route). Conservative: True where the framework's hooks cannot be read (``run_with_cache`` then
+        keeps what it would have derived)."""
+        return True
+
     @stub
     def clamp(self, t: Any, lo: float | None = None, hi: float | None = None) -> Any:
         """``t`` with values below ``lo`` / above ``hi`` replaced by them (None: no bound)."""

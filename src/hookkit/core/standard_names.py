@@ -63,6 +63,10 @@ class Point:
     event: str = "out"
     index: int | str = 0
     view: tuple = WHOLE
+    #: ``(activation path, name, ...)``: the value is that module's (or function's) forward of the first
+    #: name's value, times the others' (an MLP's ``hook_post``: ``act(hook_pre)``, gated ``act(hook_pre) *
+    #: hook_pre_linear``); ``run_with_cache`` then derives it when read instead of keeping it
+    replay: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,16 +127,21 @@ def _final(path: str, kind: str) -> dict[str, Point]:
 
 
 def _gated_mlp(mlp: str) -> dict[str, Point]:
+    """``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` (Llama, Mistral, Qwen2, Gemma 2)."""
+    post = (f"{mlp}.act_fn", "blocks.{i}.mlp.hook_pre", "blocks.{i}.mlp.hook_pre_linear")
     return {
         "mlp.hook_pre": Point(f"{mlp}.gate_proj"),
         "mlp.hook_pre_linear": Point(f"{mlp}.up_proj"),
-        "mlp.hook_post": Point(f"{mlp}.down_proj", IN, FIRST),
+        "mlp.hook_post": Point(f"{mlp}.down_proj", IN, FIRST, replay=post),
         "hook_mlp_out": Point(mlp),
     }
 
 
-def _mlp(pre: str, post: str, out: str) -> dict[str, Point]:
-    return {"mlp.hook_pre": Point(pre), "mlp.hook_post": Point(post, IN, FIRST), "hook_mlp_out": Point(out)}
+def _mlp(pre: str, post: str, out: str, act: str | None = None) -> dict[str, Point]:
+    """``post(act(pre(x)))``; ``act``: the activation module's path where nothing stands between it and
+    ``post`` (its forward of ``hook_pre`` is ``hook_post``)."""
+    replay = (act, "blocks.{i}.mlp.hook_pre") if act else ()
+    return {"mlp.hook_pre": Point(pre), "mlp.hook_post": Point(post, IN, FIRST, replay=replay), "hook_mlp_out": Point(out)}
 
 
 def _rotary(attn: str) -> dict[str, Point]:
@@ -159,7 +168,7 @@ _GPTJ = {  # parallel, one norm
         _projections("{b}.attn.q_proj", "{b}.attn.k_proj", "{b}.attn.v_proj"),
         "{b}.attn.out_proj",
         None,
-        _mlp("{b}.mlp.fc_in", "{b}.mlp.fc_out", "{b}.mlp"),
+        _mlp("{b}.mlp.fc_in", "{b}.mlp.fc_out", "{b}.mlp", "{b}.mlp.act"),
         "layer",
     ),
     **_final("ln_f", "layer"),
@@ -295,7 +304,7 @@ NAME_FAMILIES: list[NameFamily] = [
                 {k: Point("{b}.attn.c_attn", view=split(j, 3)) for j, k in enumerate("qkv")},
                 "{b}.attn.c_proj",
                 "{b}.ln_2",
-                _mlp("{b}.mlp.c_fc", "{b}.mlp.c_proj", "{b}.mlp"),
+                _mlp("{b}.mlp.c_fc", "{b}.mlp.c_proj", "{b}.mlp", "{b}.mlp.act"),
                 "layer",
             ),
             **_final("ln_f", "layer"),
@@ -313,7 +322,7 @@ NAME_FAMILIES: list[NameFamily] = [
                 {k: Point("{b}.attention.query_key_value", view=interleaved(j, 3)) for j, k in enumerate("qkv")},
                 "{b}.attention.dense",
                 None,
-                _mlp("{b}.mlp.dense_h_to_4h", "{b}.mlp.dense_4h_to_h", "{b}.mlp"),
+                _mlp("{b}.mlp.dense_h_to_4h", "{b}.mlp.dense_4h_to_h", "{b}.mlp", "{b}.mlp.act"),
                 "layer",
             ),
             "blocks.{i}.ln2.hook_scale": Point("{b}.post_attention_layernorm", IN, FIRST, norm("scale", "layer")),
@@ -337,7 +346,7 @@ NAME_FAMILIES: list[NameFamily] = [
                 _projections("{b}.self_attn.q_proj", "{b}.self_attn.k_proj", "{b}.self_attn.v_proj"),
                 "{b}.self_attn.dense",
                 None,
-                _mlp("{b}.mlp.fc1", "{b}.mlp.fc2", "{b}.mlp"),
+                _mlp("{b}.mlp.fc1", "{b}.mlp.fc2", "{b}.mlp", "{b}.mlp.activation_fn"),
                 "layer",
             ),
             **_partial_rotary("{b}.self_attn", 0, 1, HEADS_FIRST),
@@ -364,7 +373,12 @@ NAME_FAMILIES: list[NameFamily] = [
             "blocks.{i}.ln1.hook_scale": Point("{b}.attention.output.LayerNorm", IN, FIRST, norm("scale", "layer")),
             "blocks.{i}.ln1.hook_normalized": Point("{b}.attention.output.LayerNorm", IN, FIRST, norm("normalized", "layer")),
             "blocks.{i}.hook_resid_mid": Point("{b}.attention.output"),
-            **{f"blocks.{{i}}.{k}": p for k, p in _mlp("{b}.intermediate.dense", "{b}.output.dense", "{b}.output.dense").items()},
+            **{
+                f"blocks.{{i}}.{k}": p
+                for k, p in _mlp(
+                    "{b}.intermediate.dense", "{b}.output.dense", "{b}.output.dense", "{b}.intermediate.intermediate_act_fn"
+                ).items()
+            },
             "blocks.{i}.ln2.hook_scale": Point("{b}.output.LayerNorm", IN, FIRST, norm("scale", "layer")),
             "blocks.{i}.ln2.hook_normalized": Point("{b}.output.LayerNorm", IN, FIRST, norm("normalized", "layer")),
             "blocks.{i}.hook_resid_post": Point("{b}"),

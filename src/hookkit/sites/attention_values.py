@@ -11,9 +11,10 @@ The router places its hooks through ``AttnBackend``, which routes the module's a
   the position bias; masked positions at the mask's value) beside the call, hands them to the hooks
   of ``"scores"``; then the pattern (their softmax, float32) to the hooks of ``"pattern"``;
 - if no hook changed a value, returns what the library's own function (SDPA, flash, eager) returns:
-  reading changes nothing of the output. An eager float32 call whose arguments it knows is run by the
-  slot itself with the eager functions' own operations (the same result, the scores not computed twice),
-  and so is a call in a forward that records gradients (so that they reach the scores and pattern);
+  reading changes nothing of the output. An eager float32 call whose arguments it knows and whose scores
+  or pattern a hook reads is run by the slot itself with the eager functions' own operations (the same
+  result, the scores not computed twice), and so is a call in a forward that records gradients (so that
+  they reach the scores and pattern);
 - if a hook returned a new value, runs the rest of that call eagerly from it: softmax of the edited
   scores, the edited pattern, dropout as the model's eager path, ``pattern @ v``; the rest of the layer
   is unchanged. The model's attention implementation is never changed.
@@ -138,10 +139,12 @@ class _Slot:
         site = _values.get(self.layer()) or {}
         scaling, causal = _scaling_and_causal(self.be, module, query, mask, kwargs, impl)
         unknown = _unknown(self.be, args, kwargs)
-        # run by the slot with the eager operations: an eager float32 call (the same result), or a forward
-        # recording gradients (so that they reach the scores and pattern; SDPA's output does not depend on them)
+        # run by the slot with the eager operations: an eager float32 call whose scores or pattern a hook
+        # reads (the same result, the scores not computed twice), or a forward recording gradients (so that
+        # they reach the scores and pattern; SDPA's output does not depend on them). Only INPUTS hooks
+        # (run_with_cache): the library's own function runs, the scores are derived when read.
         grads = self.be.grad_enabled() and self.be.requires_grad(query)
-        own = not unknown and (grads or (impl == "eager" and self.be.dtype_name(query) == "float32"))
+        own = not unknown and (grads or (impl == "eager" and self._reads_values() and self.be.dtype_name(query) == "float32"))
         scores, pattern, edited = self._scores_and_pattern(fam, site, query, key, mask, scaling, causal, kwargs, own)
         if self.fns[INPUTS]:  # read only: what the scores are computed from (and them, where computed here)
             self._hand_inputs(site, query, key, mask, scaling, causal, kwargs, scores, pattern)
@@ -155,12 +158,15 @@ class _Slot:
         dropout = kwargs.get("dropout", 0.0)
         return fam.mix(pattern, value, float(dropout or 0.0), bool(getattr(module, "training", False)))
 
+    def _reads_values(self) -> bool:
+        return bool(self.fns[SCORES] or self.pre[SCORES] or self.fns[PATTERN] or self.pre[PATTERN])
+
     def _scores_and_pattern(
         self, fam: Any, site: dict, query: Any, key: Any, mask: Any, scaling: float, causal: bool, kwargs: dict, own: bool
     ) -> tuple[Any, Any, bool]:
         """The call's scores and pattern through their hooks, where a hook or the eager run needs them:
         (scores, pattern, whether a hook replaced either)."""
-        if not (own or self.fns[SCORES] or self.pre[SCORES] or self.fns[PATTERN] or self.pre[PATTERN]):
+        if not (own or self._reads_values()):
             return None, None, False
         scores = fam.scores(
             query,

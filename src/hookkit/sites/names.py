@@ -143,12 +143,15 @@ _scales: IdentityWeakMap[list] = IdentityWeakMap()  # per norm module: its last 
 # -- the pseudo-layer the router hooks ------------------------------------------------------------------
 class NamePoint:
     """One standard name of one model: the module holding the value (weakly), the event, the tensor's
-    index and the view. What ``select`` returns for a standard name."""
+    index and the view. What ``select`` returns for a standard name. ``replay``: None, or where the
+    value is an activation of other names' values (``Point.replay``): ``(activation, its parent
+    module, names)``, the first two held weakly."""
 
-    __slots__ = ("name", "_module", "event", "index", "part", "__weakref__")
+    __slots__ = ("name", "_module", "event", "index", "part", "replay", "__weakref__")
 
-    def __init__(self, name: str, module: Any, event: str, index: Any, part: Part):
+    def __init__(self, name: str, module: Any, event: str, index: Any, part: Part, replay: Replayed | None = None):
         self.name, self._module, self.event, self.index, self.part = name, weakref.ref(module), event, index, part
+        self.replay = replay
 
     @property
     def module(self) -> Any:
@@ -332,7 +335,40 @@ def _view(fam: NameFamily, point: Point, module: Any, d_head: int | None, block:
     return HeadsView(point.view[0], point.view[1], point.view[2], d_head)
 
 
-def _point(name: str, module: Any, fam: NameFamily, point: Point, d_head: int | None, block: Any = None) -> NamePoint:
+class Replayed:
+    """Where a name's value is an activation's forward of other names' values (``Point.replay``): the
+    activation (a layer or a function) and the module calling it, held weakly, and the names."""
+
+    __slots__ = ("_act", "_parent", "names")
+
+    def __init__(self, act: Any, parent: Any, names: tuple[str, ...]):
+        self._act, self._parent, self.names = weakref.ref(act), weakref.ref(parent), names
+
+    @property
+    def act(self) -> Any:
+        return self._act()
+
+    @property
+    def parent(self) -> Any:
+        return self._parent()
+
+
+def _replayed(be: Backend, root: Any, fam: NameFamily, blocks_path: str, point: Point, i: int, named: list) -> Replayed | None:
+    """``point.replay`` of block ``i`` resolved (None where the model has no such activation)."""
+    if not point.replay:
+        return None
+    path = module_path(fam, blocks_path, Point(point.replay[0]), i)
+    act, parent = read_path(root, path), read_path(root, path.rsplit(".", 1)[0])
+    if act is None or not callable(act) or not be.is_layer(parent):
+        return None
+    if be.is_layer(act):
+        named.append((path, act))
+    return Replayed(act, parent, tuple(n.format(i=i) for n in point.replay[1:]))
+
+
+def _point(
+    name: str, module: Any, fam: NameFamily, point: Point, d_head: int | None, block: Any = None, replay: Replayed | None = None
+) -> NamePoint:
     owner = getattr(module, "layer", None) if hasattr(type(module), "site_backend") else module  # an operation: its layer's
     made = _points.get(owner)
     if made is None:
@@ -342,6 +378,7 @@ def _point(name: str, module: Any, fam: NameFamily, point: Point, d_head: int | 
         event = "out" if point.event == "out" else "in"
         index = point.index if isinstance(point.index, int) or event == "in" else 0
         found = made[name] = NamePoint(name, module, event, index, _view(fam, point, module, d_head, block))
+    found.replay = replay  # the activation as this table found it (it may have been replaced since the last)
     return found
 
 
@@ -405,7 +442,8 @@ def _table(model: Layer, named: list[tuple[str, Any]]) -> dict[str, NamePoint]:
             module = _module_at(model, root, path, named)
             if module is not None:
                 name = template.format(i=i)
-                out[name] = _point(name, module, fam, point, d_head, blocks[i])
+                replay = _replayed(be, root, fam, blocks_path, point, i, named) if group is per_block else None
+                out[name] = _point(name, module, fam, point, d_head, blocks[i], replay)
         out.update({n.format(i=i): _point(n.format(i=i), v, fam, Point(""), None) for n, v in computed.items()})
     return out
 

@@ -22,16 +22,17 @@ from typing import Any
 import numpy as np
 
 from hookkit.analyses.inputs import call_model, check_inputs
-from hookkit.analyses.transformer.derived import Derived, split_derived
+from hookkit.analyses.transformer.derived import Derived, Replay, split_derived
 from hookkit.analyses.transformer.dla_post_norms import no_full_decomposition, no_heads, post_norm_components
 from hookkit.core.architectures import read_path, stack_family
-from hookkit.core.entry import public_entry
+from hookkit.core.entry import entry_name, public_entry
 from hookkit.core.errors import UnsupportedModel
 from hookkit.core.router import OBSERVER
 from hookkit.core.standard_names import name_family
 from hookkit.core.suggest import close_matches
 from hookkit.core.types import Layer
 from hookkit.core.validate import ArgumentTypeError, check_model, fail
+from hookkit.core.weakmap import IdentityWeakMap
 from hookkit.sites import attach_sites, resolve
 from hookkit.sites.names import glob_match, names, table
 
@@ -579,13 +580,13 @@ def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy
     model's output under ``""``. Kept by reference on their own device, a norm's names are ``Derived``
     from a reference to its input (one per norm), computed when the cache is read."""
     m = be.family("tensor_math")
-    sites = resolve(model, wanted) if wanted else []
+    sites = _resolved(model, wanted)
     values: dict[Any, Any] = {}
-    norm_inputs: list = []
+    reads: list = []
     derived: dict[str, Derived] = {}
     if not copy and device is None:
-        sites, norm_inputs, derived = split_derived(sites)
-    sources = {id(site): src for site, src in norm_inputs}
+        sites, reads, derived = split_derived(be, sites, values)
+    sources = {id(site): src for site, src in reads}
 
     def keep(site: Any) -> Callable[[Any], None]:
         name = site.name
@@ -608,15 +609,33 @@ def _kept(model: Any, be: Any, wanted: list[str], inputs: Any, device: Any, copy
 
         return on
 
-    group = attach_sites(
-        model, sites + [site for site, _ in norm_inputs], lambda s: keep_input(s) if id(s) in sources else keep(s), OBSERVER
-    )
+    group = attach_sites(model, sites + [site for site, _ in reads], lambda s: keep_input(s) if id(s) in sources else keep(s), OBSERVER)
     try:
         values[""] = call_model(model, inputs)
     finally:
         group.remove()
+    for d in derived.values():
+        if isinstance(d.source, Replay):
+            d.source.bind(values)
     values.update({name: d for name, d in derived.items() if d.source.seen})  # a norm never called: no name
     return values
+
+
+def _resolved(model: Any, wanted: list[str]) -> list[Any]:
+    """``resolve(model, wanted)``, kept per model for the last ``wanted`` while the model's name table
+    stands (a loop of ``run_with_cache`` calls resolves its names once)."""
+    if not wanted:
+        return []
+    names_table, key = table(model), (entry_name(), *wanted)  # a Site names the public function its errors name
+    kept = _sites_kept.get(model)
+    if kept is not None and kept[0] is names_table and kept[1] == key:
+        return kept[2]
+    sites = resolve(model, wanted)
+    _sites_kept[model] = (names_table, key, sites)
+    return sites
+
+
+_sites_kept: IdentityWeakMap[tuple[dict, tuple[str, ...], list[Any]]] = IdentityWeakMap()
 
 
 def _written_after(be: Any, values: dict[Any, Any]) -> list[str]:

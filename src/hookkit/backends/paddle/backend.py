@@ -63,6 +63,9 @@ class PaddleBackend(PaddleOps, Backend):
     def hook_forward(self, layer: Any, fn: Callable) -> Any:
         return layer.register_forward_post_hook(fn, with_kwargs=True)
 
+    def forward_touched(self, layer: Any) -> bool:
+        return bool(layer._forward_pre_hooks or layer._forward_post_hooks) or "forward" in layer.__dict__
+
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         groups = (
             ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs_flag"),

@@ -103,6 +103,11 @@ class TorchBackend(TorchOps, Backend):
     hook_forward_pre = staticmethod(native_hooks.place_pre)
     hook_forward = staticmethod(native_hooks.place_post)
 
+    def forward_touched(self, layer: Any) -> bool:
+        g = torch.nn.modules.module
+        hooks = (layer._forward_pre_hooks, layer._forward_hooks, g._global_forward_pre_hooks, g._global_forward_hooks)
+        return any(hooks) or "forward" in layer.__dict__
+
     def drop_forward_hooks(self, layer: Any, match: Callable[[Any], bool]) -> int:
         return drop_hook_entries(
             layer,
