@@ -299,8 +299,8 @@ def test_features_already_at_their_baseline_run_no_forward(fw, rng, method):
     if method == "shapley":
         groups = [np.arange(6) == i for i in range(6)]
         want = exact_shapley(f, x, np.full_like(x, 0.5), groups)
-        assert sum(rows) == 2 + 2 * (2**6 - 2**2)  # the probe; coalitions replacing only features 0, 1 skipped
-        assert rows[1:] == [10] * 12
+        assert sum(rows) == 2 + 2 * (2**6 - 2**2)  # f(x); coalitions replacing only features 0, 1 skipped
+        assert rows == [2 + 10] + [10] * 11  # a chunk size given: no probe, the 2 samples ride in the first forward
     else:
         feats = [[0, 1], [2, 3], [4, 5]] if method == "occlusion" else [[i] for i in range(6)]
         want = np.zeros(x.shape)
@@ -367,9 +367,10 @@ def test_default_probe_on_a_cpu_records_no_graph_and_leaves_nothing(fw, rng, dev
         finally:
             hook.remove()
         assert grads[0] is probe_grad and not any(grads[1:])
-        if not extra:
-            assert first_rows is None or rows == first_rows
+        if not extra and first_rows is None:
             first_rows = rows
+        elif not extra:  # the chunk size known: no probe, the 2 samples ride in the first chunk
+            assert rows == [first_rows[0] + first_rows[1], *first_rows[2:]]
     assert hooks_left(model) == []
 
     class Boom(fw.Layer):
@@ -492,3 +493,37 @@ def test_equal_to_captum_in_float64(rng):
     np.testing.assert_allclose(
         ours("occlusion", sliding_window_shapes=(1, 3, 2), strides=(1, 2, 2), baselines=b), want.numpy(), rtol=1e-5, atol=1e-6
     )
+
+
+@pytest.mark.parametrize("method", ["feature_ablation", "occlusion", "shapley_sampling", "kernel_shap"])
+def test_a_second_call_runs_the_unperturbed_rows_in_its_first_forward(fw, rng, method):
+    """The first call of a model and call shape runs f(x) alone (the probe sizing the chunks); a later
+    one knows the chunk size and runs f(x)'s rows in the first perturbed forward: one forward fewer,
+    the same attributions (float32: the rows computed in another batch), the hand computation's. A
+    target to predict (None) needs f(x) first: it keeps the probe."""
+    model = tanh_mlp(fw)
+    x = fw.tensor(rng.normal(size=(3, 6)).astype(np.float32))
+    kw = {"sliding_window_shapes": (2,), "strides": 2} if method == "occlusion" else {}
+    kw |= {"n_samples": 5, "seed": 0} if method in ("shapley_sampling", "kernel_shap") else {}
+    calls: list[int] = []
+    hook = model.register_forward_pre_hook(lambda mod, args: calls.append(len(args[0])))
+    try:
+        runs = []
+        for target in (1, 1, None, None):
+            calls.clear()
+            runs.append((np_(fw, hookkit.attribute(model, None, x, method, target=target, baselines=0.25, **kw)), list(calls)))
+    finally:
+        hook.remove()
+    (first, rows1), (second, rows2), (predicted, rows3), (_, rows4) = runs
+    assert rows1[0] == 3 and rows2[0] == 3 + rows1[1] and rows2[1:] == rows1[2:]  # f(x)'s 3 rows in the first chunk
+    assert sum(rows2) == sum(rows1) and len(rows2) == len(rows1) - 1
+    assert rows3[0] == 3 and rows4[0] == 3  # target=None: the probe predicts the class first
+    np.testing.assert_allclose(second, first, **TOL)
+    if method == "feature_ablation":
+        f = scorer(fw, model, 1)
+        xs = np_(fw, x)
+        for i in range(6):
+            rows = xs.copy()
+            rows[:, i] = 0.25
+            np.testing.assert_allclose(second[:, i], f(xs) - f(rows), **TOL)
+    assert hooks_left(model) == []

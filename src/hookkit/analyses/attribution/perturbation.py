@@ -190,6 +190,7 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
     plan = _plan(job, value, k_all, saved)
     layout = _Layout(job)
     changed = None if bases else _changed(job, value, base, feats)
+    fuse = "input" not in job.scores  # no probe ran (_fused): the first forward runs the N unperturbed rows first
     out = []
     for j0, j1 in spans(n, plan.samples):
         b = j1 - j0
@@ -210,25 +211,39 @@ def _scores(job: Job, value: Any, base: Any, feats: Features, z: Any, saved: int
                     layout.forward(partial(perturb, value[j0:j1]), samples)
                     s = st.neuron_of(job, job.tap.value)
                 else:
-                    if job.layer is None:
+                    if fuse:
+                        o = layout.forward(partial(_with_inputs, m, value, perturb, value[j0:j1]), [*range(n), *samples])
+                    elif job.layer is None:
                         o = layout.forward(partial(perturb, value[j0:j1]), samples)
                     else:
                         job.tap.replace = perturb
                         o = st.forward(job, m.tile_rows(job.x[j0:j1], k), samples)
                     # its own storage, the outputs dropped: a view would keep the chunk's logits (and an LM's
                     # cache) through the next forward
-                    s = be.clone(be.detach(target_scores(be, o, expand_target(job.target, samples), len(samples))))
+                    if fuse:
+                        s = be.detach(target_scores(be, o, expand_target(job.target, [*range(n), *samples]), n + len(samples)))
+                        job.scores["input"], s, fuse = be.clone(s[:n]), be.clone(s[n:]), False
+                    else:
+                        s = be.clone(be.detach(target_scores(be, o, expand_target(job.target, samples), len(samples))))
                     del o
             if len(be.shape(s)) != 1:
                 raise InvalidArgument(
                     f"{entry_name()}(): {job.method} needs one score per sample; the target gave shape {list(be.shape(s))}"
                 )
             out.append((j0, idx, b, be.detach(s)))
+    if fuse:  # every coalition left the inputs as they are: f(x) alone
+        with be.no_grad():
+            st.probe(job, job.x, "input")
     # the coalitions that ran no forward: the unperturbed scores
     full = np.tile(be.to_numpy(job.scores["input"]).astype(np.float64).reshape(1, n), (k_all, 1))
     for j0, idx, b, s in out:  # one host read per chunk, after all forwards ran
         full[idx, j0 : j0 + b] = be.to_numpy(s).astype(np.float64).reshape(len(idx), b)
     return full
+
+
+def _with_inputs(m: Any, value: Any, perturb: Callable[[Any], Any], rows: Any) -> Any:
+    """The ``N`` unperturbed samples, then the perturbed rows (``_scores``'s first forward where no probe ran)."""
+    return m.cat([value, perturb(rows)], 0)
 
 
 def _changed(job: Job, value: Any, base: Any, feats: Features) -> np.ndarray:
@@ -283,6 +298,8 @@ def _plan(job: Job, value: Any, k_all: int, saved: int | None) -> Plan:
             row_bytes = max(1, HOST_LIVE * job.scores["largest_bytes"] // job.n + per_row)
             if job.ops.on_host(value):
                 budget = min(HOST_BUDGET, free)
+                if "input" not in job.scores:  # no probe ran (_fused): the N unperturbed rows ride in the first chunk
+                    budget = max(row_bytes, budget - job.n * row_bytes)
     return plan_chunks(job.n, k_all, opts.internal_batch_size, budget=budget, row_bytes=row_bytes)
 
 
@@ -348,8 +365,7 @@ def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
     placed for the block. It depends on the model's layers and the input's shape only: remembered per
     model and call shape, later calls place nothing."""
     be = job.be
-    kwargs = tuple((k, _shape_key(be, v)) for k, v in (job.kwargs or {}).items())
-    key = (tuple(be.shape(job.x)), be.dtype_name(job.x), job.name, job.opts.attribute_to, kwargs)
+    key = _shape_of_call(job)
     known = _largest_known.get(job.model)
     if known is not None and key in known:
         sizes["layers"] = known[key]
@@ -373,10 +389,17 @@ def _largest_output(job: Job, sizes: dict[str, int]) -> Iterator[None]:
         group.remove()
     if known is None or len(known) >= 64:  # a few call shapes per model (generation: one per prefix length)
         _largest_known[job.model] = known = {}
-    known[key] = sizes["layers"]
+    known[key] = max(sizes["layers"], sizes["largest"])  # the probe's outputs too: what _setup's chunks are sized by
 
 
 _largest_known: IdentityWeakMap[dict[tuple, int]] = IdentityWeakMap()
+
+
+def _shape_of_call(job: Job) -> tuple:
+    """What the sizes of a forward depend on: the inputs' shape and dtype, the layer, the keyword arguments' shapes."""
+    be = job.be
+    kwargs = tuple((k, _shape_key(be, v)) for k, v in (job.kwargs or {}).items())
+    return (tuple(be.shape(job.x)), be.dtype_name(job.x), job.name, job.opts.attribute_to, kwargs)
 
 
 def _shape_key(be: Any, v: Any) -> Any:
@@ -386,7 +409,7 @@ def _shape_key(be: Any, v: Any) -> Any:
     return v if isinstance(v, (bool, int, float, str, type(None))) else type(v).__name__
 
 
-def _setup(job: Job) -> tuple[Any, Any, Features, int | None, np.ndarray]:
+def _setup(job: Job) -> tuple[Any, Any, Features, int | None]:
     """The probe forward: ``(value, baselines, features, saved bytes, f(x) [N] float64)``: ``value`` the
     inputs or the layer's value, ``baselines`` shaped like it. ``saved``: what autograd keeps for a backward
     of the ``N`` samples, measured where the chunks are sized by it (``max_memory=``, a device's free
@@ -394,6 +417,10 @@ def _setup(job: Job) -> tuple[Any, Any, Features, int | None, np.ndarray]:
     probe then runs without autograd, as the perturbed forwards do, sized by the largest layer output."""
     be, opts, sizes = job.be, job.opts, {"largest": 0}
     saved: int | None = None
+    largest = _fused(job)
+    if largest is not None:  # no probe: the unperturbed rows ride in the first perturbed forward (_scores)
+        job.scores["largest_bytes"] = largest
+        return job.x, baselines_like(be, opts.baselines, job.x, what="inputs"), _features(job, tuple(be.shape(job.x))[1:]), None
     if opts.internal_batch_size != "auto" or (opts.max_memory is None and job.ops.on_host(job.x)):
         with _largest_output(job, sizes), be.no_grad():
             y, _ = st.probe(job, job.x, "input", sizes=sizes)
@@ -414,10 +441,31 @@ def _setup(job: Job) -> tuple[Any, Any, Features, int | None, np.ndarray]:
     what = "inputs" if to_inputs else f"layer {job.name!r}'s value"
     base = baselines_like(be, job.opts.baselines, value, what=what)
     feats = _features(job, tuple(be.shape(value))[1:])
-    f0 = be.to_numpy(job.scores["input"]).astype(np.float64).reshape(-1)
+    _f0(job)  # one score per sample, checked before any perturbed forward
+    return value, base, feats, saved
+
+
+def _f0(job: Job) -> np.ndarray:
+    """f(x): the unperturbed score of each sample, float64 ``[N]`` (from the probe, or the first perturbed forward)."""
+    f0 = job.be.to_numpy(job.scores["input"]).astype(np.float64).reshape(-1)
     if len(f0) != job.n:
         raise InvalidArgument(f"{entry_name()}(): {job.method} needs one score per sample; the target gave {len(f0)} for {job.n} samples")
-    return value, base, feats, saved, f0
+    return f0
+
+
+def _fused(job: Job) -> int | None:
+    """The largest layer output's bytes where the probe forward can be left out (else None): the inputs
+    themselves are perturbed, the target needs no prediction, and on the no-autograd path the chunk size
+    is known for this model and call shape (a call before measured it) or not needed. The first forward
+    of the perturbed rows then also runs the ``N`` unperturbed ones: one forward less per call."""
+    opts = job.opts
+    if job.layer is not None or job.neuron is not None or job.target is None:
+        return None
+    if opts.internal_batch_size != "auto":
+        return 0
+    if opts.max_memory is not None or not job.ops.on_host(job.x):
+        return None
+    return _largest_known.get(job.model, {}).get(_shape_of_call(job))
 
 
 def _finish(job: Job, feats: Features, phi: np.ndarray) -> Any:
@@ -438,7 +486,7 @@ def _rng(job: Job) -> np.random.Generator:
 def ablation(job: Job) -> Any:
     """occlusion and feature_ablation: ``f(x) - f(x with one feature (window) at its baseline)``;
     feature_permutation: the same with the feature's values taken from other samples of the batch."""
-    value, base, feats, saved, f0 = _setup(job)
+    value, base, feats, saved = _setup(job)
     z, bases = _one_each(feats.count), None
     if job.method == "feature_permutation":
         perms = _permutations(job, feats.count)
@@ -447,7 +495,7 @@ def ablation(job: Job) -> Any:
             return job.m.index_select(value, 0, perms[c])[j0:j1]
 
     s = _scores(job, value, base, feats, z, saved, bases)
-    return _finish(job, feats, (f0[None, :] - s).T)
+    return _finish(job, feats, (_f0(job)[None, :] - s).T)
 
 
 def _permutations(job: Job, count: int) -> list[list[int]]:
@@ -476,7 +524,7 @@ def _permutations(job: Job, count: int) -> list[list[int]]:
 def shapley(job: Job) -> Any:
     """Exact Shapley values: every coalition of the ``F <= 12`` features evaluated, then
     ``phi_i = sum_S |S|! (F-|S|-1)! / F! (v(S + i) - v(S))``."""
-    value, base, feats, saved, _ = _setup(job)
+    value, base, feats, saved = _setup(job)
     f = feats.count
     if f > MAX_EXACT_FEATURES:
         fail(
@@ -500,7 +548,7 @@ def shapley(job: Job) -> Any:
 def shapley_sampling(job: Job) -> Any:
     """Shapley value sampling (captum's ``ShapleyValueSampling``): ``n_samples`` random orders; along each,
     from the baseline, a feature's attribution is the change in the score when it is put back."""
-    value, base, feats, saved, f0 = _setup(job)
+    value, base, feats, saved = _setup(job)
     f, n_perm, rng = feats.count, _samples(job), _rng(job)
     orders = [rng.permutation(f) for _ in range(n_perm)]
 
@@ -512,7 +560,7 @@ def shapley_sampling(job: Job) -> Any:
         return z
 
     v = _scores(job, value, base, feats, Coalitions(1 + n_perm * (f - 1), make), saved)
-    phi, row = np.zeros((f, job.n)), 1
+    f0, phi, row = _f0(job), np.zeros((f, job.n)), 1
     for order in orders:
         prev = v[0]
         for t, i in enumerate(order):
@@ -527,7 +575,7 @@ def kernel_shap(job: Job) -> Any:
     """KernelSHAP: ``n_samples`` coalitions drawn from the Shapley kernel (size ``s`` with probability
     proportional to ``(F-1) / (s (F-s))``, then a uniform subset), and the least-squares fit of
     ``v(S) - v(empty)`` by ``sum_{i in S} phi_i`` under ``sum phi = f(x) - f(baseline)`` (shap's form)."""
-    value, base, feats, saved, f0 = _setup(job)
+    value, base, feats, saved = _setup(job)
     f, rng = feats.count, _rng(job)
     sizes = np.arange(1, f)
     kept = np.zeros((0, f))
@@ -538,7 +586,7 @@ def kernel_shap(job: Job) -> Any:
         for r, s in enumerate(drawn):
             kept[r, rng.choice(f, size=s, replace=False)] = 1.0
     v = _scores(job, value, base, feats, np.vstack([np.ones(f), 1.0 - kept]), saved)
-    total = f0 - v[0]
+    total = _f0(job) - v[0]
     if f == 1:
         return _finish(job, feats, total[:, None])
     y = v[1:] - v[0] - kept[:, -1:] * total[None, :]  # phi_F eliminated: = total - sum of the others
@@ -552,7 +600,7 @@ def lime(job: Job) -> Any:
     weighted by ``exp(-d**2 / (2 * 1.0**2))`` with ``d`` the cosine distance between the input and the
     perturbed input, fitted by a Lasso (alpha 0.01, with intercept: sklearn's objective); the
     coefficients are the attributions."""
-    value, base, feats, saved, _ = _setup(job)
+    value, base, feats, saved = _setup(job)
     if feats.ids is None:  # pragma: no cover - occlusion has its own runner
         raise AssertionError
     f, rng = feats.count, _rng(job)
