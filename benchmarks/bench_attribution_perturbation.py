@@ -21,13 +21,16 @@ Occlusion, feature ablation and Shapley value sampling on two models, each varia
   0: occlusion with windows of 2 tokens, feature ablation per token, Shapley sampling (8 orders).
 Variants: captum at its default ``perturbations_per_eval=1`` and at 16 and 256, hookkit at its
 default budget and with ``max_memory=16 MB``. Per variant and method, after one warm-up call: the
-median CPU time of 3 calls; then the peak RSS growth of one more call over the RSS before it (VmHWM
-after a ``clear_refs`` reset), with glibc told to mmap blocks of 16 KB and more and to trim its heap
+median CPU time of 3 calls; then the peak RSS growth of a call over the RSS before it (VmHWM
+after a ``clear_refs`` reset; the median of 3 such measurements, one alone is bimodal across processes), with glibc told to mmap blocks of 16 KB and more and to trim its heap
 (``_peak_growth``): RSS then follows the live bytes for either library, where with glibc's defaults
 a call's peak hides in what the warm-up left in the free lists; and for the deterministic methods the
 largest difference from captum's attributions relative to their largest. Peaks are compared with
 captum at its best ``perturbations_per_eval``: at its default it keeps one perturbation of the batch
 in flight.
+
+``peaks``: the peak RSS growth of every variant in one process per model, interleaved (the same
+allocator state for all).
 
 ``curve``: the CPU time per row of a no-grad forward against the rows per forward, for the CNN
 channels-first (as captum feeds it) and channels-last (as hookkit does on the CPU), and the LM.
@@ -126,7 +129,8 @@ def _gpt2():
     return model, (lambda i: model(input_ids=i).logits[:, -1]), ids, TOKEN, (lambda o: o.logits[:, -1, TOKEN]), spec
 
 
-def child(model_name: str, variant: str, out: str) -> None:
+def _runs(model_name: str, variant: str) -> dict:
+    """method -> a call of ``variant`` on the model (built once per process)."""
     import torch
     from captum import attr as ca
 
@@ -135,7 +139,7 @@ def child(model_name: str, variant: str, out: str) -> None:
     model, forward, x, cap_target, hk_target, spec = (_cnn if model_name == "cnn" else _gpt2)()
     with torch.no_grad():
         forward(x)  # warm: kernels, allocator
-    res, runs = {}, {}
+    runs = {}
     for method in METHODS:
         hk_kw, cap_kw = spec[method]
         if variant.startswith("captum"):
@@ -152,6 +156,39 @@ def child(model_name: str, variant: str, out: str) -> None:
             def run(hk_kw=hk_kw, method=method, extra=extra):
                 return hookkit.attribute(model, None, x, method, target=hk_target, baselines=0, seed=0, **hk_kw, **extra)
 
+        runs[method] = run
+    return runs
+
+
+def peaks(rounds: int) -> int:
+    """Peak RSS growth of every variant in ONE process per model, the variants interleaved over ``rounds``
+    rounds (after a warm-up call each): the allocator and the process's other state are the same for
+    all, where a process per variant adds a bimodal process-to-process spread."""
+    for model_name in ("cnn", "gpt2"):
+        runs = {v: _runs(model_name, v) for v in VARIANTS}
+        for v in VARIANTS:
+            for run in runs[v].values():
+                run()
+        got: dict = {(v, m): [] for v in VARIANTS for m in METHODS}
+        for r in range(rounds):
+            for v in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
+                for m in METHODS:
+                    got[v, m].append(_peak_growth(runs[v][m]) / 2**20)
+        rows = []
+        for m in METHODS:
+            med = {v: statistics.median(got[v, m]) for v in VARIANTS}
+            least = min(med["captum-ppe=16"], med["captum-ppe=256"])
+            rows += [[m, v, f"{med[v]:.2f}", f"{med[v] / least:.2f}x"] for v in VARIANTS]
+        print(f"\n{model_name}: peak RSS growth in one process, median of {rounds} interleaved rounds")
+        print(table(rows, ["method", "variant", "peak MB", "vs captum's smaller batched peak (ppe 16 or 256)"]))
+    return 0
+
+
+def child(model_name: str, variant: str, out: str) -> None:
+
+    runs = _runs(model_name, variant)
+    res = {}
+    for method, run in runs.items():
         run()  # warm: first-call set-up of either library (imports, caches) is not the method's memory
         cpu = []
         for _ in range(REPS):
@@ -159,10 +196,10 @@ def child(model_name: str, variant: str, out: str) -> None:
             a = run()
             cpu.append(time.process_time() - t0)
         res[method] = {"cpu_s": statistics.median(cpu)}
-        runs[method] = run
         np.save(f"{out}.{method}.npy", a.detach().numpy())
     for method, run in runs.items():  # after every timed call: the allocator set for measuring
-        res[method]["peak_mb"] = _peak_growth(run) / 2**20
+        # the median of 3: one call's growth is bimodal across processes (the same call 6 or 12 MB, either library)
+        res[method]["peak_mb"] = statistics.median(_peak_growth(run) for _ in range(3)) / 2**20
     with open(out + ".json", "w") as f:
         json.dump(res, f)
 
@@ -338,7 +375,7 @@ def main() -> int:
     set_threads(1)
     block_torchvision()
     p = argparse.ArgumentParser()
-    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "curve", "_child", "_gen"])
+    p.add_argument("what", nargs="?", default="bench", choices=["bench", "generation", "curve", "peaks", "_child", "_gen"])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--model")
     p.add_argument("--variant")
@@ -354,6 +391,9 @@ def main() -> int:
         return generation(args.rounds)
     if args.what == "curve":
         return curve(args.rounds)
+    if args.what == "peaks":
+        set_threads(1)
+        return peaks(args.rounds)
     return bench(args.rounds)
 
 

@@ -12,12 +12,15 @@ thread, CPU time; variants interleaved, ONE forward per step, set-up and removal
   clone of the value in TransformerLens's layout (the floor of a cache that copies);
 - ``bare + references``: the same hooks keeping the values detached, not copied (the floor of a cache
   that keeps the model's own tensors, as TransformerLens and hookkit do);
+- ``bare + references of what hookkit keeps``: the same without the norms' values and the MLPs'
+  ``hook_post`` (hookkit derives them when read): the floor of hookkit's own forward;
 - ``hookkit run_with_cache``: ``hookkit.run_with_cache(model, ids)``, every name, the attention
   patterns (computed beside the model's attention) included; the norms' ``hook_scale`` and
   ``hook_normalized`` are derived when read, so this row does not compute them;
 - ``hookkit run_with_cache + reading every value``: the same, then every value read once
   (``dict(cache.items())``: the norms' values computed), as the bridge's are all computed;
 - ``hookkit, no patterns``: the same without ``hook_pattern`` (what ``bare + copies`` covers);
+- ``bare, SDPA model``: the same model with SDPA attention, alone;
 - ``hookkit, SDPA model``: every name and pattern on a copy of the model with SDPA attention (as
   deployed; its kernel runs untouched, the scores and patterns derived when read);
 - ``bridge run_with_cache``: ``TransformerBridge.boot_transformers("gpt2", hf_model=copy)`` then
@@ -76,11 +79,11 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
         with torch.no_grad():
             model(ids)
 
-    def plain_hooks(keep):
+    def plain_hooks(keep, skip=()):
         kept: dict = {}
         handles = []
         for p in points:
-            if not isinstance(p.module, torch.nn.Module):
+            if not isinstance(p.module, torch.nn.Module) or p.name.endswith(skip):
                 continue  # hook_attn_scores / hook_pattern: no module holds them
             if p.event == "out":
                 fn = lambda m, a, o, p=p: kept.__setitem__(p.name, keep(p.part.get(be, o if torch.is_tensor(o) else o[p.index])[0]))  # noqa: E731
@@ -100,6 +103,9 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
     def references():
         plain_hooks(lambda t: t.detach())
 
+    def references_kept():  # what hookkit's forward keeps: no norm values, no patterns, no hook_post (derived when read)
+        plain_hooks(lambda t: t.detach(), ("hook_scale", "hook_normalized", "mlp.hook_post"))
+
     def hookkit_cache():
         with torch.no_grad():
             _, cache = hookkit.run_with_cache(model, ids)
@@ -117,6 +123,10 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
     sdpa = copy.deepcopy(model)
     sdpa.config._attn_implementation = "sdpa"  # the model as deployed: its fast attention kept
 
+    def bare_sdpa():
+        with torch.no_grad():
+            sdpa(ids)
+
     def hookkit_sdpa():
         with torch.no_grad():
             _, cache = hookkit.run_with_cache(sdpa, ids)
@@ -126,9 +136,11 @@ def variants(model: torch.nn.Module, ids: torch.Tensor, got: dict) -> list:
         ("bare", bare),
         ("bare + copies", copies),
         ("bare + references", references),
+        ("bare + references of what hookkit keeps", references_kept),
         ("hookkit run_with_cache", hookkit_cache),
         ("hookkit run_with_cache + reading every value", hookkit_cache_read),
         ("hookkit, no patterns", hookkit_no_patterns),
+        ("bare, SDPA model", bare_sdpa),
         ("hookkit, SDPA model", hookkit_sdpa),
     ]
     try:
@@ -209,6 +221,8 @@ def main() -> None:
             f"{ratio(res, 'hookkit run_with_cache + reading every value', 'bridge run_with_cache'):.3f}"
         )
         print(f"hookkit on the SDPA model / bridge: {ratio(res, 'hookkit, SDPA model', 'bridge run_with_cache'):.3f}")
+        print(f"hookkit on the SDPA model / the bare SDPA model: {ratio(res, 'hookkit, SDPA model', 'bare, SDPA model'):.3f}")
+        print(f"0.8x the bridge / bare: {0.8 * ratio(res, 'bridge run_with_cache', 'bare'):.3f}")
         print(f"kept: hookkit {len(mine)} names, {kept_mb(mine):.1f} MiB; bridge {len(theirs)} hooks, {kept_mb(theirs):.1f} MiB")
         print(
             f"held alive (each storage once): hookkit before reading {fresh_mb:.1f} MiB, after reading every value "

@@ -3,8 +3,8 @@
 #   1. the quick test lane on CUDA (HOOKKIT_TEST_DEVICE=cuda, tests/conftest.py);
 #   2. the host-sync detector (tests/test_sync_guard.py) with torch.cuda.set_sync_debug_mode("error");
 #   3. the GPU rows (benchmarks/gpu/on_device.py): statistics on a GPT-2 training step, capture of every
-#      block, generate() with capture, CAM vs pytorch-grad-cam, attribution vs captum, TorchLens and
-#      nnsight on the same forward; a row whose peer is not installed says "skipped: not installed".
+#      block, generate() with capture, CAM vs pytorch-grad-cam, run_with_cache vs TransformerLens's bridge,
+#      attribution vs captum, TorchLens and nnsight on the same forward; a row whose peer is not installed says "skipped: not installed".
 #
 #   bash benchmarks/gpu/run.sh                         # on a GPU machine: benchmarks/gpu/results-<date>.md
 #   bash benchmarks/gpu/run.sh --dry-run               # on the CPU, tiny sizes (what CI runs): it starts, runs, writes
