@@ -431,3 +431,28 @@ def test_the_attention_registry_knows_opt_gptj_and_phi_heads(kind, attn):
     with torch.no_grad(), hookkit.edit(model, "blocks.0.attn.hook_z", zero_head_1):
         by_name = model(IDS).logits
     assert torch.equal(by_heads, by_name)
+
+
+def test_gpt2_reordered_eager_attention_offers_no_pattern_names_and_says_why():
+    """GPT-2's ``reorder_and_upcast_attn`` under eager attention computes its scores in a method of its
+    own, not the attention function: hookkit offers no hook_pattern there (rather than a name that never
+    fires) and says why when one is asked for; with SDPA the option does not apply and the names are there."""
+
+    def make(attn):
+        cfg = T.GPT2Config(
+            n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, reorder_and_upcast_attn=True, attn_implementation=attn
+        )
+        return T.GPT2LMHeadModel(cfg).eval()
+
+    ids = torch.tensor([[3, 7, 1, 9, 4]])
+    eager = make("eager")
+    assert not [n for n in hookkit.names(eager) if n.endswith(("hook_pattern", "hook_attn_scores"))]
+    with torch.no_grad():
+        _, cache = hookkit.run_with_cache(eager, ids)
+    assert "blocks.0.attn.hook_z" in cache and "blocks.0.attn.hook_pattern" not in cache
+    with pytest.raises(hookkit.LayerNotFound, match="reorder_and_upcast_attn=True under eager attention"):
+        hookkit.capture(eager, "blocks.0.attn.hook_pattern")
+    sdpa = make("sdpa")
+    with torch.no_grad(), hookkit.capture(sdpa, "blocks.*.attn.hook_pattern") as cap:
+        sdpa(ids)
+    assert cap["blocks.1.attn.hook_pattern"].shape == (1, 4, 5, 5)

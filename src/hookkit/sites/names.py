@@ -473,10 +473,17 @@ def _computed(root: Any, attn_path: str, fam: NameFamily) -> dict[str, AttnValue
         attn = read_path(root, path) if path else None
         family = attention_family(attn) if attn is not None else None
         if family is not None:
-            if family.scores != INTERFACE:
+            if family.scores != INTERFACE or _own_attention(attn):
                 return {}
             return {SCORES_NAME: attn_value(attn, SCORES), PATTERN_NAME: attn_value(attn, PATTERN)}
     return {}
+
+
+def _own_attention(attn: Any) -> bool:
+    """Whether the layer computes its attention in a method of its own instead of the attention function
+    (GPT-2's ``reorder_and_upcast_attn`` under eager attention): no scores or pattern names then."""
+    config = getattr(attn, "config", None)
+    return bool(getattr(attn, "reorder_and_upcast_attn", False)) and getattr(config, "_attn_implementation", None) == "eager"
 
 
 @functools.lru_cache(maxsize=256)
@@ -550,7 +557,12 @@ def _refuse(model: Any, spec: str, offered: dict[str, NamePoint]) -> None:
             spec,
             [],
             f"the attention of {type(model).__name__} does not hand its scores to a function hookkit can route (transformers' "
-            "AttentionInterface) and its family names no operation for them: no hook_pattern or hook_attn_scores",
+            "AttentionInterface) and its family names no operation for them: no hook_pattern or hook_attn_scores"
+            + (
+                " (reorder_and_upcast_attn=True under eager attention computes them in the layer's own method: use SDPA attention or turn the option off)"
+                if any(_own_attention(m) for _, m in backend_for(model).named_layers(backend_for(model).unwrap(model)))
+                else ""
+            ),
         )
     names = list(offered)
     close = close_matches(spec, names, n=8, cutoff=0.6) or close_matches(spec.rsplit(".", 1)[-1], names)
