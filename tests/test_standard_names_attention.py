@@ -192,14 +192,25 @@ def test_patch_ablate_steer_and_a_sweep_take_the_pattern():
             model(IDS)
     assert float(steered["blocks.0.attn.hook_pattern"][:, :, 1:, 1].max()) < 1e-6  # key 1 steered away
     assert torch.isfinite(clean_logits).all()
-    # positions= along the query axis (token_dim=2): only the last query's row comes from the clean run
+    # positions= on a pattern selects query positions (its axis 2, no token_dim= needed): only the last
+    # query's row comes from the clean run; token_dim=2 says the same; a capture keeps those rows
     with torch.no_grad(), hookkit.capture(model, "blocks.0.attn.hook_pattern") as base:
         model(IDS)
-    with torch.no_grad(), hookkit.patch(model, "blocks.0.attn.hook_pattern", clean, positions=[4], token_dim=2):
-        with hookkit.capture(model, "blocks.0.attn.hook_pattern") as rows:
+    for extra in ({}, {"token_dim": 2}):
+        with torch.no_grad(), hookkit.patch(model, "blocks.0.attn.hook_pattern", clean, positions=[4], **extra):
+            with hookkit.capture(model, "blocks.0.attn.hook_pattern") as rows:
+                model(IDS)
+        got, want_clean, want_base = (c["blocks.0.attn.hook_pattern"] for c in (rows, clean, base))
+        assert torch.equal(got[:, :, 4], want_clean[:, :, 4]) and torch.equal(got[:, :, :4], want_base[:, :, :4]), extra
+    with torch.no_grad(), hookkit.capture(model, ["blocks.0.attn.hook_pattern", "blocks.0.hook_resid_pre"], positions=[3, 4]) as some:
+        model(IDS)
+    assert torch.equal(some["blocks.0.attn.hook_pattern"], want_base[:, :, 3:5])  # [batch, head, 2 queries, keys]
+    assert some["blocks.0.hook_resid_pre"].shape == (2, 2, 32)  # the model's token axis for the others
+    with torch.no_grad(), hookkit.ablate(model, "blocks.0.attn.hook_pattern", positions=[0]):
+        with hookkit.capture(model, "blocks.0.attn.hook_pattern") as zero_first:
             model(IDS)
-    got, want_clean, want_base = (c["blocks.0.attn.hook_pattern"] for c in (rows, clean, base))
-    assert torch.equal(got[:, :, 4], want_clean[:, :, 4]) and torch.equal(got[:, :, :4], want_base[:, :, :4])
+    assert float(zero_first["blocks.0.attn.hook_pattern"][:, :, 0].abs().max()) == 0.0
+    assert torch.equal(zero_first["blocks.0.attn.hook_pattern"][:, :, 1:], want_base[:, :, 1:])
 
 
 def test_a_patching_sweep_over_the_patterns_query_positions():

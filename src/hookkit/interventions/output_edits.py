@@ -155,9 +155,11 @@ def edit_sites(
         if spec is not None:
             assert dim is not None  # positions_args gives the token axis with positions=
             whole = op
+            # a site with its own token axis (a pattern's query positions) uses it unless token_dim= was given
+            axis = dim if token_dim is not None else getattr(site.module, "token_axis", None) or dim
 
             def op(t: Any, leaf: int, ev: Event) -> Any:
-                return edit_at_positions(be, t, ev, spec, dim, reach, whole, leaf)
+                return edit_at_positions(be, t, ev, spec, axis, reach, whole, leaf)
 
         write = site.write
         if when.always:
@@ -369,7 +371,8 @@ def patch(
         new = conv.like(be, t)
         if ev.selected is not None:
             assert dim is not None  # events carry selected positions only under positions=
-            new = _at_absolute(be, new, ev, ev.selected, dim)
+            axis = dim if token_dim is not None else getattr(site.module, "token_axis", None) or dim  # a pattern: its queries
+            new = _at_absolute(be, new, ev, ev.selected, axis)
         if be.shape(new) != be.shape(t):
             fail("patch", "values", site.part.shaped_like(be, t, site.name, ev.call), new)
         return new

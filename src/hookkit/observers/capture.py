@@ -293,6 +293,7 @@ class capture(HandleGroup, RecordSource):
         self._positions = None if positions is None else Positions(positions)
         self._gen_steps = None if steps is None else check_steps(steps)
         self._token_dim = None if token_dim is None else token_dim_of(model, token_dim)
+        self._dim_given = token_dim is not None  # else a layer with its own token axis (a pattern's queries) uses it
         if type(index) is not int or index < 0:  # bool and numpy ints refused as before
             fail("capture", "index", "an int >= 0 (the position of the tensor among the output's tensors)", index)
         self._index = index
@@ -446,7 +447,8 @@ class capture(HandleGroup, RecordSource):
         output = ev.output
         selected = None
         if self._positions is not None:
-            found = select_output(self._backend, ev, self._positions, self._token_dim, self._index)  # type: ignore[arg-type]  # set with positions=
+            dim = self._token_dim if self._dim_given else getattr(ev.layer, "token_axis", None) or self._token_dim
+            found = select_output(self._backend, ev, self._positions, dim, self._index)  # type: ignore[arg-type]  # set with positions=
             if found is None:
                 return
             output, selected = found
