@@ -13,6 +13,7 @@ import pytest
 import hookkit
 from hookkit.core.errors import HookkitError
 from models import hooks_left
+from tolerance import assert_close
 
 
 def twin_lm(fw, vocab=20, positions=9):
@@ -63,7 +64,10 @@ def test_paddle_finds_the_embedding_layer_and_equals_torch(torch_fw, paddle_fw):
     h = e + tm.pos(torch.arange(5)[None])
     out = tm.head(torch.tanh(torch.cumsum(h, 1) / torch.arange(1, 6).reshape(1, -1, 1)))
     torch.log_softmax(out[0, -1], -1)[7].backward()
-    np.testing.assert_allclose(got[0][1], (e.grad * e).sum(-1)[0].detach().double().numpy(), rtol=1e-5, atol=1e-6)
+    # the same forward and backward ops (log_softmax over 20, the head, tanh, the running mean); the sum
+    # over the 6 dims is float64 there, float32 here, of terms of size |grad * e|
+    gxe = (e.grad * e).detach()
+    assert_close(got[0][1], gxe.sum(-1)[0].double(), dtype="float32", n_ops=16, scale=float(gxe.abs().sum(-1).max()))
 
 
 def test_without_one_embedding_of_the_vocabulary_size_layer_is_asked_for(fw):

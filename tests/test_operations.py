@@ -13,6 +13,7 @@ import pytest
 
 import hookkit
 from hookkit.sites.operations.install import _Installed
+from tolerance import assert_close
 
 
 def doubled(fn):
@@ -72,8 +73,14 @@ def by_hand(fw, block, x, edit_h=None):
     return (block.fc2(a) + h) * 2, h, a
 
 
-def close(fw, a, b, rtol=1e-5, atol=1e-6):
-    np.testing.assert_allclose(fw.numpy(a), fw.numpy(b), rtol=rtol, atol=atol)
+def close(fw, a, b, rtol=0.0, atol=0.0):
+    """Bit for bit unless a tolerance is given: an operation site runs the forward's own kernels in the
+    forward's order, and the comparisons here write the same computation out with the same framework
+    calls (a copy of the model, a patched or zeroed value fed to the same layers, a doubling)."""
+    if rtol == 0 and atol == 0:
+        np.testing.assert_array_equal(fw.numpy(a), fw.numpy(b))
+    else:
+        np.testing.assert_allclose(fw.numpy(a), fw.numpy(b), rtol=rtol, atol=atol)
 
 
 def gpt2(n_layer=2):
@@ -383,10 +390,10 @@ def test_steer_attribute_sweeps_stats_at_an_operation_as_at_the_layer(torch_fw):
 
     ops = hookkit.patching_sweep(model, x, y, "transformer.h.*::add_2", metric)
     layers = hookkit.patching_sweep(model, x, y, "transformer.h.*", metric)
-    np.testing.assert_allclose(ops, layers, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(ops, layers)  # the same values patched in at the same point: bit for bit
     est_ops = hookkit.attribution_patching(model, x, y, "transformer.h.*::add_2", metric)
     est_layers = hookkit.attribution_patching(model, x, y, "transformer.h.*", metric)
-    np.testing.assert_allclose(est_ops, est_layers, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(est_ops, est_layers)  # the same tensor, its same gradient
 
     with hookkit.ActivationStats(model, ["transformer.h.1::add_2", "transformer.h.1"]) as st:
         model(x)
@@ -429,7 +436,9 @@ def test_checkpoint_recompute_is_the_same_call(torch_fw):
         results.append(cap)
     plain, ckpt = results
     assert len(ckpt.calls("transformer.h.0::add_0")) == len(plain.calls("transformer.h.0::add_0")) == 1
-    close(torch_fw, ckpt.grads["transformer.h.0::add_0"], plain.grads["transformer.h.0::add_0"])
+    # the recompute runs the same kernels, but the backward may accumulate in another order (and
+    # nondeterministically on a GPU): a backward through the 50-logit head, ln_f and block 1 (widths 16, 64)
+    assert_close(ckpt.grads["transformer.h.0::add_0"], plain.grads["transformer.h.0::add_0"], dtype="float32", n_ops=256)
     assert "forward" not in model.transformer.h[0].__dict__
 
 

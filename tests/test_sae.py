@@ -14,6 +14,7 @@ from hookkit.core.files import InvalidFile
 from hookkit.core.validate import InvalidArgument
 from hookkit.sae import SAE, SAEFileError
 from sae_helpers import np_decode, np_encode, np_forward, random_weights, write_folder, write_safetensors
+from tolerance import assert_close
 
 ARCHS = [
     "standard",
@@ -211,5 +212,6 @@ def test_the_same_sae_on_the_other_framework(tmp_path, rng):
     x = rng.normal(size=(3, 12)).astype(np.float32)
     import torch
 
-    np.testing.assert_allclose(b(b.backend.from_numpy(x)).numpy(), a(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+    # each framework's kernels: the encoder's 12-term dots (gate and magnitude), the decoder's 32-term dots
+    assert_close(b(b.backend.from_numpy(x)), a(torch.from_numpy(x)), dtype="float32", n_ops=48)
     assert b.backend.name == "paddle" and "paddle" in repr(b)

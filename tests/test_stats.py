@@ -77,7 +77,9 @@ def test_activation_values_equal_fastai_formulas(fw):
         np.testing.assert_array_equal(s["step"], [0, 1])
         for row, rec in enumerate(cap.calls(name)):
             mean, std, nz, hist = fastai_stats(fw, rec.output, bins=20, lo=-2, hi=3)
-            np.testing.assert_allclose(s["mean"][row], mean, rtol=1e-5, atol=1e-6)
+            # two float32 means over the layer's output in other orders; values of both signs: their size
+            out = fw.numpy(rec.output)
+            assert_close(s["mean"][row], mean, dtype="float32", n_ops=sum_ops(out.size) + 1, scale=float(np.abs(out).max()))
             np.testing.assert_allclose(s["std"][row], std, rtol=1e-5)
             assert s["near_zero"][row] == pytest.approx(nz, abs=1e-7)
             np.testing.assert_array_equal(s["hist"][row], hist)
@@ -316,7 +318,8 @@ def test_long_runs_keep_bounded_memory_with_exact_merges(fw, monkeypatch):
     assert (s["records"][-8:] == 1).all() and (np.diff(s["step"]) > 0).all()
     for row, (first, count) in enumerate(zip(s["step"], s["records"])):
         values = np.concatenate(outputs[first : first + count])
-        np.testing.assert_allclose(s["mean"][row], values.mean(), rtol=1e-5, atol=1e-6)
+        # float32 sums per record, then the pairwise merges (at most 8 levels), against float64
+        assert_close(s["mean"][row], values.mean(), dtype="float32", n_ops=sum_ops(values.size) + 8, scale=float(np.abs(values).max()))
         np.testing.assert_allclose(s["std"][row], values.std(ddof=1), rtol=1e-4)
         assert s["near_zero"][row] == pytest.approx((values <= 0.05).mean(), abs=1e-6)
         np.testing.assert_array_equal(s["hist"][row], np.histogram(values, 8, (-2, 2))[0])
