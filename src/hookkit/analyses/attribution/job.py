@@ -4,6 +4,7 @@ options), or fails naming the argument and what would be valid."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, TypedDict
@@ -123,10 +124,30 @@ def check_call(model: Any, layer: Any, inputs: Any, method: str, target: Target,
     if kwargs is not None and not (isinstance(kwargs, dict) and all(isinstance(k, str) for k in kwargs)):
         fail(fn, "forward_kwargs", "None or a dict of the model's keyword arguments", kwargs, kind=ArgumentTypeError)
     job.kwargs = dict(kwargs or {})
+    if method in PERTURBATION_METHODS:
+        job.kwargs = without_cache(be.unwrap(model), job.kwargs)
     if method in PATH_METHODS:
         job.base = _baselines(be, opts.baselines, x)
     job.kind = ("input" if layer is None else "neuron" if neuron is not None else "layer") + ":" + method
     return job
+
+
+#: keyword arguments that continue a cache: given, the model's own cache settings stay
+_CACHE_ARGS = ("use_cache", "past_key_values", "past_key_value", "cache", "cache_params")
+
+
+def without_cache(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` plus ``use_cache=False`` for a model whose forward takes it (transformers' and
+    PaddleNLP's decoders): the perturbed forwards are single forwards that decode nothing after them,
+    and the key/value cache would only hold memory at their peak (a tenth of the GPT-2-style LM's,
+    BENCHMARKS.md). Left as given where ``kwargs`` name a cache setting."""
+    if any(k in kwargs for k in _CACHE_ARGS):
+        return kwargs
+    try:
+        takes = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError, AttributeError):  # no signature to read: the model's own settings
+        return kwargs
+    return {**kwargs, "use_cache": False} if takes else kwargs
 
 
 def _check_floats(floats: bool, inputs: Any, method: str, layer: Any, neuron: Any) -> None:
