@@ -17,6 +17,7 @@ from tolerance import assert_close
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+from tiny_transformers import gpt2, llama, pythia  # noqa: E402
 
 ATOL = 1e-5  # float32, sums of <= 64 products of O(1) values
 
@@ -26,34 +27,6 @@ def close(a, b, atol=ATOL):
     b = b.detach().numpy() if hasattr(b, "detach") else np.asarray(b)
     assert a.shape == b.shape, (a.shape, b.shape)
     np.testing.assert_allclose(a, b, atol=atol, rtol=0)
-
-
-def gpt2(attn="eager"):
-    torch.manual_seed(0)
-    cfg = T.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, attn_implementation=attn)
-    return T.GPT2LMHeadModel(cfg).eval()
-
-
-def pythia():
-    torch.manual_seed(0)
-    cfg = T.GPTNeoXConfig(
-        num_hidden_layers=2, num_attention_heads=4, hidden_size=32, intermediate_size=64, vocab_size=50, max_position_embeddings=16
-    )
-    return T.GPTNeoXForCausalLM(cfg).eval()
-
-
-def llama():
-    torch.manual_seed(0)
-    cfg = T.LlamaConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=50,
-        max_position_embeddings=16,
-    )
-    return T.LlamaForCausalLM(cfg).eval()
 
 
 def gemma2():

@@ -17,30 +17,15 @@ from tolerance import assert_close
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+import tiny_transformers as tiny  # noqa: E402
+from tiny_transformers import gpt2  # noqa: E402
 
 IDS = torch.tensor([[3, 7, 1, 9, 4], [2, 2, 8, 5, 11]])
 N_OPS = 64  # a dot product of 8 terms, a softmax over 5 keys, a weighted sum of 5 values, a few layers after
 
 
-def gpt2(attn="eager"):
-    torch.manual_seed(0)
-    cfg = T.GPT2Config(n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, attn_implementation=attn)
-    return T.GPT2LMHeadModel(cfg).eval()
-
-
 def llama(attn="eager"):
-    torch.manual_seed(0)
-    cfg = T.LlamaConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=50,
-        max_position_embeddings=16,
-        attn_implementation=attn,
-    )
-    return T.LlamaForCausalLM(cfg).eval()
+    return tiny.llama(attn)
 
 
 MAKERS = pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama-gqa"])

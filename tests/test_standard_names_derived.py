@@ -14,6 +14,7 @@ from hookkit.analyses.transformer.derived import Derived
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+import tiny_transformers as tiny  # noqa: E402
 
 ATOL = 1e-5  # float32: a mean and a square root over 32 values of O(1)
 IDS = torch.tensor([[3, 7, 1, 9, 4], [2, 2, 8, 5, 11]])
@@ -21,27 +22,11 @@ NORMS = ("ln1.hook_scale", "ln1.hook_normalized", "ln2.hook_scale", "ln2.hook_no
 
 
 def gpt2(attn="sdpa"):
-    torch.manual_seed(0)
-    cfg = T.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=50, n_positions=16, bos_token_id=0, eos_token_id=0, attn_implementation=attn
-    )
-    return T.GPT2LMHeadModel(cfg).eval()
+    return tiny.gpt2(attn, bos_token_id=0, eos_token_id=0)
 
 
 def llama():
-    torch.manual_seed(0)
-    cfg = T.LlamaConfig(
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        hidden_size=32,
-        intermediate_size=64,
-        vocab_size=50,
-        max_position_embeddings=16,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    return T.LlamaForCausalLM(cfg).eval()
+    return tiny.llama(bos_token_id=0, eos_token_id=0)
 
 
 def norm_names(model):
