@@ -292,6 +292,11 @@ def test_an_mlps_hook_post_is_replayed_from_hook_pre_bit_for_bit(make):
     with torch.no_grad():  # without hook_pre among the kept names, hook_post is kept as it is
         _, alone = hookkit.run_with_cache(model, IDS, names_filter="blocks.*.mlp.hook_post")
     assert not derived(alone) and all(torch.equal(alone[n], cap[n]) for n in posts)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # under autocast, read after it
+        _, low = hookkit.run_with_cache(model, IDS)
+        with hookkit.capture(model, posts) as low_cap:
+            model(IDS)
+    assert all(low[n].dtype == torch.bfloat16 and torch.equal(low[n], low_cap[n]) for n in posts)
 
 
 def test_hook_post_is_kept_not_replayed_where_something_acts_on_the_activation():
