@@ -17,7 +17,7 @@ from tolerance import assert_close
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
-from tiny_transformers import gpt2, llama, pythia  # noqa: E402
+from tiny_transformers import gpt2, llama, paddle_encoder, pythia  # noqa: E402
 
 ATOL = 1e-5  # float32, sums of <= 64 products of O(1) values
 
@@ -349,10 +349,7 @@ def test_every_name_equals_transformer_bridge(make, arch, tmp_path):
 @pytest.mark.parametrize("pre_norm", [False, True], ids=["post-norm", "pre-norm"])
 def test_paddle_transformer_encoder_names_equal_a_hand_computation(pre_norm):
     paddle = pytest.importorskip("paddle")
-    paddle.seed(0)
-    layer = paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, normalize_before=pre_norm)
-    model = paddle.nn.TransformerEncoder(layer, 2, norm=paddle.nn.LayerNorm(32))
-    model.eval()
+    model = paddle_encoder(pre_norm)
     src = paddle.randn([2, 5, 32])
     names = hookkit.names(model)
     assert names[0] == "blocks.0.hook_resid_pre" and names[-1] == "ln_final.hook_normalized"

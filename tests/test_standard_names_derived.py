@@ -178,10 +178,7 @@ def test_names_filter_and_device_keep_their_meaning():
 
 def test_paddle_norm_values_are_derived_alike():
     paddle = pytest.importorskip("paddle")
-    paddle.seed(0)
-    layer = paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, normalize_before=True)
-    model = paddle.nn.TransformerEncoder(layer, 2, norm=paddle.nn.LayerNorm(32))
-    model.eval()
+    model = tiny.paddle_encoder(pre_norm=True)
     src = paddle.randn([2, 5, 32])
     names = norm_names(model)
     _, cache = hookkit.run_with_cache(model, src)
@@ -207,8 +204,12 @@ def causal_scores(q, k):
     return scores, mask
 
 
-def test_sdpa_scores_and_pattern_are_derived_from_the_calls_query_and_key(monkeypatch):
-    model = gpt2()
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_scores_and_pattern_are_derived_from_the_calls_query_and_key(monkeypatch, attn):
+    """Nothing reads the scores in the forward: the model's own attention function runs (SDPA's kernel,
+    or the eager function), and the scores and pattern are derived from the call's query and key when
+    read, once per layer, equal to a forward-time capture's and a hand computation."""
+    model = gpt2(attn)
     fam = hookkit.backends.backend_for(model).family("attention")
     calls = []
     real = type(fam).scores
@@ -216,11 +217,11 @@ def test_sdpa_scores_and_pattern_are_derived_from_the_calls_query_and_key(monkey
     with torch.no_grad():
         bare = model(IDS).logits
         out, cache = hookkit.run_with_cache(model, IDS)
-    assert torch.equal(out.logits, bare)  # the model's own SDPA kernel, untouched
+    assert torch.equal(out.logits, bare)  # the model's own attention, untouched
     assert calls == []  # no scores computed in the forward
     names = [n for n in cache if n.endswith(("hook_attn_scores", "hook_pattern"))]
     assert len(names) == 4 and set(names) <= set(derived(cache))
-    with torch.no_grad(), hookkit.capture(model, names) as cap:  # computed beside the kernel, in the forward
+    with torch.no_grad(), hookkit.capture(model, names) as cap:  # computed in the forward (beside SDPA, or by the eager ops)
         model(IDS)
     calls.clear()
     for name in names:
@@ -233,24 +234,6 @@ def test_sdpa_scores_and_pattern_are_derived_from_the_calls_query_and_key(monkey
         assert (got[..., ~mask] < -1e30).all()  # masked as TransformerLens: a large negative value
         want = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         np.testing.assert_allclose(cache[f"blocks.{i}.attn.hook_pattern"].numpy(), want.numpy(), atol=ATOL, rtol=0)
-
-
-def test_an_eager_call_runs_untouched_and_its_scores_are_derived_when_read(monkeypatch):
-    model = gpt2("eager")  # nothing reads the scores in the forward: the model's own eager function runs
-    fam = hookkit.backends.backend_for(model).family("attention")
-    calls = []
-    real = type(fam).scores
-    monkeypatch.setattr(type(fam), "scores", lambda self, *a, **k: calls.append(1) or real(self, *a, **k))
-    with torch.no_grad():
-        bare = model(IDS).logits
-        out, cache = hookkit.run_with_cache(model, IDS)
-    assert calls == [] and torch.equal(out.logits, bare)
-    want = eager_cache(model)  # computed in the forward by hookkit's eager operations
-    assert len(calls) == 2
-    calls.clear()
-    for name in [n for n in cache if n.endswith(("hook_attn_scores", "hook_pattern"))]:
-        assert torch.equal(cache[name], want[name]), name
-    assert len(calls) == 2  # once per layer, on first read
 
 
 def test_a_kept_query_written_in_place_before_the_pattern_is_read_is_refused():

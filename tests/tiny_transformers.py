@@ -35,3 +35,15 @@ def llama(attn: str | None = None, **config: Any) -> Any:
 def pythia(**config: Any) -> Any:
     torch.manual_seed(0)
     return T.GPTNeoXForCausalLM(T.GPTNeoXConfig(**_DECODER, **config)).eval()
+
+
+def paddle_encoder(pre_norm: bool = True) -> Any:
+    """Paddle's ``nn.TransformerEncoder`` of the same size (2 layers, width 32, 4 heads, a final norm),
+    seed 0, eval mode. Call after ``pytest.importorskip("paddle")``."""
+    import paddle
+
+    paddle.seed(0)
+    layer = paddle.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, normalize_before=pre_norm)
+    model = paddle.nn.TransformerEncoder(layer, 2, norm=paddle.nn.LayerNorm(32))
+    model.eval()
+    return model
